@@ -1,0 +1,159 @@
+#include "backends/params/database.hpp"
+
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "runtime/disk_cache.hpp"
+#include "runtime/env.hpp"
+#include "runtime/error.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn::params {
+
+const char* level_name(Level l) {
+  switch (l) {
+    case Level::Generic: return "generic";
+    case Level::Vendor: return "vendor";
+    case Level::Arch: return "arch";
+    case Level::Device: return "device";
+    case Level::Tuned: return "tuned";
+  }
+  return "?";
+}
+
+int Entry::get(const std::string& name) const {
+  auto it = values.find(name);
+  if (it == values.end()) throw Error(Status::Internal, "parameter " + name + " missing from " + source);
+  return it->second;
+}
+
+int Entry::get_or(const std::string& name, int fallback) const {
+  auto it = values.find(name);
+  return it == values.end() ? fallback : it->second;
+}
+
+std::map<std::string, std::string> Entry::defines() const {
+  std::map<std::string, std::string> d;
+  for (auto& [k, v] : values) d[k] = std::to_string(v);
+  return d;
+}
+
+namespace {
+
+std::string safe_name(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum((unsigned char)c) && c != '-' && c != '_' && c != '.') c = '_';
+  return s;
+}
+
+// Applies the best row of `rows` at `level` (exact key beats "*").
+bool apply(const std::vector<Row>& rows, Level level, const std::string& match, const std::string& op,
+           const std::string& key, Entry& e, const std::string& source) {
+  const Row* star = nullptr;
+  const Row* exact = nullptr;
+  for (auto& r : rows) {
+    if (r.level != level || r.op != op || r.match != match) continue;
+    if (r.key == key) exact = &r;
+    else if (r.key == "*") star = &r;
+  }
+  bool any = false;
+  for (const Row* r : {star, exact}) {
+    if (!r) continue;
+    for (auto& [k, v] : r->values) e.values[k] = v;
+    e.origins.push_back(source + " [" + r->key + "]: " + r->origin);
+    any = true;
+  }
+  if (any) {
+    e.level = level;
+    e.source = source;
+  }
+  return any;
+}
+
+}  // namespace
+
+std::string tuned_file_for(const DeviceProfile& p) {
+  std::string f = rt::env("CLATTN_TUNED_FILE");
+  if (!f.empty()) return f;
+  std::string dir = rt::DiskCache::default_dir();
+  if (dir.empty()) return {};
+  return dir + "/tuned/" + safe_name(p.device_name) + ".json";
+}
+
+std::vector<Row> tuned_rows(const DeviceProfile& p, std::string* file_out) {
+  std::vector<Row> rows;
+  std::string file = tuned_file_for(p);
+  if (file_out) *file_out = file;
+  if (file.empty()) return rows;
+  std::ifstream in(file);
+  if (!in) return rows;
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("device", std::string()) != p.device_name) {
+      rt::log().warn("tuned parameters {} are for '{}', not '{}': ignored", file, j.value("device", std::string()),
+                     p.device_name);
+      return rows;
+    }
+    for (auto& [op, keys] : j.at("ops").items())
+      for (auto& [key, body] : keys.items()) {
+        Row r{op, Level::Tuned, p.device_name, key, {}, "clattn-tune " + j.value("date", std::string("?"))};
+        for (auto& [name, v] : body.at("params").items()) r.values[name] = v.get<int>();
+        rows.push_back(std::move(r));
+      }
+  } catch (const std::exception& ex) {
+    rt::log().warn("tuned parameters {} unreadable ({}): ignored", file, ex.what());
+    rows.clear();
+  }
+  return rows;
+}
+
+Entry lookup(const DeviceProfile& p, const std::string& op, const std::string& key) {
+  Entry e;
+  e.source = "generic";
+  const auto& rows = builtin_rows();
+  apply(rows, Level::Generic, "", op, key, e, "generic");
+  const std::string& vendor = p.param_vendor();
+  apply(rows, Level::Vendor, vendor, op, key, e, "vendor:" + vendor);
+  if (p.vendor_forced.empty()) {
+    const auto& vr = rows;
+    if (!p.architecture.empty()) apply(vr, Level::Arch, p.architecture, op, key, e, "arch:" + p.architecture);
+    apply(vr, Level::Device, p.device_name, op, key, e, "device:" + p.device_name);
+    // Tuned files are read once per device name per process.
+    static std::mutex mu;
+    static std::map<std::string, std::pair<std::string, std::vector<Row>>> tuned;
+    std::pair<std::string, std::vector<Row>>* t;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = tuned.find(p.device_name);
+      if (it == tuned.end()) {
+        std::string file;
+        auto rows = tuned_rows(p, &file);
+        it = tuned.emplace(p.device_name, std::make_pair(file, std::move(rows))).first;
+      }
+      t = &it->second;
+    }
+    apply(t->second, Level::Tuned, p.device_name, op, key, e, "tuned:" + t->first);
+  }
+  if (e.values.empty()) throw Error(Status::Internal, "no parameter entry for op '" + op + "'");
+  return e;
+}
+
+const std::vector<Row>& builtin_rows() {
+  static const std::vector<Row> all = [] {
+    std::vector<Row> v;
+    for (auto* table : {&rows_stream_read, &rows_metadata, &rows_decode, &rows_merge, &rows_append_kv})
+      for (auto& r : table()) v.push_back(r);
+    return v;
+  }();
+  return all;
+}
+
+std::vector<std::string> known_ops() {
+  std::set<std::string> s;
+  for (auto& r : builtin_rows()) s.insert(r.op);
+  return {s.begin(), s.end()};
+}
+
+}  // namespace clattn::params

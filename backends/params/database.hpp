@@ -1,0 +1,62 @@
+// Kernel parameter database: per op and key (dtype class / head-dim bucket), looked up
+// tuned JSON -> device name -> architecture -> vendor -> generic, each more specific
+// level overriding the values of the one before (CLBlast's Database::GetDefines order).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "clattn/context.hpp"
+
+namespace clattn::params {
+
+using Values = std::map<std::string, int>;
+
+enum class Level { Generic = 0, Vendor = 1, Arch = 2, Device = 3, Tuned = 4 };
+const char* level_name(Level l);
+
+// One row of a built-in table. `match` is the vendor, architecture or device name the row
+// applies to ("" for generic); `key` is "*" or an exact key such as "bf16.d128".
+struct Row {
+  std::string op;
+  Level level;
+  std::string match;
+  std::string key;
+  Values values;
+  std::string origin;  // where the numbers come from (vendor doc, tuner run, ...)
+};
+
+struct Entry {
+  Values values;
+  Level level = Level::Generic;  // most specific level that contributed
+  std::string source;            // "generic", "vendor:nvidia", "arch:sm_90", "device:<name>", "tuned:<file>"
+  std::vector<std::string> origins;
+
+  int get(const std::string& name) const;            // throws Internal if absent
+  int get_or(const std::string& name, int fallback) const;
+  std::map<std::string, std::string> defines() const;  // NAME -> value for -D options
+};
+
+// The entry for `op` with `key` on this device (CLATTN_FORCE_VENDOR respected: a forced
+// vendor skips the real device's device/arch/tuned rows).
+Entry lookup(const DeviceProfile& profile, const std::string& op, const std::string& key = "*");
+
+// Every op the database has rows for (for the probe).
+std::vector<std::string> known_ops();
+
+// Built-in tables, one file per op (rows_<op>.cpp, like CLBlast's database/kernels/<kernel>),
+// each holding that op's generic, vendor, architecture and device rows.
+const std::vector<Row>& rows_stream_read();
+const std::vector<Row>& rows_metadata();
+const std::vector<Row>& rows_decode();
+const std::vector<Row>& rows_merge();
+const std::vector<Row>& rows_append_kv();
+// Every built-in row (the tables above, concatenated once).
+const std::vector<Row>& builtin_rows();
+
+// Tuned rows for this device, read from $CLATTN_TUNED_FILE or
+// <cache dir>/tuned/<device>.json (written by clattn-tune). Empty when absent.
+std::vector<Row> tuned_rows(const DeviceProfile& profile, std::string* file = nullptr);
+std::string tuned_file_for(const DeviceProfile& profile);
+
+}  // namespace clattn::params

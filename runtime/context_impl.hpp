@@ -1,0 +1,33 @@
+// The object behind clattn::Context: OpenCL handles, the profile, the program cache.
+#pragma once
+#include <memory>
+
+#include "clattn/context.hpp"
+#include "runtime/program_cache.hpp"
+
+namespace clattn::detail {
+
+class ContextImpl {
+ public:
+  // Takes one reference on each handle (created or retained by the caller of this ctor).
+  ContextImpl(cl_platform_id platform, cl_context ctx, cl_device_id dev, cl_command_queue q, bool adopted);
+  ~ContextImpl();
+  ContextImpl(const ContextImpl&) = delete;
+  ContextImpl& operator=(const ContextImpl&) = delete;
+
+  cl_platform_id platform = nullptr;
+  cl_context ctx = nullptr;
+  cl_device_id device = nullptr;
+  cl_command_queue queue = nullptr;
+  bool adopted = false;
+  bool profiling = false;
+  DeviceProfile profile;
+  rt::ProgramCache programs;
+};
+
+}  // namespace clattn::detail
+
+namespace clattn::rt {
+// Shorthand used by ops: the impl of a public Context.
+inline detail::ContextImpl& impl(const Context& c) { return *c.impl(); }
+}  // namespace clattn::rt

@@ -1,0 +1,178 @@
+#include "runtime/profile.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "runtime/env.hpp"
+#include "runtime/error.hpp"
+
+// Vendor extension enums (cl_ext.h names; spelled out so older headers still build).
+#define CLATTN_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define CLATTN_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+#define CLATTN_DEVICE_WARP_SIZE_NV 0x4003
+#define CLATTN_DEVICE_BOARD_NAME_AMD 0x4038
+#define CLATTN_DEVICE_WAVEFRONT_WIDTH_AMD 0x4043
+#define CLATTN_DEVICE_SUB_GROUP_SIZES_INTEL 0x4108
+#define CLATTN_DEVICE_MAX_NUM_SUB_GROUPS 0x105C
+
+namespace clattn {
+
+bool DeviceProfile::has_extension(const std::string& e) const {
+  return std::find(extensions.begin(), extensions.end(), e) != extensions.end();
+}
+
+namespace rt {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+  return s;
+}
+
+template <class T>
+bool device_info(cl_device_id d, cl_device_info what, T& out) {
+  return clGetDeviceInfo(d, what, sizeof(T), &out, nullptr) == CL_SUCCESS;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && s[i] == ' ') ++i;
+  return s.substr(i);
+}
+
+// Intel GPU generation from the marketing name; a coarse key for the parameter database.
+std::string intel_architecture(const std::string& name) {
+  std::string n = lower(name);
+  if (n.find("data center gpu max") != std::string::npos) return "xe-hpc";
+  if (n.find("arc") != std::string::npos) return "xe-hpg";
+  if (n.find("iris xe") != std::string::npos || n.find("uhd graphics 7") != std::string::npos) return "xe-lp";
+  if (n.find("graphics") != std::string::npos) return "gen";
+  return "";
+}
+
+}  // namespace
+
+std::string device_info_string(cl_device_id d, cl_device_info what) {
+  size_t n = 0;
+  if (clGetDeviceInfo(d, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return {};
+  std::string s(n, '\0');
+  if (clGetDeviceInfo(d, what, n, s.data(), nullptr) != CL_SUCCESS) return {};
+  return trim(s);
+}
+
+std::string platform_info_string(cl_platform_id p, cl_platform_info what) {
+  size_t n = 0;
+  if (clGetPlatformInfo(p, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return {};
+  std::string s(n, '\0');
+  if (clGetPlatformInfo(p, what, n, s.data(), nullptr) != CL_SUCCESS) return {};
+  return trim(s);
+}
+
+bool is_known_vendor(const std::string& v) {
+  static const char* known[] = {"nvidia", "amd", "intel", "apple", "arm", "qualcomm", "cpu", "generic"};
+  return std::any_of(std::begin(known), std::end(known), [&](const char* k) { return v == k; });
+}
+
+std::string normalise_vendor(const std::string& vendor, bool is_cpu) {
+  if (is_cpu) return "cpu";
+  std::string v = lower(vendor);
+  if (v.find("nvidia") != std::string::npos) return "nvidia";
+  if (v.find("advanced micro") != std::string::npos || v.find("amd") != std::string::npos) return "amd";
+  if (v.find("intel") != std::string::npos) return "intel";
+  if (v.find("apple") != std::string::npos) return "apple";
+  if (v.find("arm") != std::string::npos) return "arm";
+  if (v.find("qualcomm") != std::string::npos) return "qualcomm";
+  return "generic";
+}
+
+DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
+  DeviceProfile p;
+  p.device_name = device_info_string(d, CL_DEVICE_NAME);
+  p.device_vendor = device_info_string(d, CL_DEVICE_VENDOR);
+  p.driver_version = device_info_string(d, CL_DRIVER_VERSION);
+  p.device_version = device_info_string(d, CL_DEVICE_VERSION);
+  p.opencl_c_version = device_info_string(d, CL_DEVICE_OPENCL_C_VERSION);
+  p.platform_name = platform_info_string(platform, CL_PLATFORM_NAME);
+  p.platform_vendor = platform_info_string(platform, CL_PLATFORM_VENDOR);
+  p.platform_version = platform_info_string(platform, CL_PLATFORM_VERSION);
+
+  cl_device_type type = 0;
+  device_info(d, CL_DEVICE_TYPE, type);
+  p.is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+  p.is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+  cl_uint cu = 0;
+  device_info(d, CL_DEVICE_MAX_COMPUTE_UNITS, cu);
+  p.compute_units = cu;
+  size_t wg = 0;
+  device_info(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, wg);
+  p.max_work_group_size = wg;
+  cl_ulong v = 0;
+  if (device_info(d, CL_DEVICE_LOCAL_MEM_SIZE, v)) p.local_mem_bytes = v;
+  if (device_info(d, CL_DEVICE_GLOBAL_MEM_SIZE, v)) p.global_mem_bytes = v;
+  if (device_info(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, v)) p.max_alloc_bytes = v;
+
+  std::istringstream ext(device_info_string(d, CL_DEVICE_EXTENSIONS));
+  for (std::string e; ext >> e;) p.extensions.push_back(e);
+  p.fp16 = p.has_extension("cl_khr_fp16");
+  p.fp64 = p.has_extension("cl_khr_fp64");
+  p.intel_subgroups = p.has_extension("cl_intel_subgroups");
+  p.intel_required_subgroup_size = p.has_extension("cl_intel_required_subgroup_size");
+  p.integer_dot_product = p.has_extension("cl_khr_integer_dot_product");
+  cl_uint max_sg = 0;
+  bool sg_query = device_info(d, CLATTN_DEVICE_MAX_NUM_SUB_GROUPS, max_sg);
+  p.subgroups = p.has_extension("cl_khr_subgroups") || (sg_query && max_sg > 0);
+
+  p.vendor = normalise_vendor(p.device_vendor + " " + p.platform_vendor, p.is_cpu);
+  if (p.vendor == "nvidia" && p.has_extension("cl_nv_device_attribute_query")) {
+    cl_uint maj = 0, min = 0, warp = 0;
+    if (device_info(d, CLATTN_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, maj) &&
+        device_info(d, CLATTN_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, min)) {
+      p.nv_compute_capability = int(maj * 10 + min);
+      p.architecture = "sm_" + std::to_string(maj) + std::to_string(min);
+    }
+    if (device_info(d, CLATTN_DEVICE_WARP_SIZE_NV, warp)) p.warp_size = warp;
+  }
+  // NVIDIA's OpenCL compiler accepts inline PTX asm(); no other platform does.
+  p.nv_inline_ptx = p.vendor == "nvidia" && p.nv_compute_capability > 0;
+  if (p.vendor == "nvidia" && p.warp_size == 0) p.warp_size = 32;
+  if (p.vendor == "amd") {
+    cl_uint wave = 0;
+    if (p.has_extension("cl_amd_device_attribute_query") && device_info(d, CLATTN_DEVICE_WAVEFRONT_WIDTH_AMD, wave))
+      p.amd_wavefront = wave;
+    p.warp_size = p.amd_wavefront;
+    // AMD's runtime reports the gfx target as the device name ("gfx90a", "gfx1100").
+    if (lower(p.device_name).rfind("gfx", 0) == 0) p.architecture = lower(p.device_name);
+    if (p.amd_wavefront) p.subgroup_sizes.push_back(p.amd_wavefront);
+  }
+  if (p.intel_subgroups || p.intel_required_subgroup_size) {
+    size_t n = 0;
+    if (clGetDeviceInfo(d, CLATTN_DEVICE_SUB_GROUP_SIZES_INTEL, 0, nullptr, &n) == CL_SUCCESS && n) {
+      std::vector<size_t> sizes(n / sizeof(size_t));
+      if (clGetDeviceInfo(d, CLATTN_DEVICE_SUB_GROUP_SIZES_INTEL, n, sizes.data(), nullptr) == CL_SUCCESS)
+        for (size_t s : sizes) p.subgroup_sizes.push_back(unsigned(s));
+    }
+  }
+  if (p.vendor == "intel" && p.is_gpu) p.architecture = intel_architecture(p.device_name);
+  if (p.vendor == "nvidia" && p.warp_size) p.subgroup_sizes.push_back(p.warp_size);
+  if (p.is_cpu && p.architecture.empty()) {
+    // PoCL names its CPU device "pthread-<llvm cpu>-<vendor string>".
+    std::string n = p.device_name;
+    if (n.rfind("pthread-", 0) == 0 || n.rfind("cpu-", 0) == 0) {
+      n = n.substr(n.find('-') + 1);
+      p.architecture = n.substr(0, n.find('-'));
+    }
+  }
+
+  std::string forced = lower(env("CLATTN_FORCE_VENDOR"));
+  if (!forced.empty()) {
+    if (!is_known_vendor(forced))
+      invalid("CLATTN_FORCE_VENDOR='" + forced +
+              "' is not a known vendor (nvidia, amd, intel, apple, arm, qualcomm, cpu, generic)");
+    p.vendor_forced = forced;
+  }
+  return p;
+}
+
+}  // namespace rt
+}  // namespace clattn

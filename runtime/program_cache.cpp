@@ -1,0 +1,141 @@
+#include "runtime/program_cache.hpp"
+
+#include <chrono>
+
+#include "runtime/kernel_sources.hpp"
+#include "runtime/log.hpp"
+#include "runtime/sha256.hpp"
+
+namespace clattn::rt {
+namespace {
+constexpr const char* kCacheFormat = "clattn-program-cache-v1";
+
+std::string build_log(cl_program p, cl_device_id d) {
+  size_t n = 0;
+  clGetProgramBuildInfo(p, d, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+  std::string s(n, '\0');
+  if (n) clGetProgramBuildInfo(p, d, CL_PROGRAM_BUILD_LOG, n, s.data(), nullptr);
+  while (!s.empty() && (s.back() == '\0' || s.back() == '\n')) s.pop_back();
+  return s;
+}
+
+std::vector<unsigned char> program_binary(cl_program p) {
+  size_t size = 0;
+  if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) != CL_SUCCESS || size == 0) return {};
+  std::vector<unsigned char> bin(size);
+  unsigned char* ptr = bin.data();
+  if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr) != CL_SUCCESS) return {};
+  return bin;
+}
+}  // namespace
+
+size_t Kernel::max_work_group_size(cl_device_id dev) const {
+  size_t n = 0;
+  check_cl(clGetKernelWorkGroupInfo(k_, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof n, &n, nullptr),
+           "clGetKernelWorkGroupInfo", name_);
+  return n;
+}
+
+Program::~Program() {
+  kernels_.clear();
+  if (p_) clReleaseProgram(p_);
+}
+
+Kernel& Program::kernel(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = kernels_.find(name);
+  if (it != kernels_.end()) return *it->second;
+  cl_int err = CL_SUCCESS;
+  cl_kernel k = clCreateKernel(p_, name.c_str(), &err);
+  check_cl(err, "clCreateKernel", "kernel '" + name + "' of " + label_);
+  auto& slot = kernels_[name];
+  slot = std::make_unique<Kernel>(k, name);
+  return *slot;
+}
+
+std::string make_options(const std::map<std::string, std::string>& defines, const std::string& extra) {
+  std::string s = "-cl-std=CL1.2";
+  for (auto& [k, v] : defines) s += " -D" + k + "=" + v;
+  if (!extra.empty()) s += " " + extra;
+  return s;
+}
+
+ProgramCache::ProgramCache(cl_context ctx, cl_device_id dev) : ctx_(ctx), dev_(dev) {}
+
+void ProgramCache::set_profile(const DeviceProfile& p) {
+  identity_ = p.platform_name + "\n" + p.platform_version + "\n" + p.device_name + "\n" + p.driver_version;
+}
+
+std::string ProgramCache::key(const std::string& source, const std::string& options) const {
+  Sha256 h;
+  h.update(std::string(kCacheFormat) + '\0' + source + '\0' + options + '\0' + identity_);
+  return h.hex();
+}
+
+ProgramCache::Stats ProgramCache::stats() const { return {compiled_.load(), disk_hits_.load(), memory_hits_.load()}; }
+
+void ProgramCache::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  programs_.clear();
+}
+
+std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::string& options) {
+  std::string source = kernel_source(file);
+  std::string k = key(source, options);
+  std::promise<std::shared_ptr<Program>> promise;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = programs_.find(k);
+    if (it != programs_.end()) {
+      auto fut = it->second;
+      ++memory_hits_;
+      return fut.get();  // waits if another thread is building it; rethrows its failure
+    }
+    programs_.emplace(k, promise.get_future().share());
+  }
+  try {
+    auto prog = build(file, source, options, k);
+    promise.set_value(prog);
+    return prog;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    throw;
+  }
+}
+
+std::shared_ptr<Program> ProgramCache::build(const std::string& file, const std::string& source,
+                                             const std::string& options, const std::string& k) {
+  auto t0 = std::chrono::steady_clock::now();
+  cl_int err = CL_SUCCESS;
+  if (auto bin = disk_.load(k)) {
+    const unsigned char* ptr = bin->data();
+    size_t size = bin->size();
+    cl_int bin_status = CL_SUCCESS;
+    cl_program p = clCreateProgramWithBinary(ctx_, 1, &dev_, &size, &ptr, &bin_status, &err);
+    if (err == CL_SUCCESS && bin_status == CL_SUCCESS && clBuildProgram(p, 1, &dev_, options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
+      ++disk_hits_;
+      log().debug("program cache hit: {} [{}] {}", file, options, k.substr(0, 12));
+      return std::make_shared<Program>(p, dev_, file);
+    }
+    if (p) clReleaseProgram(p);
+    log().warn("program cache: entry {} for {} was rejected by the driver; rebuilding", k.substr(0, 12), file);
+  }
+  const char* src = source.c_str();
+  size_t len = source.size();
+  cl_program p = clCreateProgramWithSource(ctx_, 1, &src, &len, &err);
+  check_cl(err, "clCreateProgramWithSource", file);
+  err = clBuildProgram(p, 1, &dev_, options.c_str(), nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    std::string blog = build_log(p, dev_);
+    clReleaseProgram(p);
+    throw Error(Status::BuildFailed,
+                "building " + file + " with [" + options + "] failed: " + cl_error_name(err) + "\n" + blog, err);
+  }
+  ++compiled_;
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  log().debug("program built: {} [{}] in {:.1f} ms (cache miss {})", file, options, ms, k.substr(0, 12));
+  disk_.store(k, program_binary(p));
+  return std::make_shared<Program>(p, dev_, file);
+}
+
+}  // namespace clattn::rt

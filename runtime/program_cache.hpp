@@ -1,0 +1,118 @@
+// Builds OpenCL programs from the embedded sources, once per (source, options) per
+// context, backed by the on-disk binary cache. Kernels are handed out with a lock so
+// several threads may enqueue the same kernel (clSetKernelArg is not thread-safe).
+#pragma once
+#include <atomic>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "clattn/context.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/error.hpp"
+
+namespace clattn::rt {
+
+// A __local argument of the given size.
+struct LocalMem {
+  size_t bytes;
+};
+
+class Kernel {
+ public:
+  Kernel(cl_kernel k, std::string name) : k_(k), name_(std::move(name)) {}
+  ~Kernel() { if (k_) clReleaseKernel(k_); }
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  const std::string& name() const { return name_; }
+  size_t max_work_group_size(cl_device_id dev) const;
+
+  // Sets all arguments and enqueues, under this kernel's lock. dims = 1..3.
+  template <class... Args>
+  void launch(cl_command_queue q, cl_uint dims, const size_t* global, const size_t* local, cl_uint num_wait,
+              const cl_event* wait, cl_event* ev, const Args&... args) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cl_uint idx = 0;
+    (set_arg(idx++, args), ...);
+    check_cl(clEnqueueNDRangeKernel(q, k_, dims, nullptr, global, local, num_wait, wait, ev), "clEnqueueNDRangeKernel",
+             "launching " + name_);
+  }
+
+ private:
+  template <class T>
+  void set_arg(cl_uint i, const T& v) {
+    if constexpr (std::is_same_v<T, LocalMem>) {
+      check_cl(clSetKernelArg(k_, i, v.bytes, nullptr), "clSetKernelArg", name_ + " arg " + std::to_string(i));
+    } else {
+      static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are plain values");
+      check_cl(clSetKernelArg(k_, i, sizeof(T), &v), "clSetKernelArg", name_ + " arg " + std::to_string(i));
+    }
+  }
+  cl_kernel k_;
+  std::string name_;
+  std::mutex mu_;
+};
+
+class Program {
+ public:
+  Program(cl_program p, cl_device_id dev, std::string label) : p_(p), dev_(dev), label_(std::move(label)) {}
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  cl_program get() const { return p_; }
+  Kernel& kernel(const std::string& name);  // created on first use, then reused
+  const std::string& label() const { return label_; }
+
+ private:
+  cl_program p_;
+  cl_device_id dev_;
+  std::string label_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Kernel>> kernels_;
+};
+
+// Build options from named defines, sorted so equal sets give equal keys.
+std::string make_options(const std::map<std::string, std::string>& defines, const std::string& extra = {});
+
+class ProgramCache {
+ public:
+  ProgramCache(cl_context ctx, cl_device_id dev);
+  void set_profile(const DeviceProfile& p);
+
+  // The program for `file` (a cl_kernels/ name) built with `options`. Thread-safe; each
+  // distinct (source, options) is built at most once per context. Build failures raise
+  // Status::BuildFailed with the compiler log.
+  std::shared_ptr<Program> get(const std::string& file, const std::string& options);
+
+  // Cache key = SHA-256 of format, source, options, platform, device, driver.
+  std::string key(const std::string& source, const std::string& options) const;
+
+  struct Stats {
+    int compiled = 0;      // built from source
+    int disk_hits = 0;     // loaded from the binary cache
+    int memory_hits = 0;   // served from this context's map
+  };
+  Stats stats() const;
+  const DiskCache& disk() const { return disk_; }
+  void clear();
+
+ private:
+  std::shared_ptr<Program> build(const std::string& file, const std::string& source, const std::string& options,
+                                 const std::string& key);
+  cl_context ctx_;
+  cl_device_id dev_;
+  std::string identity_;  // platform + device + driver, folded into keys
+  DiskCache disk_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_future<std::shared_ptr<Program>>> programs_;
+  std::atomic<int> compiled_{0}, disk_hits_{0}, memory_hits_{0};
+};
+
+}  // namespace clattn::rt

@@ -1,0 +1,162 @@
+// clattn-probe: every OpenCL device, its profile, what clattn would choose on it, and
+// (with --bench) the bandwidth limits and program build times.
+#include <CLI/CLI.hpp>
+#include <clattn/clattn.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+using nlohmann::json;
+
+namespace {
+
+json profile_json(const clattn::DeviceProfile& p) {
+  return json{{"CL_DEVICE_NAME", p.device_name},
+              {"CL_DEVICE_VENDOR", p.device_vendor},
+              {"CL_DRIVER_VERSION", p.driver_version},
+              {"CL_DEVICE_VERSION", p.device_version},
+              {"CL_DEVICE_OPENCL_C_VERSION", p.opencl_c_version},
+              {"CL_PLATFORM_NAME", p.platform_name},
+              {"CL_PLATFORM_VENDOR", p.platform_vendor},
+              {"CL_PLATFORM_VERSION", p.platform_version},
+              {"CL_DEVICE_TYPE", p.is_gpu ? "GPU" : p.is_cpu ? "CPU" : "OTHER"},
+              {"CL_DEVICE_MAX_COMPUTE_UNITS", p.compute_units},
+              {"CL_DEVICE_MAX_WORK_GROUP_SIZE", p.max_work_group_size},
+              {"CL_DEVICE_LOCAL_MEM_SIZE", p.local_mem_bytes},
+              {"CL_DEVICE_GLOBAL_MEM_SIZE", p.global_mem_bytes},
+              {"CL_DEVICE_MAX_MEM_ALLOC_SIZE", p.max_alloc_bytes},
+              {"CL_DEVICE_EXTENSIONS", p.extensions},
+              {"clattn_vendor", p.vendor},
+              {"clattn_vendor_forced", p.vendor_forced},
+              {"clattn_architecture", p.architecture},
+              {"clattn_fp16", p.fp16},
+              {"clattn_fp64", p.fp64},
+              {"clattn_subgroups", p.subgroups},
+              {"clattn_subgroup_sizes", p.subgroup_sizes},
+              {"clattn_intel_subgroups", p.intel_subgroups},
+              {"clattn_intel_required_subgroup_size", p.intel_required_subgroup_size},
+              {"clattn_integer_dot_product", p.integer_dot_product},
+              {"clattn_nv_inline_ptx", p.nv_inline_ptx},
+              {"clattn_nv_compute_capability", p.nv_compute_capability},
+              {"clattn_amd_wavefront", p.amd_wavefront},
+              {"clattn_warp_size", p.warp_size}};
+}
+
+json choices_json(const clattn::DeviceProfile& p) {
+  json ops = json::object();
+  for (auto& op : clattn::parameter_ops()) {
+    auto e = clattn::parameters(p, op);
+    ops[op] = {{"level", e.level}, {"source", e.source}, {"params", e.values}, {"origins", e.origins}};
+  }
+  json vars = json::array();
+  for (auto& v : clattn::variants(p)) vars.push_back({{"name", v.name}, {"available", v.available}, {"reason", v.reason}});
+  return json{{"ops", ops}, {"variants", vars}};
+}
+
+void print_text(const clattn::DeviceEntry& d, const json& bench) {
+  const auto& p = d.profile;
+  std::printf("[%d] %s\n", d.index, p.device_name.c_str());
+  std::printf("    platform   %s (%s)\n", p.platform_name.c_str(), p.platform_version.c_str());
+  std::printf("    vendor     %s%s%s  arch %s  type %s\n", p.vendor.c_str(),
+              p.vendor_forced.empty() ? "" : "  (forced: ", p.vendor_forced.empty() ? "" : (p.vendor_forced + ")").c_str(),
+              p.architecture.empty() ? "-" : p.architecture.c_str(), p.is_gpu ? "GPU" : p.is_cpu ? "CPU" : "other");
+  std::printf("    driver     %s  device %s  OpenCL C %s\n", p.driver_version.c_str(), p.device_version.c_str(),
+              p.opencl_c_version.c_str());
+  std::printf("    CUs %u  max WG %zu  local %llu KiB  global %llu MiB  fp16 %d  fp64 %d  subgroups %d\n",
+              p.compute_units, p.max_work_group_size, p.local_mem_bytes >> 10, p.global_mem_bytes >> 20, p.fp16,
+              p.fp64, p.subgroups);
+  if (p.nv_compute_capability)
+    std::printf("    NVIDIA compute capability %d.%d, warp %u, inline PTX %s\n", p.nv_compute_capability / 10,
+                p.nv_compute_capability % 10, p.warp_size, p.nv_inline_ptx ? "yes" : "no");
+  if (p.amd_wavefront) std::printf("    AMD wavefront %u\n", p.amd_wavefront);
+  std::printf("    variants:\n");
+  for (auto& v : clattn::variants(p))
+    std::printf("      %-16s %-3s %s\n", v.name.c_str(), v.available ? "yes" : "no", v.reason.c_str());
+  std::printf("    parameters (op: source -> values):\n");
+  for (auto& op : clattn::parameter_ops()) {
+    auto e = clattn::parameters(p, op);
+    std::string vals;
+    for (auto& [k, v] : e.values) vals += " " + k + "=" + std::to_string(v);
+    std::printf("      %-14s %-22s%s\n", op.c_str(), e.source.c_str(), vals.c_str());
+  }
+  if (!bench.is_null()) {
+    if (bench.contains("error")) {
+      std::printf("    bench: %s\n", bench["error"].get<std::string>().c_str());
+    } else {
+      std::printf("    copy bandwidth        %8.1f GB/s (read + write)\n", bench["copy_gbps"].get<double>());
+      std::printf("    streaming read        %8.1f GB/s  <- decode limit used by benchmarks\n",
+                  bench["stream_read_gbps"].get<double>());
+      std::printf("    program build         cold %.1f ms, warm %.1f ms (disk cache hit: %s)\n",
+                  bench["build_cold_ms"].get<double>(), bench["build_warm_ms"].get<double>(),
+                  bench["build_warm_disk_hit"].get<bool>() ? "yes" : "no");
+      std::printf("    %s\n", bench["self_check"].get<std::string>().c_str());
+    }
+  }
+}
+
+json run_bench(const clattn::DeviceEntry& d, bool check_only) {
+  try {
+    auto ctx = clattn::Context::create(std::to_string(d.index));
+    json b;
+    b["self_check"] = clattn::self_check(ctx);
+    if (check_only) return b;
+    auto L = clattn::measure_limits(ctx);
+    b["copy_gbps"] = L.copy_gbps;
+    b["stream_read_gbps"] = L.stream_read_gbps;
+    b["bytes"] = L.bytes;
+    b["method"] = L.method;
+    auto t = clattn::measure_build_times(ctx);
+    b["build_cold_ms"] = t.cold_ms;
+    b["build_warm_ms"] = t.warm_ms;
+    b["build_warm_disk_hit"] = t.warm_was_disk_hit;
+    return b;
+  } catch (const clattn::Error& e) {
+    return json{{"error", std::string(clattn::status_name(e.status())) + ": " + e.what()}};
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"clattn-probe: OpenCL devices and what clattn chooses on each"};
+  bool as_json = false, bench = false, check = false;
+  std::string device;
+  app.add_flag("--json", as_json, "print one JSON document");
+  app.add_flag("--bench", bench, "measure copy/streaming-read bandwidth and cold/warm build time per device");
+  app.add_flag("--self-check", check, "build the runtime self-check on the selected device and run it");
+  app.add_option("--device", device, "only this device (index, vendor or name substring; default: all)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    auto devs = clattn::list_devices();
+    std::vector<clattn::DeviceEntry> chosen;
+    if (!device.empty() || check) {
+      auto ctx = clattn::Context::create(device);  // resolves the selector (errors list devices)
+      for (auto& d : devs)
+        if (d.device == ctx.cl_device()) chosen.push_back(d);
+    } else {
+      chosen = devs;
+    }
+    json doc{{"clattn_version", clattn::version()}, {"devices", json::array()}};
+    for (auto& d : chosen) {
+      json b = (bench || check) ? run_bench(d, check && !bench) : json();
+      if (as_json) {
+        json dj{{"index", d.index}, {"profile", profile_json(d.profile)}, {"choices", choices_json(d.profile)}};
+        if (!b.is_null()) dj["bench"] = b;
+        doc["devices"].push_back(dj);
+      } else {
+        print_text(d, b);
+      }
+      if (b.contains("error")) {
+        if (!as_json) std::fprintf(stderr, "clattn-probe: %s\n", b["error"].get<std::string>().c_str());
+        if (as_json) std::cout << doc.dump(2) << "\n";
+        return 1;
+      }
+    }
+    if (as_json) std::cout << doc.dump(2) << "\n";
+    if (chosen.empty() && !as_json) std::printf("no OpenCL devices found\n");
+    return 0;
+  } catch (const clattn::Error& e) {
+    std::fprintf(stderr, "clattn-probe: %s: %s\n", clattn::status_name(e.status()), e.what());
+    return 2;
+  }
+}
