@@ -76,7 +76,6 @@ void state_times_q(const double* S, const double* q, double scale, int Dk, int D
 
 uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-
 }  // namespace
 
 // ---------------------------------------------------------------- scalar formats
@@ -85,34 +84,27 @@ float half_to_float(uint16_t h) {
     return bits_float((uint32_t(h & 0x8000u) << 16) | 0x7f800000u | (uint32_t(h & 0x3ffu) << 13));
   return static_cast<float>(decode(h, 5, 10, 15));
 }
-
 uint16_t float_to_half(float f) {
   const uint32_t u = float_bits(f);  // nan: keep sign and top payload bits, force quiet
   if (std::isnan(f)) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu));
   return static_cast<uint16_t>(encode(f, 5, 10, 15, 65504.0, false));
 }
-
 float bf16_to_float(uint16_t b) { return bits_float(uint32_t(b) << 16); }
-
 uint16_t float_to_bf16(float f) {
   if (std::isnan(f)) return static_cast<uint16_t>((float_bits(f) >> 16) | 0x0040u);  // keep sign+payload, quiet
   const double max_bf16 = std::ldexp(255.0, 120);  // (2 - 2^-7) * 2^127
   return static_cast<uint16_t>(encode(f, 8, 7, 127, max_bf16, false));
 }
-
 float fp8_e4m3_to_float(uint8_t v) {
   if ((v & 0x7fu) == 0x7fu) return std::numeric_limits<float>::quiet_NaN();
   return static_cast<float>(decode(v, 4, 3, 7));
 }
-
 uint8_t float_to_fp8_e4m3(float f) {
   return std::isnan(f) ? uint8_t{0x7f} : static_cast<uint8_t>(encode(f, 4, 3, 7, 448.0, true));
 }
-
 float fp8_e5m2_to_float(uint8_t v) {  // same layout as the top byte of a binary16
   return half_to_float(static_cast<uint16_t>(v << 8));
 }
-
 uint8_t float_to_fp8_e5m2(float f) {
   return std::isnan(f) ? uint8_t{0x7f} : static_cast<uint8_t>(encode(f, 5, 2, 15, 57344.0, true));
 }

@@ -1,0 +1,25 @@
+// clattn-bench: `clattn-bench [--device D] <op> [options]`; `--help` lists the ops.
+#include <cstdio>
+
+#include "bench/bench.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"clattn-bench: op throughput against same-process bandwidth/compute limits"};
+  clattn::bench::Harness h;
+  app.add_option("--device", h.device, "device selector (index, vendor, name substring)");
+  app.add_option("--warmup", h.warmup, "untimed runs per case");
+  app.add_option("--iters", h.iters, "timed runs per case (median reported)");
+  app.add_option("--json", h.json_out, "append one JSON line per result to this file");
+  app.require_subcommand(1);
+  clattn::bench::register_decode(app, h);
+  clattn::bench::register_metadata(app, h);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const clattn::Error& e) {
+    std::fprintf(stderr, "clattn-bench: %s: %s\n", clattn::status_name(e.status()), e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,89 @@
+#include "support/test_support.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace clattn::test {
+
+Context& ctx() {
+  static Context c = Context::create();
+  return c;
+}
+
+uint64_t seed() {
+  static uint64_t s = [] {
+    const char* e = std::getenv("CLATTN_TEST_SEED");
+    return e ? std::strtoull(e, nullptr, 10) : 20261122ull;
+  }();
+  return s;
+}
+
+std::vector<double> Rng::vec(size_t n, double lo, double hi) {
+  std::vector<double> v(n);
+  for (auto& x : v) x = uniform(lo, hi);
+  return v;
+}
+
+std::vector<uint8_t> pack(const std::vector<double>& vals, DType dt, double scale) {
+  std::vector<uint8_t> out(vals.size() * dtype_size(dt));
+  for (size_t i = 0; i < vals.size(); ++i) {
+    float f = float(vals[i] / scale);
+    switch (dt) {
+      case DType::F32: std::memcpy(&out[i * 4], &f, 4); break;
+      case DType::F16: { uint16_t h = ref::float_to_half(f); std::memcpy(&out[i * 2], &h, 2); break; }
+      case DType::BF16: { uint16_t h = ref::float_to_bf16(f); std::memcpy(&out[i * 2], &h, 2); break; }
+      case DType::FP8_E4M3: out[i] = ref::float_to_fp8_e4m3(f); break;
+      case DType::FP8_E5M2: out[i] = ref::float_to_fp8_e5m2(f); break;
+      default: throw std::runtime_error("pack: not a floating dtype");
+    }
+  }
+  return out;
+}
+
+std::vector<double> unpack(const std::vector<uint8_t>& bytes, DType dt, double scale) {
+  size_t n = bytes.size() / dtype_size(dt);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    float f = 0;
+    switch (dt) {
+      case DType::F32: std::memcpy(&f, &bytes[i * 4], 4); break;
+      case DType::F16: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); f = ref::half_to_float(h); break; }
+      case DType::BF16: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); f = ref::bf16_to_float(h); break; }
+      case DType::FP8_E4M3: f = ref::fp8_e4m3_to_float(bytes[i]); break;
+      case DType::FP8_E5M2: f = ref::fp8_e5m2_to_float(bytes[i]); break;
+      default: throw std::runtime_error("unpack: not a floating dtype");
+    }
+    out[i] = double(f) * scale;
+  }
+  return out;
+}
+
+std::vector<double> quantize(const std::vector<double>& vals, DType dt, double scale) {
+  return unpack(pack(vals, dt, scale), dt, scale);
+}
+
+::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want, double atol,
+                                     double rtol, const std::string& what) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " != " << want.size();
+  std::ostringstream bad;
+  size_t nbad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double err = std::fabs(got[i] - want[i]);
+    bool ok = err <= atol + rtol * std::fabs(want[i]) || (std::isinf(want[i]) && got[i] == want[i]);
+    if (!ok || std::isnan(got[i])) {
+      if (nbad < 5) bad << "\n  [" << i << "] got " << got[i] << " want " << want[i] << " (err " << err << ")";
+      ++nbad;
+      worst = std::max(worst, err);
+    }
+  }
+  if (nbad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << nbad << " of " << got.size()
+                                       << " elements outside atol=" << atol << " rtol=" << rtol
+                                       << " (worst err " << worst << ")" << bad.str();
+}
+
+}  // namespace clattn::test
