@@ -82,15 +82,15 @@ void print_text(const clattn::DeviceEntry& d, const json& bench) {
   if (!bench.is_null()) {
     if (bench.contains("error")) {
       std::printf("    bench: %s\n", bench["error"].get<std::string>().c_str());
-    } else {
+    } else if (bench.contains("copy_gbps")) {
       std::printf("    copy bandwidth        %8.1f GB/s (read + write)\n", bench["copy_gbps"].get<double>());
       std::printf("    streaming read        %8.1f GB/s  <- decode limit used by benchmarks\n",
                   bench["stream_read_gbps"].get<double>());
       std::printf("    program build         cold %.1f ms, warm %.1f ms (disk cache hit: %s)\n",
                   bench["build_cold_ms"].get<double>(), bench["build_warm_ms"].get<double>(),
                   bench["build_warm_disk_hit"].get<bool>() ? "yes" : "no");
-      std::printf("    %s\n", bench["self_check"].get<std::string>().c_str());
     }
+    if (bench.contains("self_check")) std::printf("    %s\n", bench["self_check"].get<std::string>().c_str());
   }
 }
 
@@ -158,5 +158,8 @@ int main(int argc, char** argv) {
   } catch (const clattn::Error& e) {
     std::fprintf(stderr, "clattn-probe: %s: %s\n", clattn::status_name(e.status()), e.what());
     return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "clattn-probe: %s\n", e.what());
+    return 3;
   }
 }

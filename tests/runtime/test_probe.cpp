@@ -1,0 +1,61 @@
+// clattn-probe as a user runs it: --json parses and lists this device; a second process
+// finds the first one's programs in the disk cache.
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "support/test_support.hpp"
+
+namespace {
+std::string run(const std::string& cmd, int* status = nullptr) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  if (status) *status = st;
+  return out;
+}
+}  // namespace
+
+TEST(Probe, JsonListsThisDevice) {
+  int st = -1;
+  std::string out = run(std::string(CLATTN_PROBE_EXE) + " --json", &st);
+  ASSERT_EQ(st, 0) << out;
+  auto doc = nlohmann::json::parse(out);
+  ASSERT_FALSE(doc["devices"].empty());
+  bool found = false;
+  for (auto& d : doc["devices"]) {
+    EXPECT_TRUE(d["profile"].contains("CL_DEVICE_NAME"));
+    EXPECT_TRUE(d["choices"]["ops"].contains("stream_read"));
+    EXPECT_FALSE(d["choices"]["variants"].empty());
+    if (d["profile"]["CL_DEVICE_NAME"] == clattn::test::ctx().profile().device_name) found = true;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Probe, SecondProcessIsADiskCacheHit) {
+  auto dir = std::filesystem::temp_directory_path() / ("clattn-probe-cache-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string cmd = "CLATTN_CACHE_DIR=" + dir.string() + " CLATTN_LOG_LEVEL=debug " + CLATTN_PROBE_EXE +
+                    " --self-check 2>&1";
+  int st = -1;
+  std::string first = run(cmd, &st);
+  ASSERT_EQ(st, 0) << first;
+  EXPECT_NE(first.find("program built: selfcheck.cl"), std::string::npos) << first;
+  std::string second = run(cmd, &st);
+  ASSERT_EQ(st, 0) << second;
+  EXPECT_NE(second.find("program cache hit: selfcheck.cl"), std::string::npos) << second;
+  EXPECT_EQ(second.find("program built: selfcheck.cl"), std::string::npos) << second;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Probe, BadDeviceSelectorFailsClearly) {
+  int st = -1;
+  std::string out = run(std::string(CLATTN_PROBE_EXE) + " --device no-such-device-xyz 2>&1", &st);
+  EXPECT_NE(st, 0);
+  EXPECT_NE(out.find("available devices"), std::string::npos) << out;
+}
