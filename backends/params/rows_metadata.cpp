@@ -1,9 +1,30 @@
 // metadata parameters: generic, vendor, architecture and device rows. Each says where its numbers come from.
+//
+// WG is the work-group size of the metadata builders (cl_kernels/metadata.cl): one group
+// per request, whose work-items sum the page counts of the requests before it and then
+// copy that request's page ids. The work is a few thousand integer loads per group, so
+// the size only has to fill the SIMD width a few times over without idling lanes on
+// short requests; it is rounded down to a power of two and to the kernel's limit.
+// No row is tuned yet: `clattn-bench metadata` gives the numbers to tune against.
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
 const std::vector<Row>& rows_metadata() {
   static const std::vector<Row> rows = {
+      {"metadata", Level::Generic, "", "*", {{"WG", 64}},
+       "64 work-items: one AMD wavefront or two NVIDIA warps, below the max work-group size of "
+       "every GPU driver listed in the vendor rows (clamped to CL_KERNEL_WORK_GROUP_SIZE anyway)"},
+      {"metadata", Level::Vendor, "nvidia", "*", {{"WG", 128}},
+       "4 warps of 32 per block: the smallest block that keeps an SM's 4 schedulers busy "
+       "(CUDA C++ Best Practices Guide, execution configuration)"},
+      {"metadata", Level::Vendor, "amd", "*", {{"WG", 128}},
+       "2 x wave64 per work-group, one per SIMD pair of a CU (AMD GCN/CDNA ISA guide, wavefront size 64)"},
+      {"metadata", Level::Vendor, "intel", "*", {{"WG", 128}},
+       "8 sub-groups of 16, the SIMD16 width Intel's compiler picks for integer kernels "
+       "(Intel oneAPI GPU optimization guide, sub-groups and thread mapping)"},
+      {"metadata", Level::Vendor, "cpu", "*", {{"WG", 16}},
+       "PoCL runs a work-group as one loop on one core thread, vectorised over work-items; 16 is one AVX-512 "
+       "int32 vector and keeps the per-group barrier loops short (PoCL pthread device docs)"},
   };
   return rows;
 }

@@ -1,5 +1,7 @@
 // clattn C++ API: one include for everything.
 #pragma once
+#include "clattn/clattn.h"
 #include "clattn/types.hpp"
 #include "clattn/context.hpp"
 #include "clattn/diagnostics.hpp"
+#include "clattn/ops.hpp"

@@ -52,3 +52,8 @@ struct BuildTimes {
 };
 CLATTN_API BuildTimes measure_build_times(const Context& ctx, const std::string& file = "selfcheck.cl");
 }  // namespace clattn
+
+namespace clattn {
+// The profile as one JSON object (clinfo-style CL_* keys plus clattn_* derived keys).
+CLATTN_API std::string profile_json(const DeviceProfile& profile);
+}  // namespace clattn

@@ -10,38 +10,6 @@ using nlohmann::json;
 
 namespace {
 
-json profile_json(const clattn::DeviceProfile& p) {
-  return json{{"CL_DEVICE_NAME", p.device_name},
-              {"CL_DEVICE_VENDOR", p.device_vendor},
-              {"CL_DRIVER_VERSION", p.driver_version},
-              {"CL_DEVICE_VERSION", p.device_version},
-              {"CL_DEVICE_OPENCL_C_VERSION", p.opencl_c_version},
-              {"CL_PLATFORM_NAME", p.platform_name},
-              {"CL_PLATFORM_VENDOR", p.platform_vendor},
-              {"CL_PLATFORM_VERSION", p.platform_version},
-              {"CL_DEVICE_TYPE", p.is_gpu ? "GPU" : p.is_cpu ? "CPU" : "OTHER"},
-              {"CL_DEVICE_MAX_COMPUTE_UNITS", p.compute_units},
-              {"CL_DEVICE_MAX_WORK_GROUP_SIZE", p.max_work_group_size},
-              {"CL_DEVICE_LOCAL_MEM_SIZE", p.local_mem_bytes},
-              {"CL_DEVICE_GLOBAL_MEM_SIZE", p.global_mem_bytes},
-              {"CL_DEVICE_MAX_MEM_ALLOC_SIZE", p.max_alloc_bytes},
-              {"CL_DEVICE_EXTENSIONS", p.extensions},
-              {"clattn_vendor", p.vendor},
-              {"clattn_vendor_forced", p.vendor_forced},
-              {"clattn_architecture", p.architecture},
-              {"clattn_fp16", p.fp16},
-              {"clattn_fp64", p.fp64},
-              {"clattn_subgroups", p.subgroups},
-              {"clattn_subgroup_sizes", p.subgroup_sizes},
-              {"clattn_intel_subgroups", p.intel_subgroups},
-              {"clattn_intel_required_subgroup_size", p.intel_required_subgroup_size},
-              {"clattn_integer_dot_product", p.integer_dot_product},
-              {"clattn_nv_inline_ptx", p.nv_inline_ptx},
-              {"clattn_nv_compute_capability", p.nv_compute_capability},
-              {"clattn_amd_wavefront", p.amd_wavefront},
-              {"clattn_warp_size", p.warp_size}};
-}
-
 json choices_json(const clattn::DeviceProfile& p) {
   json ops = json::object();
   for (auto& op : clattn::parameter_ops()) {
@@ -140,7 +108,7 @@ int main(int argc, char** argv) {
     for (auto& d : chosen) {
       json b = (bench || check) ? run_bench(d, check && !bench) : json();
       if (as_json) {
-        json dj{{"index", d.index}, {"profile", profile_json(d.profile)}, {"choices", choices_json(d.profile)}};
+        json dj{{"index", d.index}, {"profile", json::parse(clattn::profile_json(d.profile))}, {"choices", choices_json(d.profile)}};
         if (!b.is_null()) dj["bench"] = b;
         doc["devices"].push_back(dj);
       } else {

@@ -1,0 +1,241 @@
+// Host metadata builders and the CSR <-> page-table conversions. These are the
+// specification the OpenCL builders (cl_kernels/metadata.cl) must match element for element.
+#include <algorithm>
+#include <limits>
+
+#include "backends/metadata/checks.hpp"
+#include "runtime/error.hpp"
+
+namespace clattn {
+
+namespace meta {
+
+[[noreturn]] void bad(const std::string& field, int64_t index, int64_t value, const std::string& where,
+                      const std::string& why) {
+  std::string msg = field + "[" + std::to_string(index) + "] = " + std::to_string(value);
+  if (!where.empty()) msg += " (" + where + ")";
+  rt::invalid(msg + ": " + why);
+}
+
+[[noreturn]] void bad_field(const std::string& field, const std::string& why) { rt::invalid(field + ": " + why); }
+
+std::string req(int64_t i) { return "request " + std::to_string(i); }
+
+void check_batch(const EngineBatch& b, int page_size) {
+  if (page_size < 1) bad_field("page_size", "= " + std::to_string(page_size) + ", must be >= 1");
+  if (b.batch_size < 0) bad_field("batch_size", "= " + std::to_string(b.batch_size) + ", must be >= 0");
+  if (b.pool_size < 0) bad_field("pool_size", "= " + std::to_string(b.pool_size) + ", must be >= 0");
+  if (b.max_ctx < 0) bad_field("max_ctx", "= " + std::to_string(b.max_ctx) + ", must be >= 0");
+  if (b.batch_size == 0) return;
+  if (!b.req_pool_indices) bad_field("req_pool_indices", "null with batch_size > 0");
+  if (!b.seq_lens) bad_field("seq_lens", "null with batch_size > 0");
+  if (!b.req_to_token && int64_t(b.pool_size) * b.max_ctx > 0) bad_field("req_to_token", "null");
+  if (b.is_extend() && !b.prefix_lens) bad_field("prefix_lens", "null while extend_lens is given (extend batch)");
+  for (int i = 0; i < b.batch_size; ++i) {
+    int r = b.req_pool_indices[i];
+    if (r < 0 || r >= b.pool_size)
+      bad("req_pool_indices", i, r, req(i), "outside the pool [0, " + std::to_string(b.pool_size) + ")");
+    int s = b.seq_lens[i];
+    if (s < 0) bad("seq_lens", i, s, req(i), "negative");
+    if (s > b.max_ctx) bad("seq_lens", i, s, req(i), "exceeds max_ctx = " + std::to_string(b.max_ctx));
+    if (b.is_extend()) {
+      int p = b.prefix_lens[i], e = b.extend_lens[i];
+      if (p < 0) bad("prefix_lens", i, p, req(i), "negative");
+      if (e < 0) bad("extend_lens", i, e, req(i), "negative");
+      if (e > s) bad("extend_lens", i, e, req(i), "exceeds seq_lens[" + std::to_string(i) + "] = " + std::to_string(s));
+      if (int64_t(p) + e != s)
+        bad("prefix_lens", i, p, req(i),
+            "prefix_lens + extend_lens = " + std::to_string(int64_t(p) + e) + " != seq_lens = " + std::to_string(s));
+    }
+  }
+}
+
+int32_t page_of(const EngineBatch& b, int i, const ReqGeom& g, int64_t t, int page_size) {
+  int32_t s = b.req_to_token[g.base + t];
+  int row = b.req_pool_indices[i];
+  if (s < 0)
+    bad("req_to_token[" + std::to_string(row) + "]", t, s, req(i) + ", position " + std::to_string(t), "negative slot");
+  if (s % page_size != 0)
+    bad("req_to_token[" + std::to_string(row) + "]", t, s, req(i) + ", position " + std::to_string(t),
+        "the first position of a page must sit at offset 0 of its page, found offset " +
+            std::to_string(s % page_size) + " (page_size " + std::to_string(page_size) + ")");
+  return s / page_size;
+}
+
+namespace {
+
+int32_t checked_total(int64_t total, const char* what) {
+  if (total > std::numeric_limits<int32_t>::max())
+    bad_field(what, "total " + std::to_string(total) + " overflows int32");
+  return int32_t(total);
+}
+
+}  // namespace
+}  // namespace meta
+
+using meta::bad;
+using meta::bad_field;
+using meta::req;
+
+PagedCsr build_csr(const EngineBatch& b, int page_size, int window_left) {
+  meta::check_batch(b, page_size);
+  if (window_left < -1) bad_field("window_left", "= " + std::to_string(window_left) + ", must be >= -1");
+  const int B = b.batch_size;
+  const int P = page_size;
+  PagedCsr c;
+  c.page_size = P;
+  c.kv_indptr.assign(size_t(B) + 1, 0);
+  c.kv_last_page_len.assign(size_t(B), 0);
+  if (b.is_extend()) c.qo_indptr.assign(size_t(B) + 1, 0);
+  if (window_left >= 0) c.kv_start_offset.assign(size_t(B), 0);
+  int64_t pages = 0, qo = 0;
+  for (int i = 0; i < B; ++i) {
+    meta::ReqGeom g = meta::geom(b, i, P, window_left);
+    pages += g.pages;
+    c.kv_indptr[size_t(i) + 1] = meta::checked_total(pages, "kv_indptr");
+    if (g.pages > 0) {
+      c.kv_last_page_len[size_t(i)] = g.seq - ((g.seq + P - 1) / P - 1) * P;
+      if (window_left >= 0) c.kv_start_offset[size_t(i)] = g.start % P;
+    }
+    if (b.is_extend()) {
+      qo += g.qo;
+      c.qo_indptr[size_t(i) + 1] = meta::checked_total(qo, "qo_indptr");
+    }
+  }
+  c.kv_indices.resize(size_t(pages));
+  int32_t* out = c.kv_indices.data();
+  for (int i = 0; i < B; ++i) {
+    meta::ReqGeom g = meta::geom(b, i, P, window_left);
+    int64_t first = g.start / P;
+    for (int64_t p = 0; p < g.pages; ++p) *out++ = meta::page_of(b, i, g, (first + p) * P, P);
+  }
+  return c;
+}
+
+PageTable build_page_table(const EngineBatch& b, int page_size, int max_pages) {
+  meta::check_batch(b, page_size);
+  if (max_pages < 0) bad_field("max_pages", "= " + std::to_string(max_pages) + ", must be >= 0 (0 = tightest)");
+  const int B = b.batch_size;
+  const int P = page_size;
+  int need = 1;
+  for (int i = 0; i < B; ++i) {
+    int n = (b.seq_lens[i] + P - 1) / P;
+    if (max_pages > 0 && n > max_pages)
+      bad("seq_lens", i, b.seq_lens[i], req(i),
+          "needs " + std::to_string(n) + " pages but max_pages = " + std::to_string(max_pages));
+    need = std::max(need, n);
+  }
+  PageTable t;
+  t.page_size = P;
+  t.max_pages = max_pages > 0 ? max_pages : need;
+  t.page_table.assign(size_t(B) * size_t(t.max_pages), -1);
+  t.seq_lens.assign(b.seq_lens, b.seq_lens + B);
+  t.cu_seqlens_q.assign(size_t(B) + 1, 0);
+  t.cu_seqlens_k.assign(size_t(B) + 1, 0);
+  int64_t q = 0, k = 0;
+  for (int i = 0; i < B; ++i) {
+    meta::ReqGeom g = meta::geom(b, i, P, -1);
+    int32_t* row = t.page_table.data() + size_t(i) * size_t(t.max_pages);
+    for (int64_t p = 0; p < g.pages; ++p) row[p] = meta::page_of(b, i, g, p * P, P);
+    q += g.qo;
+    k += g.seq;
+    t.cu_seqlens_q[size_t(i) + 1] = meta::checked_total(q, "cu_seqlens_q");
+    t.cu_seqlens_k[size_t(i) + 1] = meta::checked_total(k, "cu_seqlens_k");
+  }
+  return t;
+}
+
+std::vector<int32_t> build_slot_mapping(const EngineBatch& b) {
+  meta::check_batch(b, 1);
+  const int B = b.batch_size;
+  std::vector<int32_t> out;
+  auto slot = [&](int i, const meta::ReqGeom& g, int64_t t) {
+    int32_t s = b.req_to_token[g.base + t];
+    if (s < 0)
+      bad("req_to_token[" + std::to_string(b.req_pool_indices[i]) + "]", t, s,
+          req(i) + ", position " + std::to_string(t), "negative slot");
+    return s;
+  };
+  if (!b.is_extend()) {
+    out.resize(size_t(B));
+    for (int i = 0; i < B; ++i) {
+      meta::ReqGeom g = meta::geom(b, i, 1, -1);
+      out[size_t(i)] = g.seq > 0 ? slot(i, g, g.seq - 1) : -1;
+    }
+    return out;
+  }
+  int64_t total = 0;
+  for (int i = 0; i < B; ++i) total += b.extend_lens[i];
+  out.resize(size_t(meta::checked_total(total, "slot_mapping")));
+  int32_t* o = out.data();
+  for (int i = 0; i < B; ++i) {
+    meta::ReqGeom g = meta::geom(b, i, 1, -1);
+    for (int64_t t = g.prefix; t < g.seq; ++t) *o++ = slot(i, g, t);
+  }
+  return out;
+}
+
+std::vector<int32_t> build_block_table(const EngineBatch& b, int block_size, int* max_blocks_out, int max_blocks) {
+  PageTable t = build_page_table(b, block_size, max_blocks);
+  if (max_blocks_out) *max_blocks_out = t.max_pages;
+  return std::move(t.page_table);
+}
+
+PageTable csr_to_page_table(const PagedCsr& c) {
+  meta::check_csr_structure(c);
+  if (c.windowed())
+    bad_field("kv_start_offset",
+              "a windowed CSR has no page-table form (build the page table without a window; "
+              "FlashAttention applies window_left itself)");
+  const int B = c.batch_size();
+  PageTable t;
+  t.page_size = c.page_size;
+  int need = 1;
+  for (int i = 0; i < B; ++i) need = std::max(need, c.num_pages(i));
+  t.max_pages = need;
+  t.page_table.assign(size_t(B) * size_t(need), -1);
+  t.seq_lens.resize(size_t(B));
+  t.cu_seqlens_k.assign(size_t(B) + 1, 0);
+  int64_t k = 0;
+  for (int i = 0; i < B; ++i) {
+    std::copy(c.kv_indices.begin() + c.kv_indptr[size_t(i)], c.kv_indices.begin() + c.kv_indptr[size_t(i) + 1],
+              t.page_table.begin() + int64_t(i) * need);
+    t.seq_lens[size_t(i)] = c.kv_len(i);
+    k += c.kv_len(i);
+    t.cu_seqlens_k[size_t(i) + 1] = meta::checked_total(k, "cu_seqlens_k");
+  }
+  if (!c.qo_indptr.empty()) {
+    t.cu_seqlens_q = c.qo_indptr;
+  } else {
+    t.cu_seqlens_q.resize(size_t(B) + 1);
+    for (int i = 0; i <= B; ++i) t.cu_seqlens_q[size_t(i)] = i;
+  }
+  return t;
+}
+
+PagedCsr page_table_to_csr(const PageTable& t) {
+  meta::check_table_structure(t);
+  const int B = t.batch_size();
+  const int P = t.page_size;
+  PagedCsr c;
+  c.page_size = P;
+  c.kv_indptr.assign(size_t(B) + 1, 0);
+  c.kv_last_page_len.assign(size_t(B), 0);
+  int64_t total = 0;
+  for (int i = 0; i < B; ++i) {
+    int s = t.seq_lens[size_t(i)];
+    int n = (s + P - 1) / P;
+    total += n;
+    c.kv_indptr[size_t(i) + 1] = meta::checked_total(total, "kv_indptr");
+    c.kv_last_page_len[size_t(i)] = n > 0 ? s - (n - 1) * P : 0;
+  }
+  c.kv_indices.resize(size_t(total));
+  for (int i = 0; i < B; ++i) {
+    const int32_t* row = t.page_table.data() + size_t(i) * size_t(t.max_pages);
+    std::copy(row, row + (c.kv_indptr[size_t(i) + 1] - c.kv_indptr[size_t(i)]), c.kv_indices.begin() + c.kv_indptr[size_t(i)]);
+  }
+  c.qo_indptr = t.cu_seqlens_q;
+  return c;
+}
+
+}  // namespace clattn

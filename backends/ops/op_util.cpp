@@ -1,0 +1,98 @@
+#include "backends/ops/op_util.hpp"
+
+#include <sstream>
+
+#include "runtime/log.hpp"
+
+namespace clattn {
+
+// ---- PagedKV: resolved strides (elements) ----
+int64_t PagedKV::head_stride() const {
+  if (stride_head) return stride_head;
+  return layout == KVLayout::NHD ? int64_t(head_dim) : int64_t(page_size) * head_dim;
+}
+int64_t PagedKV::token_stride() const {
+  if (stride_token) return stride_token;
+  return layout == KVLayout::NHD ? int64_t(num_kv_heads) * head_dim : int64_t(head_dim);
+}
+int64_t PagedKV::page_stride() const {
+  if (stride_page) return stride_page;
+  return int64_t(page_size) * num_kv_heads * head_dim;
+}
+int64_t PagedKV::required_bytes() const {
+  if (num_pages <= 0 || page_size <= 0 || num_kv_heads <= 0 || head_dim <= 0) return 0;
+  int64_t last = int64_t(num_pages - 1) * page_stride() + int64_t(page_size - 1) * token_stride() +
+                 int64_t(num_kv_heads - 1) * head_stride() + head_dim;
+  return last * int64_t(dtype_size(dtype));
+}
+
+namespace ops {
+
+std::size_t buffer_bytes(cl_mem m, const std::string& what) {
+  if (!m) rt::invalid(what + ": null buffer");
+  std::size_t n = 0;
+  rt::check_cl(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof n, &n, nullptr), "clGetMemObjectInfo", what);
+  return n;
+}
+
+void require_buffer(cl_mem m, std::size_t need, const std::string& what, const std::string& shape) {
+  if (!m) rt::invalid(what + ": null buffer (needs " + std::to_string(need) + " bytes for " + shape + ")");
+  std::size_t have = buffer_bytes(m, what);
+  if (have < need)
+    rt::invalid(what + ": buffer holds " + std::to_string(have) + " bytes, needs " + std::to_string(need) + " (" +
+                shape + ")");
+}
+
+bool is_float_io(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_kv_dtype(DType t) { return is_float_io(t) || t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
+
+void require_io_dtype(DType t, const std::string& what) {
+  if (!is_float_io(t))
+    throw Error(Status::Unsupported, what + ": dtype " + std::string(dtype_name(t)) + " unsupported (f32, f16, bf16)");
+}
+
+std::string shape_str(std::initializer_list<int64_t> dims) {
+  std::ostringstream s;
+  s << '[';
+  bool first = true;
+  for (auto d : dims) {
+    if (!first) s << ", ";
+    s << d;
+    first = false;
+  }
+  s << ']';
+  return s.str();
+}
+
+void check_paged_kv(const PagedKV& c, const std::string& what) {
+  if (c.num_pages < 0) rt::invalid(what + ".num_pages = " + std::to_string(c.num_pages) + ", must be >= 0");
+  if (c.page_size < 1) rt::invalid(what + ".page_size = " + std::to_string(c.page_size) + ", must be >= 1");
+  if (c.num_kv_heads < 1) rt::invalid(what + ".num_kv_heads = " + std::to_string(c.num_kv_heads) + ", must be >= 1");
+  if (c.head_dim < 1) rt::invalid(what + ".head_dim = " + std::to_string(c.head_dim) + ", must be >= 1");
+  if (!is_kv_dtype(c.dtype))
+    throw Error(Status::Unsupported, what + ".dtype " + std::string(dtype_name(c.dtype)) +
+                                         " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)");
+  if (c.stride_page < 0 || c.stride_token < 0 || c.stride_head < 0)
+    rt::invalid(what + ": negative stride");
+  // Rows of different (token, head) must not overlap: each stride covers what it steps over.
+  if (c.head_stride() < c.head_dim && c.num_kv_heads > 1)
+    rt::invalid(what + ".stride_head = " + std::to_string(c.head_stride()) + " < head_dim " + std::to_string(c.head_dim));
+}
+
+Chosen build_first(detail::ContextImpl& c, const std::string& file, const std::vector<Candidate>& cands,
+                   const std::string& op) {
+  for (size_t i = 0; i < cands.size(); ++i) {
+    try {
+      auto prog = c.programs.get(file, cands[i].options);
+      return Chosen{cands[i].variant, cands[i].options, prog};
+    } catch (const Error& e) {
+      if (e.status() != Status::BuildFailed || i + 1 == cands.size()) throw;
+      rt::log().warn("{}: variant {} failed to build, trying {}: {}", op, cands[i].variant, cands[i + 1].variant,
+                     e.what());
+    }
+  }
+  throw Error(Status::Internal, op + ": no kernel candidates");
+}
+
+}  // namespace ops
+}  // namespace clattn

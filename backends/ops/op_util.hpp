@@ -1,0 +1,62 @@
+// Helpers shared by the op dispatchers (append, decode, merge): argument checks that run
+// before anything is enqueued, buffer-size checks through clGetMemObjectInfo, queue and
+// wait-list plumbing, and kernel-variant selection with build-failure fallback.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clattn/ops.hpp"
+#include "runtime/context_impl.hpp"
+#include "runtime/error.hpp"
+#include "runtime/program_cache.hpp"
+
+namespace clattn::ops {
+
+inline cl_command_queue queue_of(const Context& ctx, const Enqueue& e) { return e.queue ? e.queue : ctx.cl_queue(); }
+
+// Bytes a cl_mem holds (non-blocking query). A null buffer is rejected naming `what`.
+std::size_t buffer_bytes(cl_mem m, const std::string& what);
+// Throws InvalidArgument "<what>: buffer holds N bytes, needs M (<shape>)" when too small.
+void require_buffer(cl_mem m, std::size_t need, const std::string& what, const std::string& shape);
+
+bool is_float_io(DType t);  // f32 f16 bf16
+bool is_kv_dtype(DType t);  // f32 f16 bf16 fp8
+// Rejects `t` unless allowed, naming the argument.
+void require_io_dtype(DType t, const std::string& what);
+
+// Checks a cache descriptor (positive shapes, supported page size and dtype, strides that
+// fit) and returns nothing; `what` names the argument in messages.
+void check_paged_kv(const PagedKV& c, const std::string& what);
+
+std::string shape_str(std::initializer_list<int64_t> dims);
+
+// The wait list of an op's first command: the caller's events plus `extra` (may be null).
+struct WaitList {
+  std::vector<cl_event> ev;
+  WaitList(const Enqueue& e, cl_event extra) {
+    ev.reserve(e.num_wait + 1);
+    for (cl_uint i = 0; i < e.num_wait; ++i) ev.push_back(e.wait[i]);
+    if (extra) ev.push_back(extra);
+  }
+  cl_uint size() const { return cl_uint(ev.size()); }
+  const cl_event* data() const { return ev.empty() ? nullptr : ev.data(); }
+};
+
+// Builds the first candidate (file, options) that compiles; a failed build is logged with
+// its build log and the next candidate is tried. Throws the last failure if none builds.
+struct Candidate {
+  std::string variant;
+  std::string options;
+};
+struct Chosen {
+  std::string variant, options;
+  std::shared_ptr<rt::Program> program;
+};
+Chosen build_first(detail::ContextImpl& c, const std::string& file, const std::vector<Candidate>& cands,
+                   const std::string& op);
+
+}  // namespace clattn::ops

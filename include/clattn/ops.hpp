@@ -1,0 +1,171 @@
+// Attention ops on the engine's own buffers: KV append, paged decode (plan/run), and the
+// merge of attention states. Every op takes caller-owned cl_mem buffers, checks its
+// arguments before enqueueing anything (clattn::Error naming the argument and request;
+// nothing is written on a rejected call), and only enqueues: no host sync, no clFinish.
+// Decisions and semantics: docs/decode.md. Contracts: DESIGN.md "Data contracts".
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clattn/context.hpp"
+#include "clattn/metadata.hpp"
+#include "clattn/types.hpp"
+
+namespace clattn {
+
+// Where an op's work goes. queue nullptr = the context's queue. The op's first command
+// waits for `wait`; `event`, when set, receives the op's last command (caller releases).
+struct Enqueue {
+  cl_command_queue queue = nullptr;
+  cl_uint num_wait = 0;
+  const cl_event* wait = nullptr;
+  cl_event* event = nullptr;
+};
+
+// One layer's paged K (or V) cache (FlashInfer's paged_kv_t): K and V buffers share it.
+// Element (page, token-in-page, head, d) sits at page*stride_page + token*stride_token +
+// head*stride_head + d (elements of `dtype`); zero strides take the contiguous layout's:
+// NHD [num_pages, page_size, num_kv_heads, head_dim], HND [num_pages, num_kv_heads,
+// page_size, head_dim]. Strides must keep rows 4-byte aligned (16 for the fastest loads).
+struct PagedKV {
+  int num_pages = 0;
+  int page_size = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  KVLayout layout = KVLayout::NHD;
+  DType dtype = DType::BF16;  // f32 f16 bf16 fp8_e4m3 fp8_e5m2
+  int64_t stride_page = 0, stride_token = 0, stride_head = 0;
+
+  int64_t page_stride() const;   // resolved strides (elements)
+  int64_t token_stride() const;
+  int64_t head_stride() const;
+  // Bytes a buffer must hold: one past the last element the strides can address.
+  int64_t required_bytes() const;
+};
+
+// ------------------------------------------------------------------------------ append
+// Writes new K/V rows into the paged cache at slot_mapping (slot s -> page s / P, offset
+// s % P); negative slots are skipped (vLLM padding). Converts the source dtype to the
+// cache's: stored = value / scale, round-to-nearest-even, fp8 saturating to its max.
+struct AppendKVArgs {
+  cl_mem k = nullptr, v = nullptr;   // new rows [num_tokens, Hkv, D] (strides below)
+  DType src_dtype = DType::BF16;     // f32 f16 bf16
+  int64_t src_stride_token = 0;      // elements; 0 = Hkv * D
+  int64_t src_stride_head = 0;       // elements; 0 = D
+  cl_mem slot_mapping = nullptr;     // [num_tokens], int32 or int64
+  DType slot_dtype = DType::I64;
+  int64_t num_tokens = 0;
+  // Optional host copy of slot_mapping (same dtype): validated (every slot < num_pages*P)
+  // before anything is enqueued. Without it the kernel skips out-of-range slots.
+  const void* slot_mapping_host = nullptr;
+  cl_mem k_cache = nullptr, v_cache = nullptr;
+  PagedKV cache;
+  float k_scale = 1.0f, v_scale = 1.0f;
+};
+CLATTN_API void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e = {});
+
+// ------------------------------------------------------------------------------ merge
+// Attention states (o, lse) over disjoint key sets -> the state over their union:
+// lse = log(exp(lse_a) + exp(lse_b)), o = (exp(lse_a) o_a + exp(lse_b) o_b) / exp(lse).
+// An lse of -inf is an empty state (its o is ignored); all empty -> o = 0, lse = -inf.
+// o dtype f32/f16/bf16, lse f32 natural log. v_out may alias v_a and s_out s_a (in place).
+struct MergeStateArgs {
+  cl_mem v_a = nullptr, s_a = nullptr;  // [num_tokens, num_heads, head_dim], [num_tokens, num_heads]
+  cl_mem v_b = nullptr, s_b = nullptr;
+  cl_mem v_out = nullptr, s_out = nullptr;  // s_out may be nullptr
+  int num_tokens = 0, num_heads = 0, head_dim = 0;
+  DType dtype = DType::F32;
+};
+CLATTN_API void merge_state(const Context& ctx, const MergeStateArgs& a, const Enqueue& e = {});
+
+// k-way merge: v [num_tokens, num_states, num_heads, head_dim], s [num_tokens,
+// num_states, num_heads] -> v_out [num_tokens, num_heads, head_dim], s_out [num_tokens,
+// num_heads] (nullable). Parts are combined in index order (deterministic).
+struct MergeStatesArgs {
+  cl_mem v = nullptr, s = nullptr;
+  cl_mem v_out = nullptr, s_out = nullptr;
+  int num_tokens = 0, num_states = 0, num_heads = 0, head_dim = 0;
+  DType dtype = DType::F32;
+};
+CLATTN_API void merge_states(const Context& ctx, const MergeStatesArgs& a, const Enqueue& e = {});
+
+// ------------------------------------------------------------------------------ decode
+// One query token per request: q [B, Hq, D] attends to the request's paged KV (all of it,
+// or with window_left = W >= 0 the last W + 1 keys), writing o [B, Hq, D] and optionally
+// lse [B, Hq] (natural log, f32). Query position = kv_len - 1. Empty request: o = 0,
+// lse = -inf (with sinks: lse = sink). See docs/decode.md.
+struct DecodeOptions {
+  int num_qo_heads = 0;             // Hq; Hq % Hkv == 0
+  DType q_dtype = DType::BF16;      // f32 f16 bf16
+  DType o_dtype = DType::BF16;      // f32 f16 bf16
+  float sm_scale = 0.0f;            // 0: 1/sqrt(head_dim)
+  float logits_soft_cap = 0.0f;     // > 0: s = cap * tanh(s / cap) after sm_scale
+  int window_left = -1;             // >= 0: keys at positions >= kv_len - 1 - W only
+  // Fixed split tile so a request's output is bitwise independent of its batch mates.
+  bool deterministic = false;
+  int split_tokens = 0;             // deterministic tile (tokens); 0 = parameter default
+  int max_splits = 0;               // per request; 0 = planner's choice; 1 = never split
+  bool validate = true;             // run metadata validation (off for the hot path)
+  std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
+};
+
+namespace detail { struct DecodePlanState; }
+
+// Host plan of one decode batch: the split-K work list and its device copy, the chosen
+// kernel. Immutable; cheap to copy (shares its device tables). to_vector() gives the
+// plain-data form (FlashInfer's PlanInfo idea); from_vector() rebuilds a plan from it.
+class CLATTN_API DecodePlan {
+ public:
+  DecodePlan() = default;
+
+  int batch_size = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int page_size = 0;
+  PagedKV cache;                  // the cache descriptor the plan was made for
+  DType q_dtype = DType::BF16, o_dtype = DType::BF16;
+  bool page_table = false;        // metadata form: false = CSR kv_indices, true = page table
+  int64_t page_ids_needed = 0;    // entries the run's page_ids buffer must hold
+  int num_work = 0;               // (request, KV chunk) work items
+  int num_partials = 0;           // partial states written to the workspace
+  int num_merges = 0;             // requests merged by the second pass
+  int chunk_tokens = 0;           // split tile (tokens), 0 = no split
+  int64_t workspace_bytes = 0;    // caller's workspace size for decode_run (0 = none)
+  std::string variant;            // kernel variant chosen ("nv_ptx_shfl", "generic")
+  std::string kernel_options;     // its build options
+
+  std::vector<int64_t> to_vector() const;
+  static DecodePlan from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue = nullptr);
+
+  std::shared_ptr<const detail::DecodePlanState> state() const { return state_; }
+  std::shared_ptr<const detail::DecodePlanState> state_;
+};
+
+// Plans from CSR metadata (kv_indptr / kv_last_page_len / optional kv_start_offset; the
+// run reads page ids from a device copy of kv_indices) or from a page table (the run
+// reads page ids from a device copy of page_table [B, max_pages]). Validates, computes
+// the split-K work list and workspace size, builds (or loads) the kernels, and uploads
+// the work list with one non-blocking write on `queue` (nullptr = the context's queue).
+CLATTN_API DecodePlan decode_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& cache,
+                                  const DecodeOptions& opt, cl_command_queue queue = nullptr);
+CLATTN_API DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache,
+                                  const DecodeOptions& opt, cl_command_queue queue = nullptr);
+
+struct DecodeBuffers {
+  cl_mem q = nullptr;          // [B, Hq, D] q_dtype
+  cl_mem k_cache = nullptr;    // PagedKV layout, cache dtype
+  cl_mem v_cache = nullptr;
+  cl_mem page_ids = nullptr;   // int32: kv_indices (CSR plan) or page_table (page-table plan)
+  cl_mem o = nullptr;          // [B, Hq, D] o_dtype
+  cl_mem lse = nullptr;        // [B, Hq] f32, optional
+  cl_mem workspace = nullptr;  // >= plan.workspace_bytes (when nonzero)
+  cl_mem sinks = nullptr;      // [Hq] f32 sink logits, optional
+  float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale
+};
+
+// Enqueues the plan's kernels (decode, then the merge pass when the plan splits). Only
+// checks buffer sizes (clGetMemObjectInfo) and enqueues: allocates nothing, never blocks.
+CLATTN_API void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers& b, const Enqueue& e = {});
+
+}  // namespace clattn

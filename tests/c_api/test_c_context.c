@@ -1,0 +1,54 @@
+/* The C ABI compiled as C: contexts, errors, profile JSON, self-check. Prints the plain
+ * "N passed, N failed" line and exits non-zero on any failure. */
+#include <stdio.h>
+#include <string.h>
+
+#include "clattn/clattn.h"
+
+static int passed = 0, failed = 0;
+#define CHECK(cond)                                                         \
+  do {                                                                      \
+    if (cond) ++passed;                                                     \
+    else { ++failed; fprintf(stderr, "FAILED %s:%d: %s (last error: %s)\n", \
+                             __FILE__, __LINE__, #cond, clattn_last_error()); } \
+  } while (0)
+
+int main(void) {
+  clattn_context ctx = NULL;
+  CHECK(strlen(clattn_version()) > 0);
+  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
+  CHECK(ctx != NULL);
+  CHECK(strcmp(clattn_last_error(), "") == 0);
+
+  clattn_context bad = NULL;
+  CHECK(clattn_context_create("no-such-device-xyz", &bad) == CLATTN_DEVICE_NOT_FOUND);
+  CHECK(bad == NULL);
+  CHECK(strstr(clattn_last_error(), "available devices") != NULL);
+  CHECK(clattn_context_create(NULL, NULL) == CLATTN_INVALID_ARGUMENT);
+  CHECK(strstr(clattn_last_error(), "out") != NULL);
+
+  size_t needed = 0;
+  CHECK(clattn_device_profile_json(ctx, NULL, 0, &needed) == CLATTN_SUCCESS);
+  CHECK(needed > 10);
+  char buf[16];
+  CHECK(clattn_device_profile_json(ctx, buf, sizeof buf, &needed) == CLATTN_SUCCESS);
+  CHECK(buf[0] == '{' && strlen(buf) == sizeof buf - 1);
+  CHECK(clattn_self_check(ctx) == CLATTN_SUCCESS);
+  CHECK(strcmp(clattn_status_name(CLATTN_BUILD_FAILED), "build failed") == 0);
+
+  /* Adopt the context's own objects: retained, so releasing both handles is safe. */
+  cl_command_queue q = NULL;
+  CHECK(clattn_context_queue(ctx, &q) == CLATTN_SUCCESS);
+  cl_context clctx = NULL;
+  cl_device_id dev = NULL;
+  clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof clctx, &clctx, NULL);
+  clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  clattn_context adopted = NULL;
+  CHECK(clattn_context_adopt(clctx, dev, q, &adopted) == CLATTN_SUCCESS);
+  clattn_context_release(adopted);
+  CHECK(clFinish(q) == CL_SUCCESS);
+  clattn_context_release(ctx);
+
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
