@@ -19,13 +19,17 @@ namespace meta {
 
 [[noreturn]] void bad_field(const std::string& field, const std::string& why) { rt::invalid(field + ": " + why); }
 
+[[noreturn]] void bad_value(const std::string& field, int64_t value, const std::string& why) {
+  rt::invalid(field + " = " + std::to_string(value) + ": " + why);
+}
+
 std::string req(int64_t i) { return "request " + std::to_string(i); }
 
 void check_batch(const EngineBatch& b, int page_size) {
-  if (page_size < 1) bad_field("page_size", "= " + std::to_string(page_size) + ", must be >= 1");
-  if (b.batch_size < 0) bad_field("batch_size", "= " + std::to_string(b.batch_size) + ", must be >= 0");
-  if (b.pool_size < 0) bad_field("pool_size", "= " + std::to_string(b.pool_size) + ", must be >= 0");
-  if (b.max_ctx < 0) bad_field("max_ctx", "= " + std::to_string(b.max_ctx) + ", must be >= 0");
+  if (page_size < 1) bad_value("page_size", page_size, "must be >= 1");
+  if (b.batch_size < 0) bad_value("batch_size", b.batch_size, "must be >= 0");
+  if (b.pool_size < 0) bad_value("pool_size", b.pool_size, "must be >= 0");
+  if (b.max_ctx < 0) bad_value("max_ctx", b.max_ctx, "must be >= 0");
   if (b.batch_size == 0) return;
   if (!b.req_pool_indices) bad_field("req_pool_indices", "null with batch_size > 0");
   if (!b.seq_lens) bad_field("seq_lens", "null with batch_size > 0");
@@ -75,11 +79,12 @@ int32_t checked_total(int64_t total, const char* what) {
 
 using meta::bad;
 using meta::bad_field;
+using meta::bad_value;
 using meta::req;
 
 PagedCsr build_csr(const EngineBatch& b, int page_size, int window_left) {
   meta::check_batch(b, page_size);
-  if (window_left < -1) bad_field("window_left", "= " + std::to_string(window_left) + ", must be >= -1");
+  if (window_left < -1) bad_value("window_left", window_left, "must be >= -1");
   const int B = b.batch_size;
   const int P = page_size;
   PagedCsr c;
@@ -114,7 +119,7 @@ PagedCsr build_csr(const EngineBatch& b, int page_size, int window_left) {
 
 PageTable build_page_table(const EngineBatch& b, int page_size, int max_pages) {
   meta::check_batch(b, page_size);
-  if (max_pages < 0) bad_field("max_pages", "= " + std::to_string(max_pages) + ", must be >= 0 (0 = tightest)");
+  if (max_pages < 0) bad_value("max_pages", max_pages, "must be >= 0 (0 = tightest)");
   const int B = b.batch_size;
   const int P = page_size;
   int need = 1;

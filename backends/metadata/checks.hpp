@@ -13,6 +13,8 @@ namespace clattn::meta {
                       const std::string& why);
 // Throws InvalidArgument with a message about a whole field (shape, null pointer...).
 [[noreturn]] void bad_field(const std::string& field, const std::string& why);
+// Throws InvalidArgument: "<field> = <value>: <why>" (scalar arguments).
+[[noreturn]] void bad_value(const std::string& field, int64_t value, const std::string& why);
 std::string req(int64_t i);  // "request i"
 
 // What one request of an engine batch covers. Positions start .. seq-1 are kept keys.

@@ -11,6 +11,7 @@
 namespace clattn {
 
 using meta::bad_field;
+using meta::bad_value;
 
 namespace {
 
@@ -38,10 +39,10 @@ int capacity(cl_mem m, const std::string& field) {
 }
 
 void check_device_batch(const DeviceEngineBatch& b, int page_size) {
-  if (page_size < 1) bad_field("page_size", "= " + num(page_size) + ", must be >= 1");
-  if (b.batch_size < 0) bad_field("batch_size", "= " + num(b.batch_size) + ", must be >= 0");
-  if (b.pool_size < 0) bad_field("pool_size", "= " + num(b.pool_size) + ", must be >= 0");
-  if (b.max_ctx < 0) bad_field("max_ctx", "= " + num(b.max_ctx) + ", must be >= 0");
+  if (page_size < 1) bad_value("page_size", page_size, "must be >= 1");
+  if (b.batch_size < 0) bad_value("batch_size", b.batch_size, "must be >= 0");
+  if (b.pool_size < 0) bad_value("pool_size", b.pool_size, "must be >= 0");
+  if (b.max_ctx < 0) bad_value("max_ctx", b.max_ctx, "must be >= 0");
   if (b.batch_size == 0) return;
   need(b.req_pool_indices, b.batch_size, "req_pool_indices");
   need(b.seq_lens, b.batch_size, "seq_lens");
@@ -80,19 +81,19 @@ cl_mem or_dummy(cl_mem m, cl_mem dummy) { return m ? m : dummy; }
 }  // namespace
 
 int64_t max_csr_pages(int batch_size, int max_ctx, int page_size) {
-  if (page_size < 1) bad_field("page_size", "= " + num(page_size) + ", must be >= 1");
+  if (page_size < 1) bad_value("page_size", page_size, "must be >= 1");
   return int64_t(std::max(batch_size, 0)) * ((int64_t(std::max(max_ctx, 0)) + page_size - 1) / page_size);
 }
 
 int max_table_pages(int max_ctx, int page_size) {
-  if (page_size < 1) bad_field("page_size", "= " + num(page_size) + ", must be >= 1");
+  if (page_size < 1) bad_value("page_size", page_size, "must be >= 1");
   return std::max(1, (std::max(max_ctx, 0) + page_size - 1) / page_size);
 }
 
 void build_csr_device(const Context& ctx, const DeviceEngineBatch& b, int page_size, int window_left,
                       const DeviceCsr& out, cl_command_queue queue) {
   check_device_batch(b, page_size);
-  if (window_left < -1) bad_field("window_left", "= " + num(window_left) + ", must be >= -1");
+  if (window_left < -1) bad_value("window_left", window_left, "must be >= -1");
   const int B = b.batch_size;
   need(out.kv_indptr, int64_t(B) + 1, "kv_indptr");
   const bool want_qo = out.qo_indptr != nullptr;
@@ -123,7 +124,7 @@ void build_csr_device(const Context& ctx, const DeviceEngineBatch& b, int page_s
 void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int page_size, int max_pages,
                              const DevicePageTable& out, cl_command_queue queue) {
   check_device_batch(b, page_size);
-  if (max_pages < 1) bad_field("max_pages", "= " + num(max_pages) + ", must be >= 1");
+  if (max_pages < 1) bad_value("max_pages", max_pages, "must be >= 1");
   const int B = b.batch_size;
   const bool want_seq = out.seq_lens != nullptr, want_q = out.cu_seqlens_q != nullptr,
              want_k = out.cu_seqlens_k != nullptr;
@@ -189,7 +190,7 @@ std::vector<int32_t> read_ints(cl_command_queue q, cl_mem m, int64_t n, const st
 }  // namespace
 
 PagedCsr download_csr(const Context& ctx, const DeviceCsr& c, int batch_size, int page_size, cl_command_queue queue) {
-  if (batch_size < 0) bad_field("batch_size", "= " + num(batch_size) + ", must be >= 0");
+  if (batch_size < 0) bad_value("batch_size", batch_size, "must be >= 0");
   cl_command_queue q = queue ? queue : rt::impl(ctx).queue;
   PagedCsr h;
   h.page_size = page_size;

@@ -10,6 +10,7 @@ namespace clattn {
 
 using meta::bad;
 using meta::bad_field;
+using meta::bad_value;
 using meta::req;
 
 namespace {
@@ -17,11 +18,11 @@ namespace {
 std::string num(int64_t v) { return std::to_string(v); }
 
 void check_page_size(int page_size, const CacheShape* cache) {
-  if (page_size < 1) bad_field("page_size", "= " + num(page_size) + ", must be >= 1");
+  if (page_size < 1) bad_value("page_size", page_size, "must be >= 1");
   if (!cache) return;
   if (cache->page_size != page_size)
-    bad_field("page_size", "= " + num(page_size) + " does not match the cache's page_size = " + num(cache->page_size));
-  if (cache->num_pages < 0) bad_field("cache.num_pages", "= " + num(cache->num_pages) + ", must be >= 0");
+    bad_value("page_size", page_size, "does not match the cache's page_size = " + num(cache->page_size));
+  if (cache->num_pages < 0) bad_value("cache.num_pages", cache->num_pages, "must be >= 0");
 }
 
 // An indptr-like array: n+1 entries, starts at 0, never decreases.
@@ -100,7 +101,7 @@ void csr_impl(const PagedCsr& c, const CacheShape* cache, const int32_t* seq_len
 void table_impl(const PageTable& t, const CacheShape* cache) {
   const int P = t.page_size;
   check_page_size(P, cache);
-  if (t.max_pages < 0) bad_field("max_pages", "= " + num(t.max_pages) + ", must be >= 0");
+  if (t.max_pages < 0) bad_value("max_pages", t.max_pages, "must be >= 0");
   const int B = t.batch_size();
   if (t.page_table.size() != size_t(B) * size_t(t.max_pages))
     bad_field("page_table", "has " + num(int64_t(t.page_table.size())) + " entries, must be batch_size * max_pages = " +
