@@ -33,5 +33,6 @@ using Registrar = std::function<void(CLI::App& app, Harness& h)>;
 // Each case file adds itself in bench/main.cpp's list.
 void register_decode(CLI::App& app, Harness& h);
 void register_metadata(CLI::App& app, Harness& h);
+void register_linear(CLI::App& app, Harness& h);
 
 }  // namespace clattn::bench

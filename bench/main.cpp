@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   clattn::bench::register_decode(app, h);
   clattn::bench::register_metadata(app, h);
+  clattn::bench::register_linear(app, h);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -68,6 +68,22 @@ int32_t page_of(const EngineBatch& b, int i, const ReqGeom& g, int64_t t, int pa
 
 namespace {
 
+// Page ids of `count` logical pages of request i from logical page `first` on, into out.
+void fill_pages(const EngineBatch& b, int i, const ReqGeom& g, int64_t first, int64_t count, int P, int32_t* out) {
+  const int32_t* row = b.req_to_token + g.base;
+  if ((P & (P - 1)) == 0) {  // power of two: shift and mask instead of two divisions per page
+    int sh = 0;
+    while ((1 << sh) < P) ++sh;
+    for (int64_t p = 0; p < count; ++p) {
+      const int32_t s = row[(first + p) * P];
+      if (s < 0 || (s & (P - 1)) != 0) page_of(b, i, g, (first + p) * P, P);  // throws the message
+      out[p] = s >> sh;
+    }
+  } else {
+    for (int64_t p = 0; p < count; ++p) out[p] = page_of(b, i, g, (first + p) * P, P);
+  }
+}
+
 int32_t checked_total(int64_t total, const char* what) {
   if (total > std::numeric_limits<int32_t>::max())
     bad_field(what, "total " + std::to_string(total) + " overflows int32");
@@ -82,12 +98,22 @@ using meta::bad_field;
 using meta::bad_value;
 using meta::req;
 
-PagedCsr build_csr(const EngineBatch& b, int page_size, int window_left) {
-  meta::check_batch(b, page_size);
-  if (window_left < -1) bad_value("window_left", window_left, "must be >= -1");
+namespace {
+
+// Runs `fill`; if it throws (a bad slot found while copying pages), `out` is reset to an
+// empty value first so no half-built metadata survives, then the error propagates.
+template <class T, class F>
+void or_reset(T& out, F&& fill) {
+  try {
+    fill();
+  } catch (...) {
+    out = T{};
+    throw;
+  }
+}
+
+void csr_into(const EngineBatch& b, int P, int window_left, PagedCsr& c) {
   const int B = b.batch_size;
-  const int P = page_size;
-  PagedCsr c;
   c.page_size = P;
   c.kv_indptr.assign(size_t(B) + 1, 0);
   c.kv_last_page_len.assign(size_t(B), 0);
@@ -111,49 +137,36 @@ PagedCsr build_csr(const EngineBatch& b, int page_size, int window_left) {
   int32_t* out = c.kv_indices.data();
   for (int i = 0; i < B; ++i) {
     meta::ReqGeom g = meta::geom(b, i, P, window_left);
-    int64_t first = g.start / P;
-    for (int64_t p = 0; p < g.pages; ++p) *out++ = meta::page_of(b, i, g, (first + p) * P, P);
+    meta::fill_pages(b, i, g, g.start / P, g.pages, P, out);
+    out += g.pages;
   }
-  return c;
+  c.qo_indptr.resize(b.is_extend() ? size_t(B) + 1 : 0);
+  c.kv_start_offset.resize(window_left >= 0 ? size_t(B) : 0);
 }
 
-PageTable build_page_table(const EngineBatch& b, int page_size, int max_pages) {
-  meta::check_batch(b, page_size);
-  if (max_pages < 0) bad_value("max_pages", max_pages, "must be >= 0 (0 = tightest)");
+void table_into(const EngineBatch& b, int P, int width, PageTable& t) {
   const int B = b.batch_size;
-  const int P = page_size;
-  int need = 1;
-  for (int i = 0; i < B; ++i) {
-    int n = (b.seq_lens[i] + P - 1) / P;
-    if (max_pages > 0 && n > max_pages)
-      bad("seq_lens", i, b.seq_lens[i], req(i),
-          "needs " + std::to_string(n) + " pages but max_pages = " + std::to_string(max_pages));
-    need = std::max(need, n);
-  }
-  PageTable t;
   t.page_size = P;
-  t.max_pages = max_pages > 0 ? max_pages : need;
+  t.max_pages = width;
   t.page_table.assign(size_t(B) * size_t(t.max_pages), -1);
   t.seq_lens.assign(b.seq_lens, b.seq_lens + B);
-  t.cu_seqlens_q.assign(size_t(B) + 1, 0);
+  if (b.is_extend()) t.cu_seqlens_q.assign(size_t(B) + 1, 0);
   t.cu_seqlens_k.assign(size_t(B) + 1, 0);
   int64_t q = 0, k = 0;
   for (int i = 0; i < B; ++i) {
     meta::ReqGeom g = meta::geom(b, i, P, -1);
     int32_t* row = t.page_table.data() + size_t(i) * size_t(t.max_pages);
-    for (int64_t p = 0; p < g.pages; ++p) row[p] = meta::page_of(b, i, g, p * P, P);
+    meta::fill_pages(b, i, g, 0, g.pages, P, row);
     q += g.qo;
     k += g.seq;
-    t.cu_seqlens_q[size_t(i) + 1] = meta::checked_total(q, "cu_seqlens_q");
+    if (b.is_extend()) t.cu_seqlens_q[size_t(i) + 1] = meta::checked_total(q, "cu_seqlens_q");
     t.cu_seqlens_k[size_t(i) + 1] = meta::checked_total(k, "cu_seqlens_k");
   }
-  return t;
+  t.cu_seqlens_q.resize(b.is_extend() ? size_t(B) + 1 : 0);
 }
 
-std::vector<int32_t> build_slot_mapping(const EngineBatch& b) {
-  meta::check_batch(b, 1);
+void slots_into(const EngineBatch& b, std::vector<int32_t>& out) {
   const int B = b.batch_size;
-  std::vector<int32_t> out;
   auto slot = [&](int i, const meta::ReqGeom& g, int64_t t) {
     int32_t s = b.req_to_token[g.base + t];
     if (s < 0)
@@ -167,7 +180,7 @@ std::vector<int32_t> build_slot_mapping(const EngineBatch& b) {
       meta::ReqGeom g = meta::geom(b, i, 1, -1);
       out[size_t(i)] = g.seq > 0 ? slot(i, g, g.seq - 1) : -1;
     }
-    return out;
+    return;
   }
   int64_t total = 0;
   for (int i = 0; i < B; ++i) total += b.extend_lens[i];
@@ -177,6 +190,50 @@ std::vector<int32_t> build_slot_mapping(const EngineBatch& b) {
     meta::ReqGeom g = meta::geom(b, i, 1, -1);
     for (int64_t t = g.prefix; t < g.seq; ++t) *o++ = slot(i, g, t);
   }
+}
+
+}  // namespace
+
+void build_csr(const EngineBatch& b, int page_size, int window_left, PagedCsr& out) {
+  meta::check_batch(b, page_size);
+  if (window_left < -1) bad_value("window_left", window_left, "must be >= -1");
+  or_reset(out, [&] { csr_into(b, page_size, window_left, out); });
+}
+
+PagedCsr build_csr(const EngineBatch& b, int page_size, int window_left) {
+  PagedCsr c;
+  build_csr(b, page_size, window_left, c);
+  return c;
+}
+
+void build_page_table(const EngineBatch& b, int page_size, int max_pages, PageTable& out) {
+  meta::check_batch(b, page_size);
+  if (max_pages < 0) bad_value("max_pages", max_pages, "must be >= 0 (0 = tightest)");
+  int need = 1;
+  for (int i = 0; i < b.batch_size; ++i) {
+    int n = (b.seq_lens[i] + page_size - 1) / page_size;
+    if (max_pages > 0 && n > max_pages)
+      bad("seq_lens", i, b.seq_lens[i], req(i),
+          "needs " + std::to_string(n) + " pages but max_pages = " + std::to_string(max_pages));
+    need = std::max(need, n);
+  }
+  or_reset(out, [&] { table_into(b, page_size, max_pages > 0 ? max_pages : need, out); });
+}
+
+PageTable build_page_table(const EngineBatch& b, int page_size, int max_pages) {
+  PageTable t;
+  build_page_table(b, page_size, max_pages, t);
+  return t;
+}
+
+void build_slot_mapping(const EngineBatch& b, std::vector<int32_t>& out) {
+  meta::check_batch(b, 1);
+  or_reset(out, [&] { slots_into(b, out); });
+}
+
+std::vector<int32_t> build_slot_mapping(const EngineBatch& b) {
+  std::vector<int32_t> out;
+  build_slot_mapping(b, out);
   return out;
 }
 
@@ -209,12 +266,7 @@ PageTable csr_to_page_table(const PagedCsr& c) {
     k += c.kv_len(i);
     t.cu_seqlens_k[size_t(i) + 1] = meta::checked_total(k, "cu_seqlens_k");
   }
-  if (!c.qo_indptr.empty()) {
-    t.cu_seqlens_q = c.qo_indptr;
-  } else {
-    t.cu_seqlens_q.resize(size_t(B) + 1);
-    for (int i = 0; i <= B; ++i) t.cu_seqlens_q[size_t(i)] = i;
-  }
+  t.cu_seqlens_q = c.qo_indptr;
   return t;
 }
 

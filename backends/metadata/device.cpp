@@ -2,6 +2,8 @@
 // of a cl_kernels/metadata.cl kernel (one work-group per request). Nothing blocks.
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <mutex>
 
 #include "backends/metadata/checks.hpp"
 #include "backends/params/database.hpp"
@@ -52,21 +54,52 @@ void check_device_batch(const DeviceEngineBatch& b, int page_size) {
 }
 
 struct Launch {
-  detail::ContextImpl& c;
-  cl_command_queue q;
+  std::shared_ptr<rt::Program> prog;
   rt::Kernel& k;
+  cl_command_queue q;
   size_t wg;
 };
 
+// metadata.cl's program and work-group size per context. ProgramCache::get hashes the
+// source on every call (~40 us on PoCL), too slow for a per-step builder, so the program
+// is remembered here (weakly: the context's cache owns it; a cleared cache or a dead
+// context makes the entry miss and it is fetched again).
+struct ProgramMemo {
+  std::weak_ptr<detail::ContextImpl> owner;
+  std::weak_ptr<rt::Program> prog;
+  size_t wg = 0;
+};
+
 Launch prepare(const Context& ctx, cl_command_queue queue, const char* kernel) {
-  auto& c = rt::impl(ctx);
-  auto prog = c.programs.get("metadata.cl", rt::make_options({}));
-  rt::Kernel& k = prog->kernel(kernel);  // owned by the context's program cache
-  size_t wg = size_t(std::max(1, params::lookup(c.profile, "metadata").get("WG")));
+  static std::mutex mu;
+  static std::vector<ProgramMemo> memo;
+  std::shared_ptr<detail::ContextImpl> owner = ctx.impl();
+  detail::ContextImpl& c = *owner;
+  std::shared_ptr<rt::Program> prog;
+  size_t wg = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    memo.erase(std::remove_if(memo.begin(), memo.end(), [](const ProgramMemo& m) { return m.owner.expired(); }),
+               memo.end());
+    for (auto& m : memo)
+      if (m.owner.lock() == owner) {
+        prog = m.prog.lock();
+        wg = m.wg;
+      }
+  }
+  if (!prog) {
+    prog = c.programs.get("metadata.cl", rt::make_options({}));
+    wg = size_t(std::max(1, params::lookup(c.profile, "metadata").get("WG")));
+    std::lock_guard<std::mutex> lock(mu);
+    memo.erase(std::remove_if(memo.begin(), memo.end(), [&](const ProgramMemo& m) { return m.owner.lock() == owner; }),
+               memo.end());
+    memo.push_back(ProgramMemo{owner, prog, wg});
+  }
+  rt::Kernel& k = prog->kernel(kernel);
   wg = std::min({wg, c.profile.max_work_group_size, k.max_work_group_size(c.device)});
   size_t pow2 = 1;
   while (pow2 * 2 <= wg) pow2 *= 2;  // the kernels' tree sum needs a power of two
-  return Launch{c, queue ? queue : c.queue, k, pow2};
+  return Launch{prog, k, queue ? queue : c.queue, pow2};
 }
 
 // Writes a 0 at element 0 of `m` (indptr of an empty batch).
@@ -128,6 +161,7 @@ void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int
   const int B = b.batch_size;
   const bool want_seq = out.seq_lens != nullptr, want_q = out.cu_seqlens_q != nullptr,
              want_k = out.cu_seqlens_k != nullptr;
+  if (want_q && !b.extend_lens) bad_field("cu_seqlens_q", "given for a decode batch (extend_lens is null)");
   if (want_q) need(out.cu_seqlens_q, int64_t(B) + 1, "cu_seqlens_q");
   if (want_k) need(out.cu_seqlens_k, int64_t(B) + 1, "cu_seqlens_k");
   if (B == 0) {

@@ -1,5 +1,6 @@
 // Validation of every metadata form. Messages follow checks.hpp: "field[index] = value
 // (request i): why", so an engine author can find the bad entry without a debugger.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -66,12 +67,13 @@ void csr_impl(const PagedCsr& c, const CacheShape* cache, const int32_t* seq_len
         bad("kv_start_offset", i, off, req(i),
             "leaves no keys (one page whose kv_last_page_len = " + num(last) + ")");
     }
+    const int32_t id_end = cache ? cache->num_pages : std::numeric_limits<int32_t>::max();
     for (int64_t k = c.kv_indptr[size_t(i)]; k < c.kv_indptr[size_t(i) + 1]; ++k) {
       const int32_t id = c.kv_indices[size_t(k)];
+      if (id >= 0 && id < id_end) continue;
       const std::string where = req(i) + ", page " + num(k - c.kv_indptr[size_t(i)]);
       if (id < 0) bad("kv_indices", k, id, where, "negative page id");
-      if (cache && id >= cache->num_pages)
-        bad("kv_indices", k, id, where, "outside the cache (num_pages = " + num(cache->num_pages) + ")");
+      bad("kv_indices", k, id, where, "outside the cache (num_pages = " + num(id_end) + ")");
     }
     const int kv = c.kv_len(i);
     if (!c.qo_indptr.empty()) {
@@ -115,12 +117,12 @@ void table_impl(const PageTable& t, const CacheShape* cache) {
     if (n > t.max_pages)
       bad("seq_lens", i, s, req(i), "needs " + num(n) + " pages but max_pages = " + num(t.max_pages));
     const int32_t* row = t.page_table.data() + size_t(i) * size_t(t.max_pages);
+    const int32_t id_end = cache ? cache->num_pages : std::numeric_limits<int32_t>::max();
     for (int p = 0; p < n; ++p) {
+      if (row[p] >= 0 && row[p] < id_end) continue;
       const std::string field = "page_table[" + num(i) + "]";
       if (row[p] < 0) bad(field, p, row[p], req(i) + ", page " + num(p), "negative page id");
-      if (cache && row[p] >= cache->num_pages)
-        bad(field, p, row[p], req(i) + ", page " + num(p),
-            "outside the cache (num_pages = " + num(cache->num_pages) + ")");
+      bad(field, p, row[p], req(i) + ", page " + num(p), "outside the cache (num_pages = " + num(id_end) + ")");
     }
     if (!t.cu_seqlens_k.empty() && t.cu_seqlens_k[size_t(i) + 1] - t.cu_seqlens_k[size_t(i)] != s)
       bad("cu_seqlens_k", i + 1, t.cu_seqlens_k[size_t(i) + 1], req(i),
@@ -149,25 +151,44 @@ void slots_impl(const T* slots, int64_t n, const CacheShape& cache) {
   }
 }
 
+// Position t of request i breaks a rule: throw the message for the first rule it breaks.
+[[noreturn]] void bad_token(const EngineBatch& b, int i, const int32_t* row, int64_t t, int P, int64_t num_slots) {
+  const int32_t s = row[t];
+  const std::string field = "req_to_token[" + num(b.req_pool_indices[i]) + "]";
+  const std::string where = req(i) + ", position " + num(t);
+  if (s < 0) bad(field, t, s, where, "negative slot");
+  if (s >= num_slots) bad(field, t, s, where, "outside the cache (num_pages * page_size = " + num(num_slots) + ")");
+  if (s % P != t % P)
+    bad(field, t, s, where,
+        "sits at offset " + num(s % P) + " of page " + num(s / P) + ", position " + num(t) + " needs offset " +
+            num(t % P) + " (page_size " + num(P) + ")");
+  bad(field, t, s, where,
+      "is in page " + num(s / P) + " but position " + num(t - t % P) + " of the same logical page is in page " +
+          num(row[t - t % P] / P) + " (whole pages: positions P*k .. P*k+P-1 of a request share one physical page)");
+}
+
+bool token_ok(const int32_t* row, int64_t t, int P, int64_t num_slots) {
+  const int32_t s = row[t];
+  return s >= 0 && s < num_slots && s % P == t % P && s / P == row[t - t % P] / P;
+}
+
 void engine_impl(const EngineBatch& b, int P, int64_t num_slots) {
   meta::check_batch(b, P);
   for (int i = 0; i < b.batch_size; ++i) {
     const meta::ReqGeom g = meta::geom(b, i, P, -1);
     const int32_t* row = b.req_to_token + g.base;
-    const std::string field = "req_to_token[" + num(b.req_pool_indices[i]) + "]";
-    for (int t = 0; t < g.seq; ++t) {
-      const int32_t s = row[t];
-      if (s >= 0 && s < num_slots && (P == 1 || (s % P == t % P && s / P == row[t - t % P] / P))) continue;
-      const std::string where = req(i) + ", position " + num(t);
-      if (s < 0) bad(field, t, s, where, "negative slot");
-      if (s >= num_slots) bad(field, t, s, where, "outside the cache (num_pages * page_size = " + num(num_slots) + ")");
-      if (s % P != t % P)
-        bad(field, t, s, where,
-            "sits at offset " + num(s % P) + " of page " + num(s / P) + ", position " + num(t) + " needs offset " +
-                num(t % P) + " (page_size " + num(P) + ")");
-      bad(field, t, s, where,
-          "is in page " + num(s / P) + " but position " + num(t - t % P) + " of the same logical page is in page " +
-              num(row[t - t % P] / P) + " (whole pages: positions P*k .. P*k+P-1 of a request share one physical page)");
+    // Per logical page: the rules hold for every position iff the first slot is a page
+    // start inside the cache and the rest follow it one by one (one compare per token).
+    for (int64_t p0 = 0; p0 < g.seq; p0 += P) {
+      const int cnt = int(std::min<int64_t>(P, g.seq - p0));
+      const int32_t base = row[p0];
+      bool ok = base >= 0 && base % P == 0 && int64_t(base) + cnt <= num_slots;
+      int diff = 0;
+      for (int k = 1; k < cnt; ++k) diff |= row[p0 + k] ^ (base + k);
+      if (ok && diff == 0) continue;
+      for (int64_t t = p0; t < p0 + cnt; ++t)
+        if (!token_ok(row, t, P, num_slots)) bad_token(b, i, row, t, P, num_slots);
+      rt::fail(Status::Internal, "validate(EngineBatch): page check and token check disagree");
     }
   }
 }

@@ -51,6 +51,8 @@ const std::vector<Row>& rows_metadata();
 const std::vector<Row>& rows_decode();
 const std::vector<Row>& rows_merge();
 const std::vector<Row>& rows_append_kv();
+const std::vector<Row>& rows_linear();
+const std::vector<Row>& rows_extend();
 // Every built-in row (the tables above, concatenated once).
 const std::vector<Row>& builtin_rows();
 

@@ -1,9 +1,23 @@
 // append_kv parameters: generic, vendor, architecture and device rows. Each says where its numbers come from.
+//
+// APPEND_WG is the work-group size of cl_kernels/append_kv.cl, whose work-items each
+// convert one element of a token's [Hkv, D] K and V rows (a scatter of a few KiB per
+// token). Any size that fills whole SIMD units works; these are not tuned.
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
 const std::vector<Row>& rows_append_kv() {
   static const std::vector<Row> rows = {
+      {"append_kv", Level::Generic, "", "*", {{"APPEND_WG", 64}},
+       "64 work-items: one AMD wavefront or two NVIDIA warps, under every driver's work-group limit"},
+      {"append_kv", Level::Vendor, "nvidia", "*", {{"APPEND_WG", 128}},
+       "4 warps per block, one head row of D=128 per block (CUDA Best Practices, execution configuration)"},
+      {"append_kv", Level::Vendor, "amd", "*", {{"APPEND_WG", 64}},
+       "one wave64 (AMD GCN/CDNA ISA guide, wavefront size 64)"},
+      {"append_kv", Level::Vendor, "intel", "*", {{"APPEND_WG", 64}},
+       "four SIMD16 sub-groups (Intel oneAPI GPU optimization guide, thread mapping)"},
+      {"append_kv", Level::Vendor, "cpu", "*", {{"APPEND_WG", 16}},
+       "one AVX-512 vector of work-items per PoCL work-group loop (PoCL pthread device docs)"},
   };
   return rows;
 }

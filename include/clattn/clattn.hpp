@@ -4,4 +4,6 @@
 #include "clattn/types.hpp"
 #include "clattn/context.hpp"
 #include "clattn/diagnostics.hpp"
+#include "clattn/extend.hpp"
+#include "clattn/linear.hpp"
 #include "clattn/ops.hpp"

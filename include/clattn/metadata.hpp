@@ -60,7 +60,7 @@ struct PageTable {
   int max_pages = 0;                 // row width
   std::vector<int32_t> page_table;   // [B, max_pages], padded with -1
   std::vector<int32_t> seq_lens;     // [B]
-  std::vector<int32_t> cu_seqlens_q; // [B+1]; decode: 0, 1, ..., B
+  std::vector<int32_t> cu_seqlens_q; // [B+1] for extend; empty for decode (query row i = request i)
   std::vector<int32_t> cu_seqlens_k; // [B+1], prefix sum of seq_lens
 
   int batch_size() const { return int(seq_lens.size()); }
@@ -77,27 +77,31 @@ struct CacheShape {
 // 0 <= seq_len <= max_ctx, prefix + extend == seq_len, every page's first slot
 // non-negative and at offset 0 of its page) and throws clattn::Error(InvalidArgument)
 // naming the field, request and value. The O(tokens) whole-page check is validate(EngineBatch).
+// Each has an overload writing into `out`, reusing its vectors' capacity (no allocation
+// in steady state); when it throws, `out` is left empty.
 
 // FlashInfer CSR. window_left = W >= 0 keeps only the keys the request's first query row
 // can see (decode: positions >= seq_len - (W+1); extend: >= prefix_len - W, clamped at 0),
 // listing pages from the one holding the first kept key and filling kv_start_offset.
 CLATTN_API PagedCsr build_csr(const EngineBatch& b, int page_size, int window_left = -1);
+CLATTN_API void build_csr(const EngineBatch& b, int page_size, int window_left, PagedCsr& out);
 // Page table; max_pages = 0 picks the tightest width (max pages of any request, at least 1);
 // a larger value pads further; a smaller one than some request needs is rejected.
 CLATTN_API PageTable build_page_table(const EngineBatch& b, int page_size, int max_pages = 0);
+CLATTN_API void build_page_table(const EngineBatch& b, int page_size, int max_pages, PageTable& out);
 // Decode: slot of position seq_len-1 per request (-1 for a request with seq_len 0, i.e.
 // skipped). Extend: slots of positions prefix_len .. seq_len-1, request-major.
 CLATTN_API std::vector<int32_t> build_slot_mapping(const EngineBatch& b);
+CLATTN_API void build_slot_mapping(const EngineBatch& b, std::vector<int32_t>& out);
 // Page ids at a fixed block size (e.g. MLA's 64): [B, max_blocks] padded with -1, the
 // page_table of build_page_table(b, block_size, max_blocks). *max_blocks_out gets the
 // width when non-null; max_blocks = 0 picks the tightest.
 CLATTN_API std::vector<int32_t> build_block_table(const EngineBatch& b, int block_size, int* max_blocks_out = nullptr,
                                                   int max_blocks = 0);
 
-// Conversions. csr_to_page_table rejects a windowed CSR (a page table has no start
-// offset: FlashAttention applies its window itself) and gives decode CSRs (no
-// qo_indptr) cu_seqlens_q = 0..B. page_table_to_csr copies cu_seqlens_q to qo_indptr
-// (an empty cu_seqlens_q gives a decode CSR). Both validate their input's shape.
+// Conversions (exact inverses on builder output). csr_to_page_table rejects a windowed
+// CSR (a page table has no start offset: FlashAttention applies its window itself);
+// qo_indptr <-> cu_seqlens_q (both empty for decode). Both check their input's structure.
 CLATTN_API PageTable csr_to_page_table(const PagedCsr& c);
 CLATTN_API PagedCsr page_table_to_csr(const PageTable& t);
 
@@ -154,7 +158,7 @@ struct DeviceCsr {
 struct DevicePageTable {
   cl_mem page_table = nullptr;    // [B, max_pages]
   cl_mem seq_lens = nullptr;      // [B]; optional copy of the batch's seq_lens
-  cl_mem cu_seqlens_q = nullptr;  // [B+1]; optional
+  cl_mem cu_seqlens_q = nullptr;  // [B+1]; optional, extend only
   cl_mem cu_seqlens_k = nullptr;  // [B+1]; optional
 };
 

@@ -39,11 +39,11 @@ struct PagedKV {
   DType dtype = DType::BF16;  // f32 f16 bf16 fp8_e4m3 fp8_e5m2
   int64_t stride_page = 0, stride_token = 0, stride_head = 0;
 
-  int64_t page_stride() const;   // resolved strides (elements)
-  int64_t token_stride() const;
-  int64_t head_stride() const;
+  CLATTN_API int64_t page_stride() const;   // resolved strides (elements)
+  CLATTN_API int64_t token_stride() const;
+  CLATTN_API int64_t head_stride() const;
   // Bytes a buffer must hold: one past the last element the strides can address.
-  int64_t required_bytes() const;
+  CLATTN_API int64_t required_bytes() const;
 };
 
 // ------------------------------------------------------------------------------ append
@@ -134,6 +134,11 @@ class CLATTN_API DecodePlan {
   int64_t workspace_bytes = 0;    // caller's workspace size for decode_run (0 = none)
   std::string variant;            // kernel variant chosen ("nv_ptx_shfl", "generic")
   std::string kernel_options;     // its build options
+  // The kernel's tile: work-group size, lanes per token, query heads per group block,
+  // tokens per slot per step, load width, V loads issued with K, group blocks per KV head.
+  struct Tile {
+    int wg = 0, tpt = 0, gmax = 0, unroll = 0, load_bytes = 0, early_v = 0, head_blocks = 0;
+  } tile;
 
   std::vector<int64_t> to_vector() const;
   static DecodePlan from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue = nullptr);

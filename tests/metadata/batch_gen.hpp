@@ -63,7 +63,7 @@ inline GenBatch random_batch(Rng& rng, int P, int B, int max_ctx, bool extend) {
   g.req_pool_indices.assign(rows.begin(), rows.begin() + B);
   g.req_to_token.assign(size_t(g.pool_size) * max_ctx, kUnused);
 
-  std::vector<std::vector<int32_t>> phys(size_t(B));  // physical page of each logical page
+  std::vector<std::vector<int32_t>> phys(static_cast<size_t>(B));  // physical page of each logical page
   for (int i = 0; i < B; ++i) {
     int s;
     switch (rng.uniform_int(0, 9)) {
@@ -137,12 +137,12 @@ inline PageTable oracle_table(const GenBatch& g, int width) {
   t.max_pages = width;
   t.page_table.assign(size_t(B) * size_t(width), -1);
   t.seq_lens = g.seq_lens;
-  t.cu_seqlens_q.push_back(0);
+  if (g.extend) t.cu_seqlens_q.push_back(0);
   t.cu_seqlens_k.push_back(0);
   for (int i = 0; i < B; ++i) {
     std::copy(c.kv_indices.begin() + c.kv_indptr[size_t(i)], c.kv_indices.begin() + c.kv_indptr[size_t(i) + 1],
               t.page_table.begin() + ptrdiff_t(i) * width);
-    t.cu_seqlens_q.push_back(t.cu_seqlens_q.back() + (g.extend ? g.extend_lens[size_t(i)] : 1));
+    if (g.extend) t.cu_seqlens_q.push_back(t.cu_seqlens_q.back() + g.extend_lens[size_t(i)]);
     t.cu_seqlens_k.push_back(t.cu_seqlens_k.back() + g.seq_lens[size_t(i)]);
   }
   return t;

@@ -163,17 +163,43 @@ TEST(MetadataHost, ConversionsRoundTrip) {
       PageTable t = build_page_table(g.view(), P);
       PageTable t2 = csr_to_page_table(c);
       expect_table_eq(t2, t, what + " csr->table");
-      PagedCsr c2 = page_table_to_csr(t);
-      PagedCsr want = c;
-      if (!extend) want.qo_indptr = t.cu_seqlens_q;  // decode tables carry cu_seqlens_q = 0..B
-      expect_csr_eq(c2, want, what + " table->csr");
-      PageTable t3 = t;
-      if (!extend) t3.cu_seqlens_q.clear();  // no cu_seqlens_q: a decode CSR
-      expect_csr_eq(page_table_to_csr(t3), c, what + " table->csr (decode)");
+      expect_csr_eq(page_table_to_csr(t), c, what + " table->csr");
       EXPECT_TRUE(throws_error([&] { csr_to_page_table(build_csr(g.view(), P, 4)); }, Status::InvalidArgument,
                                "kv_start_offset"));
     }
   }
+}
+
+// The into-overloads reuse an output across batches of different kinds and give exactly
+// the fresh result; a rejected build leaves the output empty.
+TEST(MetadataHost, IntoOverloadsReuseOutputs) {
+  CLATTN_SEED_TRACE();
+  Rng rng(7);
+  PagedCsr c;
+  PageTable t;
+  std::vector<int32_t> s;
+  for (int round = 0; round < 6; ++round) {
+    const int P = kPageSizes[round % 4];
+    const bool extend = round % 2 == 0;
+    const int W = round % 3 == 0 ? P + 1 : -1;
+    GenBatch g = random_batch(rng, P, rng.uniform_int(1, 12), max_ctx_for(P), extend);
+    const std::string what = label(P, extend, W, g.batch_size());
+    build_csr(g.view(), P, W, c);
+    expect_csr_eq(c, build_csr(g.view(), P, W), what);
+    build_page_table(g.view(), P, 0, t);
+    expect_table_eq(t, build_page_table(g.view(), P), what);
+    build_slot_mapping(g.view(), s);
+    EXPECT_EQ(s, build_slot_mapping(g.view())) << what;
+  }
+  GenBatch g = random_batch(rng, 16, 4, 100, false);
+  g.seq_lens = {40, 40, 40, 40};
+  for (int i = 0; i < 4; ++i)
+    for (int t = 0; t < 40; ++t) g.req_to_token[size_t(g.req_pool_indices[size_t(i)]) * 100 + t] = (i * 3 + t / 16) * 16 + t % 16;
+  g.req_to_token[size_t(g.req_pool_indices[3]) * 100 + 32] = 5;  // request 3's third page misaligned
+  EXPECT_TRUE(throws_error([&] { build_csr(g.view(), 16, -1, c); }, Status::InvalidArgument, "(request 3, position 32)"));
+  EXPECT_TRUE(c.kv_indptr.empty() && c.kv_indices.empty() && c.kv_last_page_len.empty());
+  EXPECT_TRUE(throws_error([&] { build_page_table(g.view(), 16, 0, t); }, Status::InvalidArgument, "request 3"));
+  EXPECT_TRUE(t.page_table.empty() && t.seq_lens.empty());
 }
 
 // ---- device builders ----
@@ -227,14 +253,15 @@ TEST(MetadataDevice, MatchesHostElementForElement) {
   Rng rng(3);
   for (int P : kPageSizes) {
     for (bool extend : {false, true}) {
-      for (int rep = 0; rep < 2; ++rep) {
-        // One batch per rep wider than any work-group so the prefix loops wrap.
-        const int B = rep == 0 ? rng.uniform_int(1, 12) : rng.uniform_int(130, 200);
-        const int max_ctx = rep == 0 ? max_ctx_for(P) : std::min(max_ctx_for(P), 4 * P + 3);
+      for (int rep = 0; rep < 3; ++rep) {
+        // The last batch is wider than any work-group so the prefix loops wrap.
+        const bool wide = rep == 2;
+        const int B = wide ? rng.uniform_int(130, 200) : rng.uniform_int(1, 12);
+        const int max_ctx = wide ? std::min(max_ctx_for(P), 4 * P + 3) : max_ctx_for(P);
         GenBatch g = random_batch(rng, P, B, max_ctx, extend);
         DeviceBatch d = upload_batch(g);
         for (int W : windows_for(P, g.max_ctx)) {
-          if (rep == 1 && W != -1 && W != P + 3) continue;
+          if (wide && W != -1 && W != P + 3) continue;
           const std::string what = label(P, extend, W, B) + " (device)";
           expect_csr_eq(run_csr_device(g, d, W), build_csr(g.view(), P, W), what);
         }
@@ -243,14 +270,14 @@ TEST(MetadataDevice, MatchesHostElementForElement) {
         const int width = max_table_pages(g.max_ctx, P);
         DeviceBuffer pt = sentinel_buffer(size_t(B) * size_t(width)), sq = sentinel_buffer(size_t(B)),
                      cq = sentinel_buffer(size_t(B) + 1), ck = sentinel_buffer(size_t(B) + 1);
-        DevicePageTable out{pt.get(), sq.get(), cq.get(), ck.get()};
+        DevicePageTable out{pt.get(), sq.get(), extend ? cq.get() : nullptr, ck.get()};
         build_page_table_device(ctx(), d.view, P, width, out);
         PageTable got;
         got.page_size = P;
         got.max_pages = width;
         got.page_table = download<int32_t>(pt, size_t(B) * size_t(width));
         got.seq_lens = download<int32_t>(sq, size_t(B));
-        got.cu_seqlens_q = download<int32_t>(cq, size_t(B) + 1);
+        if (extend) got.cu_seqlens_q = download<int32_t>(cq, size_t(B) + 1);
         got.cu_seqlens_k = download<int32_t>(ck, size_t(B) + 1);
         expect_table_eq(got, build_page_table(g.view(), P, width), what);
 
@@ -354,7 +381,10 @@ TEST(MetadataDevice, ArgumentChecksNameTheBuffer) {
   decode.extend_lens = nullptr;
   out.qo_indptr = ok.get();
   EXPECT_TRUE(throws_error([&] { build_csr_device(ctx(), decode, 16, -1, out); }, Status::InvalidArgument,
-                           "qo_indptr"));
+                           "qo_indptr: given for a decode batch"));
+  DevicePageTable pq{ok.get(), nullptr, ok.get(), nullptr};
+  EXPECT_TRUE(throws_error([&] { build_page_table_device(ctx(), decode, 16, 7, pq); }, Status::InvalidArgument,
+                           "cu_seqlens_q: given for a decode batch"));
 }
 
 }  // namespace

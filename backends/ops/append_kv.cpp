@@ -1,0 +1,65 @@
+// append_kv: host checks (shapes, dtypes, buffer sizes, optional host slot validation),
+// then one launch of cl_kernels/append_kv.cl over (element, token).
+#include "backends/ops/op_util.hpp"
+#include "backends/params/database.hpp"
+#include "clattn/metadata.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn {
+
+void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
+  ops::check_paged_kv(a.cache, "cache");
+  ops::require_io_dtype(a.src_dtype, "append_kv src_dtype");
+  if (a.slot_dtype != DType::I32 && a.slot_dtype != DType::I64)
+    rt::invalid("slot_mapping: dtype " + std::string(dtype_name(a.slot_dtype)) + ", must be i32 or i64");
+  if (a.num_tokens < 0) rt::invalid("append_kv: num_tokens = " + std::to_string(a.num_tokens) + ", must be >= 0");
+  if (!(a.k_scale > 0.0f) || !(a.v_scale > 0.0f))
+    rt::invalid("append_kv: k_scale/v_scale must be > 0 (got " + std::to_string(a.k_scale) + ", " +
+                std::to_string(a.v_scale) + ")");
+  const int Hkv = a.cache.num_kv_heads, D = a.cache.head_dim;
+  const int64_t st = a.src_stride_token ? a.src_stride_token : int64_t(Hkv) * D;
+  const int64_t sh = a.src_stride_head ? a.src_stride_head : int64_t(D);
+  if (st < 0 || sh < 0) rt::invalid("append_kv: negative source stride");
+  cl_command_queue q = ops::queue_of(ctx, e);
+  if (a.num_tokens == 0 || a.cache.num_pages == 0) {
+    if (e.event || e.num_wait) {
+      cl_event ev = nullptr;
+      rt::check_cl(clEnqueueMarkerWithWaitList(q, e.num_wait, e.wait, e.event ? &ev : nullptr),
+                   "clEnqueueMarkerWithWaitList");
+      if (e.event) *e.event = ev;
+    }
+    return;
+  }
+  const int64_t N = a.num_tokens;
+  const size_t src_bytes = size_t((N - 1) * st + int64_t(Hkv - 1) * sh + D) * dtype_size(a.src_dtype);
+  const std::string src_shape = ops::shape_str({N, Hkv, D}) + " " + dtype_name(a.src_dtype);
+  ops::require_buffer(a.k, src_bytes, "k", src_shape);
+  ops::require_buffer(a.v, src_bytes, "v", src_shape);
+  ops::require_buffer(a.slot_mapping, size_t(N) * dtype_size(a.slot_dtype), "slot_mapping",
+                      ops::shape_str({N}) + " " + dtype_name(a.slot_dtype));
+  const std::string cshape = "paged cache " + ops::shape_str({a.cache.num_pages, a.cache.page_size, Hkv, D}) + " " +
+                             dtype_name(a.cache.dtype);
+  ops::require_buffer(a.k_cache, size_t(a.cache.required_bytes()), "k_cache", cshape);
+  ops::require_buffer(a.v_cache, size_t(a.cache.required_bytes()), "v_cache", cshape);
+  if (a.slot_mapping_host) {
+    CacheShape cs{a.cache.num_pages, a.cache.page_size};
+    if (a.slot_dtype == DType::I32) validate_slot_mapping(static_cast<const int32_t*>(a.slot_mapping_host), N, cs);
+    else validate_slot_mapping(static_cast<const int64_t*>(a.slot_mapping_host), N, cs);
+  }
+
+  auto& c = rt::impl(ctx);
+  params::Entry pe = params::lookup(c.profile, "append_kv");
+  size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("APPEND_WG")), c.profile.max_work_group_size));
+  auto prog = c.programs.get("append_kv.cl", rt::make_options({{"APPEND_WG", std::to_string(wg)}}));
+  rt::Kernel& k = prog->kernel("append_kv");
+  size_t elems = size_t(Hkv) * D;
+  size_t gws[2] = {(elems + wg - 1) / wg * wg, size_t(N)}, lws[2] = {wg, 1};
+  rt::log().debug("append_kv: {} tokens, {} -> {} cache, WG {} ({})", N, dtype_name(a.src_dtype),
+                  dtype_name(a.cache.dtype), wg, pe.source);
+  k.launch(q, 2, gws, lws, e.num_wait, e.wait, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(st), cl_long(sh),
+           a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
+           a.k_cache, a.v_cache, cl_int(a.cache.dtype), cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),
+           cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), cl_int(D), a.k_scale, a.v_scale);
+}
+
+}  // namespace clattn

@@ -1,0 +1,577 @@
+// Extend / prefill: plan (host: argument and metadata checks, tile work list, kernel
+// choice with fallback, one non-blocking upload) and run (buffer-size checks, enqueue).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backends/ops/op_util.hpp"
+#include "backends/params/database.hpp"
+#include "backends/params/variants.hpp"
+#include "backends/ops/extend.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn {
+namespace detail {
+
+struct ExtendPlanState {
+  cl_mem table = nullptr;
+  std::vector<int32_t> host;  // source of the non-blocking upload
+  cl_event upload = nullptr;
+  std::shared_ptr<rt::Program> prog;
+  rt::Kernel* kernel = nullptr;
+  size_t wg = 0;
+  int group = 1;
+  bool paged = true, causal = true;
+  int window_left = -1, page_size = 1;
+  int64_t stride_page = 0, stride_token = 0, stride_head = 0;
+  float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
+
+  ExtendPlanState() = default;
+  ExtendPlanState(const ExtendPlanState&) = delete;
+  ExtendPlanState& operator=(const ExtendPlanState&) = delete;
+  ~ExtendPlanState() {
+    if (upload) {
+      clWaitForEvents(1, &upload);
+      clReleaseEvent(upload);
+    }
+    if (table) clReleaseMemObject(table);
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::ExtendPlanState;
+using std::to_string;
+
+bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
+
+// What the kernel sees of the KV source, whatever its form.
+struct KVDesc {
+  bool paged = true;
+  int num_kv_heads = 0, head_dim = 0, page_size = 1;
+  DType dtype = DType::BF16;
+  int64_t stride_page = 0, stride_token = 0, stride_head = 0;
+};
+
+// Per-request rows of the work list.
+struct Requests {
+  std::vector<int32_t> qo_start, qo_len, kv_len, base, tok_off, mask_off;
+  int64_t num_tokens = 0;
+  int64_t page_ids_needed = 0;
+  int64_t mask_bytes = 0;
+  int size() const { return int(qo_len.size()); }
+};
+
+void check_options(const KVDesc& kv, const ExtendOptions& opt) {
+  if (!supported_head_dim(kv.head_dim))
+    throw Error(Status::Unsupported,
+                "head_dim = " + to_string(kv.head_dim) + " unsupported (64, 80, 96, 128, 192, 256)");
+  if (opt.num_qo_heads < 1) rt::invalid("num_qo_heads = " + to_string(opt.num_qo_heads) + ", must be >= 1");
+  if (opt.num_qo_heads % kv.num_kv_heads != 0)
+    rt::invalid("num_qo_heads = " + to_string(opt.num_qo_heads) + " is not a multiple of num_kv_heads = " +
+                to_string(kv.num_kv_heads));
+  ops::require_io_dtype(opt.q_dtype, "q_dtype");
+  ops::require_io_dtype(opt.o_dtype, "o_dtype");
+  if (!std::isfinite(opt.sm_scale)) rt::invalid("sm_scale is not finite");
+  if (!(opt.logits_soft_cap >= 0.0f) || !std::isfinite(opt.logits_soft_cap))
+    rt::invalid("logits_soft_cap = " + to_string(opt.logits_soft_cap) + ", must be >= 0 and finite");
+  if (opt.window_left < -1) rt::invalid("window_left = " + to_string(opt.window_left) + ", must be >= -1");
+  if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "nv_mma_sync")
+    rt::invalid("variant = '" + opt.variant + "' unknown (\"\", \"generic\", \"nv_mma_sync\")");
+}
+
+// qo_indptr shape, monotonicity and qo_len <= kv_len; fills qo_start / qo_len.
+void fill_queries(Requests& r, const std::vector<int32_t>& qo_indptr, const char* name, bool allow_long_q = false) {
+  const int B = int(r.kv_len.size());
+  if (qo_indptr.size() != size_t(B) + 1)
+    rt::invalid(std::string(name) + ": " + to_string(qo_indptr.size()) + " entries, needs batch_size + 1 = " +
+                to_string(B + 1));
+  if (qo_indptr[0] != 0) rt::invalid(std::string(name) + "[0] = " + to_string(qo_indptr[0]) + ", must be 0");
+  r.qo_start.resize(size_t(B));
+  r.qo_len.resize(size_t(B));
+  for (int i = 0; i < B; ++i) {
+    const int qo = qo_indptr[size_t(i) + 1] - qo_indptr[size_t(i)];
+    if (qo < 0)
+      rt::invalid(std::string(name) + "[" + to_string(i + 1) + "] = " + to_string(qo_indptr[size_t(i) + 1]) + " < " +
+                  name + "[" + to_string(i) + "] (request " + to_string(i) + ")");
+    if (qo > r.kv_len[size_t(i)] && !allow_long_q)
+      rt::invalid(std::string(name) + ": request " + to_string(i) + " has qo_len = " + to_string(qo) +
+                  " > kv_len = " + to_string(r.kv_len[size_t(i)]));
+    r.qo_start[size_t(i)] = qo_indptr[size_t(i)];
+    r.qo_len[size_t(i)] = qo;
+  }
+  r.num_tokens = qo_indptr[size_t(B)];
+}
+
+// mask_indptr (bytes, FlashInfer segment_packbits layout) against the batch's shapes.
+void fill_mask(Requests& r, const ExtendOptions& opt) {
+  const int B = r.size();
+  r.mask_off.assign(size_t(B), 0);
+  if (opt.mask_indptr.empty()) return;
+  if (opt.mask_indptr.size() != size_t(B) + 1)
+    rt::invalid("mask_indptr: " + to_string(opt.mask_indptr.size()) + " entries, needs batch_size + 1 = " +
+                to_string(B + 1));
+  if (opt.mask_indptr[0] < 0) rt::invalid("mask_indptr[0] = " + to_string(opt.mask_indptr[0]) + ", must be >= 0");
+  for (int i = 0; i < B; ++i) {
+    const int64_t bits = int64_t(r.qo_len[size_t(i)]) * r.kv_len[size_t(i)];
+    const int64_t need = (bits + 7) / 8;
+    const int64_t have = int64_t(opt.mask_indptr[size_t(i) + 1]) - opt.mask_indptr[size_t(i)];
+    if (have != need)
+      rt::invalid("mask_indptr: request " + to_string(i) + " has " + to_string(have) + " bytes (mask_indptr[" +
+                  to_string(i + 1) + "] - mask_indptr[" + to_string(i) + "]), needs ceil(qo_len " +
+                  to_string(r.qo_len[size_t(i)]) + " x kv_len " + to_string(r.kv_len[size_t(i)]) + " / 8) = " +
+                  to_string(need));
+    r.mask_off[size_t(i)] = opt.mask_indptr[size_t(i)];
+  }
+  r.mask_bytes = std::max<int64_t>(1, opt.mask_indptr[size_t(B)]);
+}
+
+// allow_long_q: the cascade's shared level (one non-causal request whose rows may
+// outnumber its keys); the CSR's qo_indptr is then ignored in favour of `qo`.
+Requests requests_from_csr(const PagedCsr& csr, const PagedKV& cache, const ExtendOptions& opt,
+                           const std::vector<int32_t>* qo = nullptr) {
+  if (csr.page_size != cache.page_size)
+    rt::invalid("csr.page_size = " + to_string(csr.page_size) + " != cache.page_size = " + to_string(cache.page_size));
+  const int B = csr.batch_size();
+  if (csr.kv_indptr.size() != size_t(B) + 1)
+    rt::invalid("kv_indptr: " + to_string(csr.kv_indptr.size()) + " entries, needs batch_size + 1 = " +
+                to_string(B + 1) + " (batch_size from kv_last_page_len)");
+  if (!qo && csr.qo_indptr.empty()) rt::invalid("qo_indptr: empty; extend needs [batch_size + 1] query offsets");
+  if (!csr.kv_start_offset.empty() && csr.kv_start_offset.size() != size_t(B))
+    rt::invalid("kv_start_offset: " + to_string(csr.kv_start_offset.size()) + " entries, needs " + to_string(B));
+  if (opt.validate && qo) {
+    PagedCsr kv_only = csr;
+    kv_only.qo_indptr.clear();
+    validate(kv_only, CacheShape{cache.num_pages, cache.page_size}, nullptr);
+  } else if (opt.validate) {
+    validate(csr, CacheShape{cache.num_pages, cache.page_size}, nullptr);
+  } else {  // O(B) checks that keep the host and the kernel's page-id reads in bounds
+    if (B > 0 && csr.kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + to_string(csr.kv_indptr[0]) + ", must be 0");
+    for (int i = 0; i < B; ++i) {
+      if (csr.kv_indptr[size_t(i) + 1] < csr.kv_indptr[size_t(i)])
+        rt::invalid("kv_indptr[" + to_string(i + 1) + "] < kv_indptr[" + to_string(i) + "] (request " +
+                    to_string(i) + ")");
+      if (csr.num_pages(i) > 0 &&
+          (csr.kv_last_page_len[size_t(i)] < 1 || csr.kv_last_page_len[size_t(i)] > csr.page_size))
+        rt::invalid("kv_last_page_len[" + to_string(i) + "] = " + to_string(csr.kv_last_page_len[size_t(i)]) +
+                    ", must be in 1.." + to_string(csr.page_size));
+      if (csr.kv_len(i) < 0) rt::invalid("request " + to_string(i) + ": kv_start_offset past its keys");
+    }
+  }
+  Requests r;
+  r.kv_len.resize(size_t(B)), r.base.resize(size_t(B)), r.tok_off.resize(size_t(B));
+  for (int i = 0; i < B; ++i) {
+    r.kv_len[size_t(i)] = csr.kv_len(i);
+    r.base[size_t(i)] = csr.kv_indptr[size_t(i)];
+    r.tok_off[size_t(i)] = csr.kv_start_offset.empty() || csr.num_pages(i) <= 0 ? 0 : csr.kv_start_offset[size_t(i)];
+  }
+  r.page_ids_needed = B ? csr.kv_indptr[size_t(B)] : 0;
+  fill_queries(r, qo ? *qo : csr.qo_indptr, "qo_indptr", qo != nullptr);
+  fill_mask(r, opt);
+  return r;
+}
+
+Requests requests_from_table(const PageTable& t, const PagedKV& cache, const ExtendOptions& opt) {
+  if (t.page_size != cache.page_size)
+    rt::invalid("page_table.page_size = " + to_string(t.page_size) + " != cache.page_size = " +
+                to_string(cache.page_size));
+  const int B = t.batch_size();
+  if (t.max_pages < 0) rt::invalid("page_table.max_pages = " + to_string(t.max_pages) + ", must be >= 0");
+  if (t.page_table.size() < size_t(B) * size_t(t.max_pages))
+    rt::invalid("page_table: " + to_string(t.page_table.size()) + " entries, needs batch_size x max_pages = " +
+                to_string(int64_t(B) * t.max_pages));
+  if (t.cu_seqlens_q.empty()) rt::invalid("cu_seqlens_q: empty; extend needs [batch_size + 1] query offsets");
+  if (opt.validate) {
+    validate(t, CacheShape{cache.num_pages, cache.page_size});
+  } else {
+    for (int i = 0; i < B; ++i) {
+      if (t.seq_lens[size_t(i)] < 0) rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[size_t(i)]));
+      if ((int64_t(t.seq_lens[size_t(i)]) + t.page_size - 1) / t.page_size > t.max_pages)
+        rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[size_t(i)]) + " needs more than " +
+                    to_string(t.max_pages) + " pages (max_pages)");
+    }
+  }
+  Requests r;
+  r.kv_len.resize(size_t(B)), r.base.resize(size_t(B)), r.tok_off.assign(size_t(B), 0);
+  for (int i = 0; i < B; ++i) {
+    r.kv_len[size_t(i)] = t.seq_lens[size_t(i)];
+    r.base[size_t(i)] = int32_t(int64_t(i) * t.max_pages);
+  }
+  r.page_ids_needed = int64_t(B) * t.max_pages;
+  fill_queries(r, t.cu_seqlens_q, "cu_seqlens_q");
+  fill_mask(r, opt);
+  return r;
+}
+
+// The tile of one build: which kernel, its work-group, rows and keys per step.
+struct Tile {
+  std::string variant;
+  int wg = 0, rows = 0, keys = 0, dbuf = 0;
+  std::string options;
+};
+
+size_t generic_local_bytes(int rows, int keys, int d) {
+  return (size_t(rows) * d + size_t(keys) * (d + 1) + size_t(rows) * keys) * 4 + size_t(keys) * 8;
+}
+size_t mma_local_bytes(int keys, int d, int dbuf) { return size_t(keys) * (d + 8) * 2 * 2 * (dbuf ? 2 : 1); }
+
+int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
+  auto it = over.find(name);
+  return it != over.end() ? it->second : e.get(name);
+}
+
+// Candidates in order of preference: the tensor-core kernel when the parameters (or the
+// caller) ask for it and the device and shapes allow it, then the portable kernel.
+std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const ExtendOptions& opt,
+                             std::string* why_not_mma) {
+  const std::string key = kv.head_dim <= 128 ? "d128" : "d256";
+  params::Entry e = params::lookup(prof, "extend", key);
+  const auto& over = opt.params;
+  const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
+  std::vector<Tile> out;
+
+  bool want_mma = opt.variant.empty() ? param(e, over, "MMA") != 0 : opt.variant == "nv_mma_sync";
+  if (want_mma) {
+    std::string why;
+    const int64_t es = int64_t(dtype_size(kv.dtype));
+    auto al16 = [&](int64_t s) { return (s * es) % 16 == 0; };
+    if (!params::variant_available(prof, "nv_mma_sync", &why)) {
+      *why_not_mma = why;
+    } else if (kv.dtype == DType::F32) {
+      *why_not_mma = "f32 KV keeps f32 math (tensor cores take f16/bf16)";
+    } else if (!al16(kv.stride_token) || !al16(kv.stride_head) || (kv.paged && !al16(kv.stride_page))) {
+      *why_not_mma = "KV strides are not multiples of 16 bytes";
+    } else {
+      Tile t;
+      t.variant = "nv_mma_sync";
+      const int warps = std::clamp(param(e, over, "MMA_WARPS"), 1, 8);
+      t.wg = 32 * warps, t.rows = 16 * warps;
+      t.keys = param(e, over, "MMA_KEYS");
+      t.dbuf = param(e, over, "MMA_DBUF") ? 1 : 0;
+      if (t.keys != 16 && t.keys != 32 && t.keys != 64 && t.keys != 128)
+        rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 16, 32, 64 or 128");
+      if (t.dbuf && mma_local_bytes(t.keys, kv.head_dim, 1) > lmax) t.dbuf = 0;
+      while (t.keys > 16 && mma_local_bytes(t.keys, kv.head_dim, t.dbuf) > lmax) t.keys /= 2;
+      const bool bf16 = kv.dtype == DType::BF16;
+      std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)},
+                                              {"KV_DT", to_string(int(kv.dtype))},
+                                              {"WARPS", to_string(warps)},
+                                              {"KEYS", to_string(t.keys)},
+                                              {"DBUF", to_string(t.dbuf)},
+                                              {"MMA_BF16", bf16 ? "1" : "0"}};
+      t.options = rt::make_options(d);
+      out.push_back(t);
+    }
+  }
+
+  Tile g;
+  g.variant = "generic";
+  g.wg = param(e, over, "WG"), g.rows = param(e, over, "ROWS"), g.keys = param(e, over, "KEYS");
+  if (g.wg < 1 || g.rows < 1 || g.keys < 1 || g.wg % g.rows != 0)
+    rt::invalid("extend parameters WG = " + to_string(g.wg) + ", ROWS = " + to_string(g.rows) +
+                ": WG must be a positive multiple of ROWS");
+  const int lpr = g.wg / g.rows;
+  if (kv.head_dim % lpr != 0 || g.keys % lpr != 0)
+    rt::invalid("extend parameters: head_dim " + to_string(kv.head_dim) + " and KEYS " + to_string(g.keys) +
+                " must be multiples of WG / ROWS = " + to_string(lpr));
+  if (prof.max_work_group_size && size_t(g.wg) > prof.max_work_group_size)
+    throw Error(Status::Unsupported, "extend parameter WG = " + to_string(g.wg) + " exceeds the device's " +
+                                         to_string(prof.max_work_group_size) + " work-items per group");
+  while (generic_local_bytes(g.rows, g.keys, kv.head_dim) > lmax) {
+    if (g.keys / 2 >= lpr && (g.keys / 2) % lpr == 0) g.keys /= 2;
+    else if (g.rows > 1 && g.rows % 2 == 0) g.rows /= 2, g.wg /= 2;
+    else
+      throw Error(Status::Unsupported, "extend tile needs " +
+                                           to_string(generic_local_bytes(g.rows, g.keys, kv.head_dim)) +
+                                           " bytes of local memory, device has " + to_string(lmax));
+  }
+  std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))},
+                                          {"WG", to_string(g.wg)},               {"ROWS", to_string(g.rows)},
+                                          {"KEYS", to_string(g.keys)}};
+  g.options = rt::make_options(d);
+  out.push_back(g);
+  return out;
+}
+
+void upload(detail::ContextImpl& c, ExtendPlanState& st, cl_command_queue q) {
+  if (st.host.empty()) st.host.assign(8, 0);  // keep a valid buffer to bind
+  cl_int err = CL_SUCCESS;
+  const size_t bytes = st.host.size() * sizeof(int32_t);
+  st.table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
+  rt::check_cl(err, "clCreateBuffer", "extend plan table (" + to_string(bytes) + " bytes)");
+  rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, st.table, CL_FALSE, 0, bytes, st.host.data(), 0, nullptr,
+                                    &st.upload),
+               "clEnqueueWriteBuffer", "extend plan table");
+}
+
+ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source src, const KVDesc& kv,
+                     const ExtendOptions& opt, cl_command_queue queue) {
+  auto& c = rt::impl(ctx);
+  const int B = r.size();
+  const int group = opt.num_qo_heads / kv.num_kv_heads;
+
+  std::string why_not_mma;
+  std::vector<Tile> cands = candidates(c.profile, kv, opt, &why_not_mma);
+  if (!why_not_mma.empty())
+    rt::log().info("extend: nv_mma_sync not used ({}); using the generic kernel", why_not_mma);
+
+  // Build the first candidate that compiles (each variant has its own file).
+  Tile tile;
+  std::shared_ptr<rt::Program> prog;
+  rt::Kernel* kernel = nullptr;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const bool mma = cands[i].variant == "nv_mma_sync";
+    try {
+      prog = c.programs.get(mma ? "extend_mma_nv.cl" : "extend.cl", cands[i].options);
+      kernel = &prog->kernel(mma ? "extend_mma" : "extend_generic");
+      if (kernel->max_work_group_size(c.device) < size_t(cands[i].wg)) {
+        if (i + 1 == cands.size())
+          throw Error(Status::Unsupported, "extend kernel allows " +
+                                               to_string(kernel->max_work_group_size(c.device)) +
+                                               " work-items per group, tile needs " + to_string(cands[i].wg));
+        rt::log().warn("extend: variant {} allows only {} work-items per group (needs {}); trying {}",
+                       cands[i].variant, kernel->max_work_group_size(c.device), cands[i].wg, cands[i + 1].variant);
+        continue;
+      }
+      tile = cands[i];
+      break;
+    } catch (const Error& e) {
+      if (e.status() != Status::BuildFailed || i + 1 == cands.size()) throw;
+      rt::log().warn("extend: variant {} failed to build, using {}: {}", cands[i].variant, cands[i + 1].variant,
+                     e.what());
+    }
+  }
+
+  auto st = std::make_shared<ExtendPlanState>();
+  st->prog = prog;
+  st->kernel = kernel;
+  st->wg = size_t(tile.wg);
+  st->group = group;
+  st->paged = kv.paged;
+  st->causal = opt.causal;
+  st->window_left = opt.window_left;
+  st->page_size = kv.page_size;
+  st->stride_page = kv.stride_page, st->stride_token = kv.stride_token, st->stride_head = kv.stride_head;
+  const float sm = opt.sm_scale != 0.0f ? opt.sm_scale : 1.0f / std::sqrt(float(kv.head_dim));
+  const float log2e = 1.4426950408889634f;
+  if (opt.logits_soft_cap > 0.0f) {
+    st->q_scale = sm, st->cap_log2 = opt.logits_soft_cap * log2e, st->inv_cap = 1.0f / opt.logits_soft_cap;
+  } else {
+    st->q_scale = sm * log2e;
+  }
+
+  // Work list: (request, row tile), heaviest first (causal rows near the end of a long
+  // request see the most keys) so the last wave is made of short items.
+  struct Item {
+    int req, row0;
+    int64_t cost;
+  };
+  std::vector<Item> items;
+  for (int i = 0; i < B; ++i) {
+    const int qo = r.qo_len[size_t(i)], kvl = r.kv_len[size_t(i)];
+    const int rows = qo * group;
+    for (int row0 = 0; row0 < rows; row0 += tile.rows) {
+      const int last_tok = (std::min(row0 + tile.rows, rows) - 1) / group;
+      int end = opt.causal ? std::min(kvl, kvl - qo + last_tok + 1) : kvl;
+      int begin = opt.window_left >= 0 ? std::max(0, kvl - qo + row0 / group - opt.window_left) : 0;
+      items.push_back({i, row0, std::max(0, end - begin) + 1});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  st->host.resize(items.size() * 8);
+  for (size_t w = 0; w < items.size(); ++w) {
+    const int i = items[w].req;
+    int32_t* e = &st->host[w * 8];
+    e[0] = r.qo_start[size_t(i)], e[1] = r.qo_len[size_t(i)], e[2] = r.kv_len[size_t(i)], e[3] = items[w].row0;
+    e[4] = r.base[size_t(i)], e[5] = r.tok_off[size_t(i)], e[6] = r.mask_off[size_t(i)], e[7] = i;
+  }
+  upload(c, *st, queue);
+
+  ExtendPlan plan;
+  plan.source = src;
+  plan.batch_size = B;
+  plan.num_qo_heads = opt.num_qo_heads;
+  plan.num_kv_heads = kv.num_kv_heads;
+  plan.head_dim = kv.head_dim;
+  plan.num_tokens = r.num_tokens;
+  plan.q_dtype = opt.q_dtype, plan.o_dtype = opt.o_dtype, plan.kv_dtype = kv.dtype;
+  plan.page_ids_needed = r.page_ids_needed;
+  plan.has_mask = !opt.mask_indptr.empty();
+  plan.mask_bytes_needed = plan.has_mask ? r.mask_bytes : 0;
+  plan.num_tiles = int(items.size());
+  plan.variant = tile.variant;
+  plan.kernel_options = tile.options;
+  plan.tile = {tile.wg, tile.rows, tile.keys};
+  rt::log().debug("extend plan: B={} T={} Hq={} Hkv={} D={} kv={} q={} o={} causal={} window={} mask={} "
+                  "variant={} WG={} rows={} keys={} ({}); {} tiles",
+                  B, r.num_tokens, opt.num_qo_heads, kv.num_kv_heads, kv.head_dim, dtype_name(kv.dtype),
+                  dtype_name(opt.q_dtype), dtype_name(opt.o_dtype), opt.causal, opt.window_left, plan.has_mask,
+                  tile.variant, tile.wg, tile.rows, tile.keys, tile.options, plan.num_tiles);
+  plan.state_ = st;
+  return plan;
+}
+
+KVDesc desc_of(const PagedKV& cache) {
+  KVDesc d;
+  d.paged = true;
+  d.num_kv_heads = cache.num_kv_heads, d.head_dim = cache.head_dim, d.page_size = cache.page_size;
+  d.dtype = cache.dtype;
+  d.stride_page = cache.page_stride(), d.stride_token = cache.token_stride(), d.stride_head = cache.head_stride();
+  return d;
+}
+
+int64_t ragged_required_bytes(const RaggedKV& kv) {
+  if (kv.num_tokens <= 0) return 0;
+  const int64_t st = kv.stride_token ? kv.stride_token : int64_t(kv.num_kv_heads) * kv.head_dim;
+  const int64_t sh = kv.stride_head ? kv.stride_head : kv.head_dim;
+  return ((kv.num_tokens - 1) * st + int64_t(kv.num_kv_heads - 1) * sh + kv.head_dim) * int64_t(dtype_size(kv.dtype));
+}
+
+}  // namespace
+
+ExtendPlan extend_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& cache, const ExtendOptions& opt,
+                       cl_command_queue queue) {
+  ops::check_paged_kv(cache, "cache");
+  KVDesc kv = desc_of(cache);
+  check_options(kv, opt);
+  Requests r = requests_from_csr(csr, cache, opt);
+  ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PagedCsr, kv, opt, queue);
+  p.cache = cache;
+  return p;
+}
+
+namespace ops {
+ExtendPlan extend_plan_prefix(const Context& ctx, const PagedCsr& prefix, int32_t num_rows, const PagedKV& cache,
+                              const ExtendOptions& opt, cl_command_queue queue) {
+  if (opt.causal || opt.window_left >= 0 || !opt.mask_indptr.empty())
+    rt::invalid("extend_plan_prefix: only for a non-causal, unwindowed, unmasked prefix");
+  if (prefix.batch_size() != 1) rt::invalid("extend_plan_prefix: the prefix CSR must hold one request");
+  ops::check_paged_kv(cache, "cache");
+  KVDesc kv = desc_of(cache);
+  check_options(kv, opt);
+  const std::vector<int32_t> qo = {0, num_rows};
+  Requests r = requests_from_csr(prefix, cache, opt, &qo);
+  ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PagedCsr, kv, opt, queue);
+  p.cache = cache;
+  return p;
+}
+}  // namespace ops
+
+ExtendPlan extend_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const ExtendOptions& opt,
+                       cl_command_queue queue) {
+  ops::check_paged_kv(cache, "cache");
+  KVDesc kv = desc_of(cache);
+  check_options(kv, opt);
+  Requests r = requests_from_table(table, cache, opt);
+  ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PageTable, kv, opt, queue);
+  p.cache = cache;
+  return p;
+}
+
+ExtendPlan prefill_plan(const Context& ctx, const std::vector<int32_t>& qo_indptr,
+                        const std::vector<int32_t>& kv_indptr, const RaggedKV& kvr, const ExtendOptions& opt,
+                        cl_command_queue queue) {
+  if (kvr.num_kv_heads < 1) rt::invalid("kv.num_kv_heads = " + to_string(kvr.num_kv_heads) + ", must be >= 1");
+  if (kvr.num_tokens < 0) rt::invalid("kv.num_tokens = " + to_string(kvr.num_tokens) + ", must be >= 0");
+  if (!ops::is_kv_dtype(kvr.dtype))
+    throw Error(Status::Unsupported, "kv.dtype " + std::string(dtype_name(kvr.dtype)) +
+                                         " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)");
+  if (kvr.stride_token < 0 || kvr.stride_head < 0) rt::invalid("kv: negative stride");
+  KVDesc kv;
+  kv.paged = false;
+  kv.num_kv_heads = kvr.num_kv_heads, kv.head_dim = kvr.head_dim, kv.dtype = kvr.dtype;
+  kv.stride_token = kvr.stride_token ? kvr.stride_token : int64_t(kvr.num_kv_heads) * kvr.head_dim;
+  kv.stride_head = kvr.stride_head ? kvr.stride_head : kvr.head_dim;
+  check_options(kv, opt);
+  if (kv.num_kv_heads > 1 && kv.stride_head < kv.head_dim)
+    rt::invalid("kv.stride_head = " + to_string(kv.stride_head) + " < head_dim " + to_string(kv.head_dim));
+  if (qo_indptr.empty()) rt::invalid("qo_indptr: empty, needs batch_size + 1 entries");
+  const int B = int(qo_indptr.size()) - 1;
+  if (kv_indptr.size() != qo_indptr.size())
+    rt::invalid("kv_indptr: " + to_string(kv_indptr.size()) + " entries, needs batch_size + 1 = " + to_string(B + 1) +
+                " (batch_size from qo_indptr)");
+  if (kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + to_string(kv_indptr[0]) + ", must be 0");
+  Requests r;
+  r.kv_len.resize(size_t(B)), r.base.resize(size_t(B)), r.tok_off.assign(size_t(B), 0);
+  for (int i = 0; i < B; ++i) {
+    const int len = kv_indptr[size_t(i) + 1] - kv_indptr[size_t(i)];
+    if (len < 0)
+      rt::invalid("kv_indptr[" + to_string(i + 1) + "] = " + to_string(kv_indptr[size_t(i) + 1]) + " < kv_indptr[" +
+                  to_string(i) + "] (request " + to_string(i) + ")");
+    r.kv_len[size_t(i)] = len;
+    r.base[size_t(i)] = kv_indptr[size_t(i)];
+  }
+  if (B > 0 && kv_indptr[size_t(B)] > kvr.num_tokens)
+    rt::invalid("kv_indptr[" + to_string(B) + "] = " + to_string(kv_indptr[size_t(B)]) + " exceeds kv.num_tokens = " +
+                to_string(kvr.num_tokens));
+  fill_queries(r, qo_indptr, "qo_indptr");
+  fill_mask(r, opt);
+  ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::Ragged, kv, opt, queue);
+  p.ragged = kvr;
+  p.ragged.stride_token = kv.stride_token, p.ragged.stride_head = kv.stride_head;
+  return p;
+}
+
+void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers& b, const Enqueue& e) {
+  const ExtendPlanState* st = plan.state_.get();
+  if (!st) rt::invalid("extend_run: empty plan (make one with extend_plan or prefill_plan)");
+  if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
+    rt::invalid("extend_run: k_scale/v_scale must be finite and > 0 (got " + to_string(b.k_scale) + ", " +
+                to_string(b.v_scale) + ")");
+  const int64_t T = plan.num_tokens;
+  const int Hq = plan.num_qo_heads, D = plan.head_dim;
+  cl_command_queue q = ops::queue_of(ctx, e);
+  if (T > 0) {
+    const size_t rows = size_t(T) * size_t(Hq);
+    ops::require_buffer(b.q, rows * D * dtype_size(plan.q_dtype), "q", ops::shape_str({T, Hq, D}) + " " +
+                                                                         dtype_name(plan.q_dtype));
+    ops::require_buffer(b.o, rows * D * dtype_size(plan.o_dtype), "o", ops::shape_str({T, Hq, D}) + " " +
+                                                                         dtype_name(plan.o_dtype));
+    if (b.lse) ops::require_buffer(b.lse, rows * 4, "lse", ops::shape_str({T, Hq}) + " f32");
+    if (b.sinks) ops::require_buffer(b.sinks, size_t(Hq) * 4, "sinks", ops::shape_str({Hq}) + " f32");
+    const bool paged = plan.source != ExtendPlan::Source::Ragged;
+    const int64_t kv_bytes = paged ? plan.cache.required_bytes() : ragged_required_bytes(plan.ragged);
+    const std::string kshape =
+        paged ? "paged cache " +
+                    ops::shape_str({plan.cache.num_pages, plan.cache.page_size, plan.num_kv_heads, D}) + " " +
+                    dtype_name(plan.kv_dtype)
+              : "ragged " + ops::shape_str({plan.ragged.num_tokens, plan.num_kv_heads, D}) + " " +
+                    dtype_name(plan.kv_dtype);
+    if (kv_bytes > 0) {
+      ops::require_buffer(b.k, size_t(kv_bytes), "k", kshape);
+      ops::require_buffer(b.v, size_t(kv_bytes), "v", kshape);
+    }
+    if (paged && plan.page_ids_needed > 0)
+      ops::require_buffer(b.page_ids, size_t(plan.page_ids_needed) * 4, "page_ids",
+                          std::string(plan.source == ExtendPlan::Source::PageTable ? "page_table " : "kv_indices ") +
+                              ops::shape_str({plan.page_ids_needed}) + " i32");
+    if (plan.has_mask)
+      ops::require_buffer(b.custom_mask, size_t(plan.mask_bytes_needed), "custom_mask",
+                          ops::shape_str({plan.mask_bytes_needed}) + " packed bytes (mask_indptr[B])");
+  }
+  ops::WaitList wl(e, st->upload);
+  if (plan.num_tiles == 0) {
+    cl_event ev = nullptr;
+    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
+                 "clEnqueueMarkerWithWaitList");
+    if (e.event) *e.event = ev;
+    return;
+  }
+  cl_mem dummy = st->table;  // unused optional buffers are bound to the plan's table
+  cl_mem k = b.k ? b.k : dummy, v = b.v ? b.v : dummy;
+  cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
+  cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
+  cl_mem mask = plan.has_mask ? b.custom_mask : dummy;
+  size_t gws[2] = {size_t(plan.num_tiles) * st->wg, size_t(plan.num_kv_heads)};
+  size_t lws[2] = {st->wg, 1};
+  st->kernel->launch(q, 2, gws, lws, wl.size(), wl.data(), e.event, b.q, cl_int(plan.q_dtype), k, v, page_ids,
+                     st->table, b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), sinks,
+                     cl_int(b.sinks != nullptr), mask, cl_int(plan.has_mask), cl_int(Hq), cl_int(st->group),
+                     cl_int(st->paged), cl_int(st->page_size), cl_long(st->stride_page), cl_long(st->stride_token),
+                     cl_long(st->stride_head), cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2),
+                     cl_float(st->inv_cap), cl_float(b.v_scale), cl_int(st->causal), cl_int(st->window_left));
+}
+
+}  // namespace clattn

@@ -1,0 +1,258 @@
+// Linear attention (GDN, simple GLA): argument and batch validation on the host, then one
+// launch of cl_kernels/linear_gdn.cl or linear_gla.cl. Nothing blocks; a rejected call
+// enqueues nothing. Kernel maths: cl_kernels/linear_common.clh; docs/linear_attention.md.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/params/database.hpp"
+#include "clattn/linear.hpp"
+#include "runtime/context_impl.hpp"
+#include "runtime/error.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn {
+namespace {
+
+enum Flags { kL2Norm = 1, kBetaLogits = 2 };  // cl_kernels/linear_common.clh LIN_*
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+[[noreturn]] void bad(const std::string& op, const std::string& what) { rt::invalid(op + ": " + what); }
+
+bool io_dtype_ok(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
+bool head_dim_ok(int d) { return d == 64 || d == 128 || d == 256; }
+
+size_t mem_bytes(cl_mem m, const std::string& what) {
+  size_t n = 0;
+  rt::check_cl(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof n, &n, nullptr), "clGetMemObjectInfo", what);
+  return n;
+}
+
+void need(const std::string& op, cl_mem m, int64_t bytes, const std::string& field) {
+  if (!m) bad(op, field + ": null buffer");
+  int64_t have = int64_t(mem_bytes(m, op + " " + field));
+  if (have < bytes) bad(op, field + ": buffer has " + num(have) + " bytes, needs " + num(bytes));
+}
+
+void check_config(const std::string& op, const LinearConfig& c, const LinearStatePool& p, bool gdn) {
+  if (c.num_qk_heads < 1) bad(op, "num_qk_heads = " + num(c.num_qk_heads) + ", must be >= 1");
+  if (c.num_v_heads < 1 || c.num_v_heads % c.num_qk_heads != 0)
+    bad(op, "num_v_heads = " + num(c.num_v_heads) + ", must be a positive multiple of num_qk_heads = " +
+                num(c.num_qk_heads));
+  if (!head_dim_ok(c.head_dim_k)) bad(op, "head_dim_k = " + num(c.head_dim_k) + " unsupported (64, 128, 256)");
+  if (!head_dim_ok(c.head_dim_v)) bad(op, "head_dim_v = " + num(c.head_dim_v) + " unsupported (64, 128, 256)");
+  if (!io_dtype_ok(c.dtype)) bad(op, std::string("dtype = ") + dtype_name(c.dtype) + " unsupported (f32, f16, bf16)");
+  if (!io_dtype_ok(p.dtype))
+    bad(op, std::string("state pool dtype = ") + dtype_name(p.dtype) + " unsupported (f32, f16, bf16)");
+  if (!std::isfinite(c.scale) || c.scale < 0.f) bad(op, "scale = " + std::to_string(c.scale) + ", must be >= 0");
+  if (p.num_slots < 0) bad(op, "num_slots = " + num(p.num_slots) + ", must be >= 0");
+  if (!gdn && c.l2norm_qk) bad(op, "l2norm_qk is a Gated DeltaNet option");
+  if (!gdn && c.beta_is_logits) bad(op, "beta_is_logits is a Gated DeltaNet option");
+}
+
+int64_t slot_bytes(const LinearConfig& c, const LinearStatePool& p) {
+  return int64_t(c.num_v_heads) * c.head_dim_k * c.head_dim_v * int64_t(dtype_size(p.dtype));
+}
+
+void check_indices(const std::string& op, const LinearBatch& b, const LinearStatePool& p) {
+  if (b.batch_size < 0) bad(op, "batch_size = " + num(b.batch_size) + ", must be >= 0");
+  if (b.batch_size == 0) return;
+  if (!b.state_indices) bad(op, "state_indices: null host array");
+  std::vector<int> owner(size_t(std::max(p.num_slots, 0)), -1);
+  for (int i = 0; i < b.batch_size; ++i) {
+    int s = b.state_indices[i];
+    if (s == -1) continue;
+    if (s < 0 || s >= p.num_slots)
+      bad(op, "state_indices[" + num(i) + "] = " + num(s) + " out of range [0, num_slots = " + num(p.num_slots) +
+                  ") (-1 = no state)");
+    if (owner[size_t(s)] >= 0)
+      bad(op, "state_indices[" + num(i) + "] = " + num(s) + " duplicates state_indices[" + num(owner[size_t(s)]) +
+                  "]");
+    owner[size_t(s)] = i;
+  }
+  need(op, b.state_indices_dev, int64_t(b.batch_size) * 4, "state_indices_dev");
+}
+
+int check_cu_seqlens(const std::string& op, const LinearBatch& b) {
+  if (!b.cu_seqlens) bad(op, "cu_seqlens: null host array");
+  if (b.cu_seqlens[0] != 0) bad(op, "cu_seqlens[0] = " + num(b.cu_seqlens[0]) + ", must be 0");
+  for (int i = 0; i < b.batch_size; ++i)
+    if (b.cu_seqlens[i + 1] < b.cu_seqlens[i])
+      bad(op, "cu_seqlens[" + num(i + 1) + "] = " + num(b.cu_seqlens[i + 1]) + " < cu_seqlens[" + num(i) +
+                  "] = " + num(b.cu_seqlens[i]) + " (request " + num(i) + " has a negative length)");
+  if (b.cu_seqlens[b.batch_size] != b.num_tokens)
+    bad(op, "cu_seqlens[" + num(b.batch_size) + "] = " + num(b.cu_seqlens[b.batch_size]) + " != num_tokens = " +
+                num(b.num_tokens));
+  need(op, b.cu_seqlens_dev, (int64_t(b.batch_size) + 1) * 4, "cu_seqlens_dev");
+  return b.num_tokens;
+}
+
+void check_tensors(const std::string& op, const LinearConfig& c, const LinearTensors& t, const LinearStatePool& p,
+                   int64_t T, bool gdn) {
+  const int64_t es = int64_t(dtype_size(c.dtype));
+  need(op, t.q, T * c.num_qk_heads * c.head_dim_k * es, "q");
+  need(op, t.k, T * c.num_qk_heads * c.head_dim_k * es, "k");
+  need(op, t.v, T * c.num_v_heads * c.head_dim_v * es, "v");
+  need(op, t.o, T * c.num_v_heads * c.head_dim_v * es, "o");
+  need(op, t.g, (c.constant_decay ? 1 : T) * c.num_v_heads * 4, c.constant_decay ? "g (constant, [Hv])" : "g");
+  if (gdn) need(op, t.beta, T * c.num_v_heads * 4, "beta");
+  if (p.num_slots > 0) need(op, p.state, int64_t(p.num_slots) * slot_bytes(c, p), "state");
+}
+
+int dt_code(DType d) { return d == DType::F16 ? 1 : d == DType::BF16 ? 2 : 0; }
+
+int pow2_floor(int x) {
+  int p = 1;
+  while (p * 2 <= x) p *= 2;
+  return p;
+}
+
+struct Variant {
+  std::shared_ptr<rt::Program> prog;
+  int dec_dvt, dec_rows, pf_c, pf_dvt, pf_wg, pf_dkt;
+};
+
+// Parameters from the database, clamped to the shape and the device, then the program.
+Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn) {
+  const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
+  auto dec = params::lookup(c.profile, "linear_decode");
+  auto pf = params::lookup(c.profile, "linear_prefill");
+  const int maxwg = int(std::max<size_t>(1, c.profile.max_work_group_size));
+  Variant v{};
+  v.dec_dvt = std::min(pow2_floor(std::max(1, dec.get("DEC_DVT"))), DV);
+  v.dec_rows = std::min(pow2_floor(std::max(1, dec.get("DEC_ROWS"))), DK);
+  while (v.dec_dvt * v.dec_rows > maxwg && v.dec_rows > 1) v.dec_rows /= 2;
+  v.pf_c = pow2_floor(std::max(2, pf.get("PF_C")));
+  v.pf_dvt = std::min(pow2_floor(std::max(1, pf.get("PF_DVT"))), DV);
+  v.pf_wg = std::min(pow2_floor(std::max(1, pf.get("PF_WG"))), pow2_floor(maxwg));
+  v.pf_dkt = std::min(pow2_floor(std::max(1, pf.get_or("PF_DKT", 32))), DK);
+  // The prefill's local arrays: S slice [DK][DVT], D [C][DVT], A/P [C][C+1], 4 x [C]
+  // scalars, K and Q tiles [C][DKT+1]. Shrink the slice, then the chunk, until they fit
+  // (keep 1 KiB spare).
+  auto bytes = [&] {
+    return 4ull * (DK * v.pf_dvt + v.pf_c * v.pf_dvt + v.pf_c * (v.pf_c + 1) + 4 * v.pf_c +
+                   2 * v.pf_c * (v.pf_dkt + 1));
+  };
+  const unsigned long long local = c.profile.local_mem_bytes ? c.profile.local_mem_bytes : 32768;
+  while (bytes() + 1024 > local && v.pf_dvt > 4) v.pf_dvt /= 2;
+  while (bytes() + 1024 > local && v.pf_c > 8) v.pf_c /= 2;
+  std::map<std::string, std::string> d = {
+      {"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))}, {"ST_DT", num(dt_code(pool.dtype))},
+      {"DEC_DVT", num(v.dec_dvt)}, {"DEC_ROWS", num(v.dec_rows)}, {"PF_C", num(v.pf_c)},
+      {"PF_DVT", num(v.pf_dvt)}, {"PF_WG", num(v.pf_wg)}, {"PF_DKT", num(v.pf_dkt)}};
+  v.prog = c.programs.get(gdn ? "linear_gdn.cl" : "linear_gla.cl", rt::make_options(d));
+  rt::log().debug("linear {}: DK={} DV={} io={} state={} decode {}x{} ({}), prefill C={} DVT={} WG={} ({})",
+                  gdn ? "gdn" : "gla", DK, DV, dtype_name(cfg.dtype), dtype_name(pool.dtype), v.dec_dvt, v.dec_rows,
+                  dec.source, v.pf_c, v.pf_dvt, v.pf_wg, pf.source);
+  return v;
+}
+
+void check_wg(rt::Kernel& k, cl_device_id dev, size_t wg) {
+  size_t lim = k.max_work_group_size(dev);
+  if (lim < wg)
+    rt::fail(Status::Unsupported, k.name() + ": work-group of " + num(int64_t(wg)) +
+                                      " exceeds the compiled kernel's limit " + num(int64_t(lim)) +
+                                      " (lower DEC_ROWS/PF_WG in the parameter database)");
+}
+
+int flags_of(const LinearConfig& c) { return (c.l2norm_qk ? kL2Norm : 0) | (c.beta_is_logits ? kBetaLogits : 0); }
+float scale_of(const LinearConfig& c) { return c.scale > 0.f ? c.scale : 1.0f / std::sqrt(float(c.head_dim_k)); }
+
+void run(const char* op, bool gdn, bool prefill, const Context& ctx, const LinearConfig& cfg, const LinearTensors& t,
+         const LinearStatePool& pool, const LinearBatch& b, cl_command_queue queue) {
+  check_config(op, cfg, pool, gdn);
+  check_indices(op, b, pool);
+  int64_t T = b.batch_size;
+  if (prefill) {
+    if (b.batch_size > 0 || b.cu_seqlens) T = check_cu_seqlens(op, b);
+    else T = 0;
+  }
+  if (b.batch_size == 0 || T == 0) return;
+  check_tensors(op, cfg, t, pool, T, gdn);
+
+  auto& c = rt::impl(ctx);
+  cl_command_queue q = queue ? queue : c.queue;
+  Variant v = variant(c, cfg, pool, gdn);
+  // An unused beta/state argument still needs a valid buffer: alias one we have.
+  cl_mem beta = gdn ? t.beta : t.g;
+  cl_mem state = pool.state ? pool.state : t.o;
+  const int Hqk = cfg.num_qk_heads, Hv = cfg.num_v_heads;
+  const int g_stride = cfg.constant_decay ? 0 : Hv;
+  const float scale = scale_of(cfg);
+  const int flags = flags_of(cfg);
+  if (!prefill) {
+    rt::Kernel& k = v.prog->kernel(gdn ? "gdn_decode" : "gla_decode");
+    check_wg(k, c.device, size_t(v.dec_dvt) * v.dec_rows);
+    const size_t gws[3] = {size_t(cfg.head_dim_v), size_t(v.dec_rows), size_t(b.batch_size) * Hv};
+    const size_t lws[3] = {size_t(v.dec_dvt), size_t(v.dec_rows), 1};
+    k.launch(q, 3, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev, Hqk, Hv,
+             g_stride, scale, flags);
+  } else {
+    rt::Kernel& k = v.prog->kernel(gdn ? "gdn_prefill" : "gla_prefill");
+    check_wg(k, c.device, size_t(v.pf_wg));
+    const size_t gws[2] = {size_t(v.pf_wg) * (cfg.head_dim_v / v.pf_dvt), size_t(b.batch_size) * Hv};
+    const size_t lws[2] = {size_t(v.pf_wg), 1};
+    k.launch(q, 2, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev,
+             b.cu_seqlens_dev, Hqk, Hv, g_stride, scale, flags);
+  }
+}
+
+void check_slot(const char* op, const LinearStatePool& p, int s, const std::string& field) {
+  if (s < 0 || s >= p.num_slots)
+    bad(op, field + " = " + num(s) + " out of range [0, num_slots = " + num(p.num_slots) + ")");
+}
+
+}  // namespace
+
+void gdn_decode(const Context& ctx, const LinearConfig& cfg, const LinearTensors& t, const LinearStatePool& pool,
+                const LinearBatch& b, cl_command_queue queue) {
+  run("gdn_decode", true, false, ctx, cfg, t, pool, b, queue);
+}
+void gdn_prefill(const Context& ctx, const LinearConfig& cfg, const LinearTensors& t, const LinearStatePool& pool,
+                 const LinearBatch& b, cl_command_queue queue) {
+  run("gdn_prefill", true, true, ctx, cfg, t, pool, b, queue);
+}
+void gla_decode(const Context& ctx, const LinearConfig& cfg, const LinearTensors& t, const LinearStatePool& pool,
+                const LinearBatch& b, cl_command_queue queue) {
+  run("gla_decode", false, false, ctx, cfg, t, pool, b, queue);
+}
+void gla_prefill(const Context& ctx, const LinearConfig& cfg, const LinearTensors& t, const LinearStatePool& pool,
+                 const LinearBatch& b, cl_command_queue queue) {
+  run("gla_prefill", false, true, ctx, cfg, t, pool, b, queue);
+}
+
+void linear_zero_slots(const Context& ctx, const LinearConfig& cfg, const LinearStatePool& pool, const int32_t* slots,
+                       int n, cl_command_queue queue) {
+  const char* op = "linear_zero_slots";
+  check_config(op, cfg, pool, true);
+  if (n < 0) bad(op, "n = " + num(n) + ", must be >= 0");
+  if (n == 0) return;
+  if (!slots) bad(op, "slots: null host array");
+  for (int i = 0; i < n; ++i) check_slot(op, pool, slots[i], "slots[" + num(i) + "]");
+  const int64_t sb = slot_bytes(cfg, pool);
+  need(op, pool.state, int64_t(pool.num_slots) * sb, "state");
+  cl_command_queue q = queue ? queue : rt::impl(ctx).queue;
+  const cl_uchar zero = 0;  // +0.0 is all-zero bits in f32, f16 and bf16
+  for (int i = 0; i < n; ++i)
+    rt::check_cl(clEnqueueFillBuffer(q, pool.state, &zero, 1, size_t(slots[i] * sb), size_t(sb), 0, nullptr, nullptr),
+                 "clEnqueueFillBuffer", std::string(op) + " slot " + num(slots[i]));
+}
+
+void linear_copy_slot(const Context& ctx, const LinearConfig& cfg, const LinearStatePool& pool, int src, int dst,
+                      cl_command_queue queue) {
+  const char* op = "linear_copy_slot";
+  check_config(op, cfg, pool, true);
+  check_slot(op, pool, src, "src");
+  check_slot(op, pool, dst, "dst");
+  const int64_t sb = slot_bytes(cfg, pool);
+  need(op, pool.state, int64_t(pool.num_slots) * sb, "state");
+  if (src == dst) return;
+  cl_command_queue q = queue ? queue : rt::impl(ctx).queue;
+  rt::check_cl(clEnqueueCopyBuffer(q, pool.state, pool.state, size_t(src * sb), size_t(dst * sb), size_t(sb), 0,
+                                   nullptr, nullptr),
+               "clEnqueueCopyBuffer", std::string(op) + " " + num(src) + " -> " + num(dst));
+}
+
+}  // namespace clattn

@@ -1,0 +1,93 @@
+// merge_state / merge_states: argument checks, then one launch of cl_kernels/merge_state.cl.
+#include "backends/ops/merge_state.hpp"
+
+#include "backends/ops/op_util.hpp"
+#include "backends/params/database.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn {
+namespace ops {
+
+MergeProgram merge_program(detail::ContextImpl& c) {
+  params::Entry e = params::lookup(c.profile, "merge");
+  size_t wg = size_t(e.get("MERGE_WG"));
+  wg = std::max<size_t>(1, std::min(wg, c.profile.max_work_group_size));
+  MergeProgram m;
+  m.wg = wg;
+  m.program = c.programs.get("merge_state.cl", rt::make_options({{"MERGE_WG", std::to_string(wg)}}));
+  return m;
+}
+
+namespace {
+
+void check_dims(int num_tokens, int num_heads, int head_dim, const char* op) {
+  if (num_tokens < 0) rt::invalid(std::string(op) + ": num_tokens = " + std::to_string(num_tokens) + ", must be >= 0");
+  if (num_heads < 1) rt::invalid(std::string(op) + ": num_heads = " + std::to_string(num_heads) + ", must be >= 1");
+  if (head_dim < 1) rt::invalid(std::string(op) + ": head_dim = " + std::to_string(head_dim) + ", must be >= 1");
+}
+
+// Nothing to do: still honour the wait list and hand back an event when asked.
+void enqueue_marker(cl_command_queue q, const Enqueue& e) {
+  if (!e.event && e.num_wait == 0) return;
+  cl_event ev = nullptr;
+  rt::check_cl(clEnqueueMarkerWithWaitList(q, e.num_wait, e.wait, e.event ? &ev : nullptr),
+               "clEnqueueMarkerWithWaitList");
+  if (e.event) *e.event = ev;
+}
+
+}  // namespace
+}  // namespace ops
+
+void merge_state(const Context& ctx, const MergeStateArgs& a, const Enqueue& e) {
+  ops::check_dims(a.num_tokens, a.num_heads, a.head_dim, "merge_state");
+  ops::require_io_dtype(a.dtype, "merge_state dtype");
+  const size_t rows = size_t(a.num_tokens) * size_t(a.num_heads);
+  const std::string vshape = ops::shape_str({a.num_tokens, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype);
+  const std::string sshape = ops::shape_str({a.num_tokens, a.num_heads}) + " f32";
+  const size_t vbytes = rows * size_t(a.head_dim) * dtype_size(a.dtype), sbytes = rows * 4;
+  cl_command_queue q = ops::queue_of(ctx, e);
+  if (rows == 0) return ops::enqueue_marker(q, e);
+  ops::require_buffer(a.v_a, vbytes, "v_a", vshape);
+  ops::require_buffer(a.s_a, sbytes, "s_a", sshape);
+  ops::require_buffer(a.v_b, vbytes, "v_b", vshape);
+  ops::require_buffer(a.s_b, sbytes, "s_b", sshape);
+  ops::require_buffer(a.v_out, vbytes, "v_out", vshape);
+  if (a.s_out) ops::require_buffer(a.s_out, sbytes, "s_out", sshape);
+  auto& c = rt::impl(ctx);
+  auto mp = ops::merge_program(c);
+  rt::Kernel& k = mp.program->kernel("merge_state");
+  size_t gws = rows * mp.wg, lws = mp.wg;
+  cl_mem so = a.s_out ? a.s_out : a.s_a;  // never written when has_so == 0
+  k.launch(q, 1, &gws, &lws, e.num_wait, e.wait, e.event, a.v_a, a.s_a, a.v_b, a.s_b, a.v_out, so,
+           cl_int(a.s_out != nullptr), cl_int(a.head_dim), cl_int(a.dtype));
+}
+
+void merge_states(const Context& ctx, const MergeStatesArgs& a, const Enqueue& e) {
+  ops::check_dims(a.num_tokens, a.num_heads, a.head_dim, "merge_states");
+  if (a.num_states < 0) rt::invalid("merge_states: num_states = " + std::to_string(a.num_states) + ", must be >= 0");
+  ops::require_io_dtype(a.dtype, "merge_states dtype");
+  const size_t rows = size_t(a.num_tokens) * size_t(a.num_heads);
+  const size_t es = dtype_size(a.dtype);
+  cl_command_queue q = ops::queue_of(ctx, e);
+  if (rows == 0) return ops::enqueue_marker(q, e);
+  const size_t parts = rows * size_t(a.num_states);
+  if (a.num_states > 0) {
+    ops::require_buffer(a.v, parts * a.head_dim * es, "v",
+                        ops::shape_str({a.num_tokens, a.num_states, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype));
+    ops::require_buffer(a.s, parts * 4, "s", ops::shape_str({a.num_tokens, a.num_states, a.num_heads}) + " f32");
+  }
+  ops::require_buffer(a.v_out, rows * a.head_dim * es, "v_out",
+                      ops::shape_str({a.num_tokens, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype));
+  if (a.s_out) ops::require_buffer(a.s_out, rows * 4, "s_out", ops::shape_str({a.num_tokens, a.num_heads}) + " f32");
+  auto& c = rt::impl(ctx);
+  auto mp = ops::merge_program(c);
+  rt::Kernel& k = mp.program->kernel("merge_states");
+  size_t gws = rows * mp.wg, lws = mp.wg;
+  // With no parts, v and s are never read: bind v_out in their place.
+  cl_mem v = a.num_states > 0 ? a.v : a.v_out, s = a.num_states > 0 ? a.s : a.v_out;
+  cl_mem so = a.s_out ? a.s_out : a.v_out;
+  k.launch(q, 1, &gws, &lws, e.num_wait, e.wait, e.event, v, s, a.v_out, so, cl_int(a.s_out != nullptr),
+           cl_int(a.num_states), cl_int(a.num_heads), cl_int(a.head_dim), cl_int(a.dtype));
+}
+
+}  // namespace clattn

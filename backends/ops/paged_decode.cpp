@@ -1,0 +1,567 @@
+// Paged decode: plan (host: checks, metadata validation, split-K work list, kernel choice,
+// one non-blocking upload) and run (buffer-size checks, then enqueue only).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/ops/merge_state.hpp"
+#include "backends/ops/op_util.hpp"
+#include "backends/params/database.hpp"
+#include "backends/params/variants.hpp"
+#include "backends/planner/split_kv.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn {
+namespace detail {
+
+// Everything a run needs besides the caller's buffers. Owned by the plan (shared by its
+// copies); the destructor waits for the table upload before freeing its host source.
+struct DecodePlanState {
+  cl_mem table = nullptr;
+  std::vector<int32_t> host;  // source of the non-blocking upload
+  cl_event upload = nullptr;
+  std::shared_ptr<rt::Program> decode_prog, merge_prog;
+  rt::Kernel* decode_k = nullptr;
+  rt::Kernel* merge_k = nullptr;
+  size_t wg = 0, merge_wg = 0;
+  int work_off = 0, merge_off = 0;
+  int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
+  float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
+  int64_t lse_off_floats = 0;
+
+  DecodePlanState() = default;
+  DecodePlanState(const DecodePlanState&) = delete;
+  DecodePlanState& operator=(const DecodePlanState&) = delete;
+  ~DecodePlanState() {
+    if (upload) {
+      clWaitForEvents(1, &upload);
+      clReleaseEvent(upload);
+    }
+    if (table) clReleaseMemObject(table);
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::DecodePlanState;
+
+constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
+constexpr int64_t kPlanVersion = 1;
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+int pow2_ceil(int64_t x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+int log2_int(int x) {
+  int l = 0;
+  while ((1 << l) < x) ++l;
+  return l;
+}
+
+const char* kv_key(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    default: return "fp8";
+  }
+}
+
+bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
+
+// KTile parameters of one decode kernel build.
+struct KTile {
+  int wg = 128, tpt = 8, gmax = 4, unroll = 4, load_bytes = 16, early_v = 1;
+  bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
+  int n_hblk = 1;
+  std::string source;     // parameter source, for logs
+};
+
+struct SplitParams {
+  int wgs_per_cu = 4, min_chunk = 256, max_splits = 64, det_chunk = 1024;
+};
+
+int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
+  auto it = over.find(name);
+  return it != over.end() ? it->second : e.get(name);
+}
+
+// Chooses the tile from the parameter entry (with overrides) for this shape.
+KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const std::map<std::string, int>& over,
+                 SplitParams* sp) {
+  params::Entry e = params::lookup(prof, "decode", kv_key(c.dtype));
+  KTile t;
+  t.source = e.source;
+  t.wg = param(e, over, "WG");
+  t.unroll = std::max(1, param(e, over, "UNROLL"));
+  t.early_v = param(e, over, "EARLY_V") ? 1 : 0;
+  t.ptx_shfl = param(e, over, "PTX_SHFL") != 0;
+  const int qregs = std::max(1, param(e, over, "QREGS"));
+  const int gcap = std::clamp(param(e, over, "GMAX_CAP"), 1, 16);
+  sp->wgs_per_cu = std::max(1, param(e, over, "WGS_PER_CU"));
+  sp->min_chunk = std::max(1, param(e, over, "MIN_CHUNK"));
+  sp->max_splits = std::max(1, param(e, over, "MAX_SPLITS"));
+  sp->det_chunk = std::max(1, param(e, over, "DET_CHUNK"));
+
+  if (!is_pow2(t.wg) || t.wg < 1) rt::invalid("decode parameter WG = " + std::to_string(t.wg) + " is not a power of two");
+  t.wg = int(std::min<size_t>(size_t(t.wg), prof.max_work_group_size ? prof.max_work_group_size : size_t(t.wg)));
+
+  // Widest load that keeps every row aligned: rows start at multiples of the strides.
+  const int64_t es = int64_t(dtype_size(c.dtype));
+  int lb = param(e, over, "LOAD_BYTES");
+  if (lb != 16 && lb != 8 && lb != 4) rt::invalid("decode parameter LOAD_BYTES must be 4, 8 or 16");
+  auto aligned = [&](int b) {
+    return (c.page_stride() * es) % b == 0 && (c.token_stride() * es) % b == 0 && (c.head_stride() * es) % b == 0 &&
+           (int64_t(c.head_dim) * es) % b == 0;
+  };
+  while (lb > 4 && !aligned(lb)) lb /= 2;
+  if (!aligned(lb))
+    throw Error(Status::Unsupported, "paged cache strides (" + std::to_string(c.page_stride()) + ", " +
+                                         std::to_string(c.token_stride()) + ", " + std::to_string(c.head_stride()) +
+                                         " elements of " + dtype_name(c.dtype) + ") must be multiples of 4 bytes");
+  t.load_bytes = lb;
+  const int vec = int(lb / es);
+  const int nchunk = c.head_dim / vec;
+
+  const int gb = std::min(pow2_ceil(group), gcap);
+  const int tpt_max = std::min({pow2_ceil(nchunk), 32, t.wg});
+  int tpt = pow2_ceil((int64_t(gb) * c.head_dim + qregs - 1) / qregs);
+  auto over_tpt = over.find("TPT");
+  if (over_tpt != over.end()) tpt = over_tpt->second;
+  t.tpt = std::clamp(tpt, 1, tpt_max);
+  if (!is_pow2(t.tpt)) rt::invalid("decode parameter TPT = " + std::to_string(t.tpt) + " is not a power of two");
+  const int el = vec * ((nchunk + t.tpt - 1) / t.tpt);
+  t.gmax = gb;
+  while (t.gmax > 1 && t.gmax * el > qregs) t.gmax /= 2;
+  auto over_g = over.find("GMAX");
+  if (over_g != over.end()) t.gmax = std::clamp(over_g->second, 1, 16);
+  t.n_hblk = (group + t.gmax - 1) / t.gmax;
+  return t;
+}
+
+// Local memory the kernel declares (mirrors LMEM_FLOATS in paged_decode.cl).
+size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
+  size_t nslot = size_t(t.wg / t.tpt);
+  size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
+  size_t merge = nslot * head_dim + 2 * nslot * t.gmax;
+  return std::max(scr, merge) * 4;
+}
+
+std::string build_options(const KTile& t, const PagedKV& c, bool shfl) {
+  std::map<std::string, std::string> d = {
+      {"HEAD_DIM", std::to_string(c.head_dim)}, {"KV_DT", std::to_string(int(c.dtype))},
+      {"GMAX", std::to_string(t.gmax)},         {"TPT", std::to_string(t.tpt)},
+      {"WGSIZE", std::to_string(t.wg)},         {"UNROLL", std::to_string(t.unroll)},
+      {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
+      {"USE_PTX_SHFL", shfl ? "1" : "0"}};
+  return rt::make_options(d);
+}
+
+// Per-request key ranges in list coordinates, and where their page ids start.
+struct Requests {
+  std::vector<int32_t> begin, end, page_base, tok_off;
+  int64_t page_ids_needed = 0;
+};
+
+void apply_window(Requests& r, int window_left) {
+  for (size_t i = 0; i < r.end.size(); ++i)
+    r.begin[i] = window_left >= 0 ? std::max(0, r.end[i] - 1 - window_left) : 0;
+}
+
+Requests requests_from_csr(const PagedCsr& csr, const PagedKV& cache, const DecodeOptions& opt) {
+  if (csr.page_size != cache.page_size)
+    rt::invalid("csr.page_size = " + std::to_string(csr.page_size) + " != cache.page_size = " +
+                std::to_string(cache.page_size));
+  const int B = csr.batch_size();
+  if (csr.kv_indptr.size() != size_t(B) + 1)
+    rt::invalid("kv_indptr: " + std::to_string(csr.kv_indptr.size()) + " entries, needs batch_size + 1 = " +
+                std::to_string(B + 1) + " (batch_size from kv_last_page_len)");
+  if (!csr.kv_start_offset.empty() && csr.kv_start_offset.size() != size_t(B))
+    rt::invalid("kv_start_offset: " + std::to_string(csr.kv_start_offset.size()) + " entries, needs " +
+                std::to_string(B));
+  if (!csr.qo_indptr.empty()) {
+    if (csr.qo_indptr.size() != size_t(B) + 1)
+      rt::invalid("qo_indptr: " + std::to_string(csr.qo_indptr.size()) + " entries, needs " + std::to_string(B + 1));
+    for (int i = 0; i < B; ++i)
+      if (csr.qo_indptr[i + 1] - csr.qo_indptr[i] != 1)
+        rt::invalid("qo_indptr: request " + std::to_string(i) + " has " +
+                    std::to_string(csr.qo_indptr[i + 1] - csr.qo_indptr[i]) +
+                    " query rows; decode takes exactly one per request");
+  }
+  if (opt.validate) {
+    validate(csr, CacheShape{cache.num_pages, cache.page_size}, nullptr);
+  } else {  // O(B) shape checks that keep the host and the kernel's page-id reads in bounds
+    if (B > 0 && csr.kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + std::to_string(csr.kv_indptr[0]) + ", must be 0");
+    for (int i = 0; i < B; ++i) {
+      if (csr.kv_indptr[i + 1] < csr.kv_indptr[i])
+        rt::invalid("kv_indptr[" + std::to_string(i + 1) + "] = " + std::to_string(csr.kv_indptr[i + 1]) +
+                    " < kv_indptr[" + std::to_string(i) + "]");
+      if (csr.num_pages(i) > 0 && (csr.kv_last_page_len[i] < 1 || csr.kv_last_page_len[i] > csr.page_size))
+        rt::invalid("kv_last_page_len[" + std::to_string(i) + "] = " + std::to_string(csr.kv_last_page_len[i]) +
+                    ", must be in 1.." + std::to_string(csr.page_size));
+      if (csr.kv_len(i) < 0) rt::invalid("request " + std::to_string(i) + ": kv_start_offset past its keys");
+    }
+  }
+  Requests r;
+  r.begin.resize(B), r.end.resize(B), r.page_base.resize(B), r.tok_off.resize(B);
+  for (int i = 0; i < B; ++i) {
+    r.end[i] = csr.kv_len(i);
+    r.page_base[i] = csr.kv_indptr[i];
+    r.tok_off[i] = csr.kv_start_offset.empty() || csr.num_pages(i) <= 0 ? 0 : csr.kv_start_offset[i];
+  }
+  r.page_ids_needed = B ? csr.kv_indptr[B] : 0;
+  apply_window(r, opt.window_left);
+  return r;
+}
+
+Requests requests_from_table(const PageTable& t, const PagedKV& cache, const DecodeOptions& opt) {
+  if (t.page_size != cache.page_size)
+    rt::invalid("page_table.page_size = " + std::to_string(t.page_size) + " != cache.page_size = " +
+                std::to_string(cache.page_size));
+  const int B = t.batch_size();
+  if (t.max_pages < 0) rt::invalid("page_table.max_pages = " + std::to_string(t.max_pages) + ", must be >= 0");
+  if (opt.validate) {
+    validate(t, CacheShape{cache.num_pages, cache.page_size});
+  } else {
+    for (int i = 0; i < B; ++i) {
+      if (t.seq_lens[i] < 0) rt::invalid("seq_lens[" + std::to_string(i) + "] = " + std::to_string(t.seq_lens[i]));
+      if ((int64_t(t.seq_lens[i]) + t.page_size - 1) / t.page_size > t.max_pages)
+        rt::invalid("seq_lens[" + std::to_string(i) + "] = " + std::to_string(t.seq_lens[i]) + " needs more than " +
+                    std::to_string(t.max_pages) + " pages (max_pages)");
+    }
+  }
+  if (!t.cu_seqlens_q.empty()) {
+    for (int i = 0; i < B && size_t(i) + 1 < t.cu_seqlens_q.size(); ++i)
+      if (t.cu_seqlens_q[i + 1] - t.cu_seqlens_q[i] != 1)
+        rt::invalid("cu_seqlens_q: request " + std::to_string(i) + " has " +
+                    std::to_string(t.cu_seqlens_q[i + 1] - t.cu_seqlens_q[i]) +
+                    " query rows; decode takes exactly one per request");
+  }
+  Requests r;
+  r.begin.resize(B), r.end.resize(B), r.page_base.resize(B), r.tok_off.assign(B, 0);
+  for (int i = 0; i < B; ++i) {
+    r.end[i] = t.seq_lens[i];
+    r.page_base[i] = int32_t(int64_t(i) * t.max_pages);
+  }
+  r.page_ids_needed = int64_t(B) * t.max_pages;
+  apply_window(r, opt.window_left);
+  return r;
+}
+
+void check_options(const PagedKV& cache, const DecodeOptions& opt) {
+  ops::check_paged_kv(cache, "cache");
+  if (!supported_head_dim(cache.head_dim))
+    throw Error(Status::Unsupported, "cache.head_dim = " + std::to_string(cache.head_dim) +
+                                         " unsupported (64, 80, 96, 128, 192, 256)");
+  if (!is_pow2(cache.page_size) || cache.page_size > 256)
+    throw Error(Status::Unsupported, "cache.page_size = " + std::to_string(cache.page_size) +
+                                         " unsupported (powers of two 1..256: 1, 8, 16, 32, 64, 128 tested)");
+  if (opt.num_qo_heads < 1)
+    rt::invalid("num_qo_heads = " + std::to_string(opt.num_qo_heads) + ", must be >= 1");
+  if (opt.num_qo_heads % cache.num_kv_heads != 0)
+    rt::invalid("num_qo_heads = " + std::to_string(opt.num_qo_heads) + " is not a multiple of num_kv_heads = " +
+                std::to_string(cache.num_kv_heads));
+  ops::require_io_dtype(opt.q_dtype, "q_dtype");
+  ops::require_io_dtype(opt.o_dtype, "o_dtype");
+  if (!std::isfinite(opt.sm_scale)) rt::invalid("sm_scale is not finite");
+  if (!(opt.logits_soft_cap >= 0.0f) || !std::isfinite(opt.logits_soft_cap))
+    rt::invalid("logits_soft_cap = " + std::to_string(opt.logits_soft_cap) + ", must be >= 0 and finite");
+  if (opt.window_left < -1) rt::invalid("window_left = " + std::to_string(opt.window_left) + ", must be >= -1");
+  if (opt.max_splits < 0) rt::invalid("max_splits = " + std::to_string(opt.max_splits) + ", must be >= 0");
+  if (opt.split_tokens < 0) rt::invalid("split_tokens = " + std::to_string(opt.split_tokens) + ", must be >= 0");
+}
+
+// Builds the kernels of `tile` (NVIDIA shfl variant first when the parameters ask for it
+// and the device can run it; the local-memory butterfly otherwise or if it fails to build).
+void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cache, DecodePlanState& st,
+                   DecodePlan& plan) {
+  std::vector<ops::Candidate> cands;
+  if (tile.ptx_shfl && tile.tpt > 1) {
+    std::string why;
+    if (params::variant_available(c.profile, "nv_ptx_shfl", &why))
+      cands.push_back({"nv_ptx_shfl", build_options(tile, cache, true)});
+    else
+      rt::log().debug("decode: nv_ptx_shfl not available ({}); using the generic local-memory butterfly", why);
+  }
+  cands.push_back({"generic", build_options(tile, cache, false)});
+  for (size_t i = 0; i < cands.size(); ++i) {
+    bool shfl = cands[i].variant == "nv_ptx_shfl";
+    size_t lb = local_bytes(tile, cache.head_dim, shfl);
+    if (c.profile.local_mem_bytes && lb > c.profile.local_mem_bytes)
+      throw Error(Status::Unsupported, "decode tile (WG " + std::to_string(tile.wg) + ", TPT " +
+                                           std::to_string(tile.tpt) + ", GMAX " + std::to_string(tile.gmax) +
+                                           ") needs " + std::to_string(lb) + " bytes of local memory, device has " +
+                                           std::to_string(c.profile.local_mem_bytes));
+  }
+  ops::Chosen ch = ops::build_first(c, "paged_decode.cl", cands, "decode");
+  st.decode_prog = ch.program;
+  st.decode_k = &ch.program->kernel("paged_decode");
+  size_t kmax = st.decode_k->max_work_group_size(c.device);
+  if (kmax < size_t(tile.wg))
+    throw Error(Status::Unsupported, "decode kernel allows " + std::to_string(kmax) + " work-items per group, tile needs " +
+                                         std::to_string(tile.wg));
+  plan.variant = ch.variant;
+  plan.kernel_options = ch.options;
+  auto mp = ops::merge_program(c);
+  st.merge_prog = mp.program;
+  st.merge_wg = mp.wg;
+  st.merge_k = &mp.program->kernel("merge_partials");
+}
+
+void upload(detail::ContextImpl& c, DecodePlanState& st, cl_command_queue q) {
+  if (st.host.empty()) st.host.assign(8, 0);  // keep a valid buffer to bind
+  cl_int err = CL_SUCCESS;
+  size_t bytes = st.host.size() * sizeof(int32_t);
+  st.table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
+  rt::check_cl(err, "clCreateBuffer", "decode plan table (" + std::to_string(bytes) + " bytes)");
+  rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, st.table, CL_FALSE, 0, bytes, st.host.data(), 0, nullptr,
+                                    &st.upload),
+               "clEnqueueWriteBuffer", "decode plan table");
+}
+
+void fill_scales(DecodePlanState& st, const PagedKV& cache, const DecodeOptions& opt) {
+  const float sm = opt.sm_scale != 0.0f ? opt.sm_scale : 1.0f / std::sqrt(float(cache.head_dim));
+  const float log2e = 1.4426950408889634f;
+  if (opt.logits_soft_cap > 0.0f) {
+    st.q_scale = sm;
+    st.cap_log2 = opt.logits_soft_cap * log2e;
+    st.inv_cap = 1.0f / opt.logits_soft_cap;
+  } else {
+    st.q_scale = sm * log2e;
+    st.cap_log2 = 0.0f;
+    st.inv_cap = 0.0f;
+  }
+}
+
+DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, const PagedKV& cache,
+                     const DecodeOptions& opt, cl_command_queue queue) {
+  auto& c = rt::impl(ctx);
+  const int B = int(r.end.size());
+  const int group = opt.num_qo_heads / cache.num_kv_heads;
+  SplitParams sp;
+  KTile tile = choose_tile(c.profile, cache, group, opt.params, &sp);
+
+  planner::SplitKVConfig cfg;
+  cfg.units_per_item = int64_t(cache.num_kv_heads) * tile.n_hblk;
+  cfg.max_concurrent = int64_t(std::max(1u, c.profile.compute_units)) * sp.wgs_per_cu;
+  cfg.min_chunk = sp.min_chunk;
+  cfg.max_splits = opt.max_splits ? opt.max_splits : sp.max_splits;
+  cfg.align = std::max(16, (tile.wg / tile.tpt) * tile.unroll);
+  cfg.deterministic = opt.deterministic;
+  cfg.fixed_chunk = opt.split_tokens ? opt.split_tokens : sp.det_chunk;
+  planner::SplitKVPlan sk = planner::plan_split_kv(r.begin.data(), r.end.data(), B, cfg);
+  planner::WorkspaceLayout ws = planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim);
+
+  auto st = std::make_shared<DecodePlanState>();
+  DecodePlan plan;
+  plan.batch_size = B;
+  plan.num_qo_heads = opt.num_qo_heads;
+  plan.num_kv_heads = cache.num_kv_heads;
+  plan.head_dim = cache.head_dim;
+  plan.page_size = cache.page_size;
+  plan.cache = cache;
+  plan.q_dtype = opt.q_dtype;
+  plan.o_dtype = opt.o_dtype;
+  plan.page_table = page_table;
+  plan.page_ids_needed = r.page_ids_needed;
+  plan.num_work = int(sk.work.size());
+  plan.num_partials = sk.num_partials;
+  plan.num_merges = int(sk.merges.size());
+  plan.chunk_tokens = sk.chunk;
+  plan.workspace_bytes = ws.bytes;
+
+  st->group = group;
+  st->gmax = tile.gmax;
+  st->n_hblk = tile.n_hblk;
+  st->wg = size_t(tile.wg);
+  st->log2_page = log2_int(cache.page_size);
+  st->lse_off_floats = ws.lse_offset_bytes / 4;
+  fill_scales(*st, cache, opt);
+  st->work_off = 0;
+  st->merge_off = 8 * plan.num_work;
+  st->host.resize(size_t(8) * plan.num_work + size_t(4) * plan.num_merges);
+  for (int w = 0; w < plan.num_work; ++w) {
+    const auto& it = sk.work[size_t(w)];
+    int32_t* e = &st->host[size_t(8) * w];
+    e[0] = it.req, e[1] = it.begin, e[2] = it.end, e[3] = it.part;
+    e[4] = r.page_base[size_t(it.req)], e[5] = r.tok_off[size_t(it.req)], e[6] = 0, e[7] = 0;
+  }
+  for (int m = 0; m < plan.num_merges; ++m) {
+    const auto& it = sk.merges[size_t(m)];
+    int32_t* e = &st->host[size_t(st->merge_off) + size_t(4) * m];
+    e[0] = it.req, e[1] = it.first, e[2] = it.count, e[3] = 0;
+  }
+
+  build_kernels(c, tile, cache, *st, plan);
+  upload(c, *st, queue);
+  rt::log().debug(
+      "decode plan: B={} Hq={} Hkv={} D={} P={} kv={} variant={} WG={} TPT={} GMAX={} x{} UNROLL={} LOAD={} "
+      "EARLY_V={} ({}); {} work items, chunk {}, {} partials, {} merges, workspace {} B",
+      B, opt.num_qo_heads, cache.num_kv_heads, cache.head_dim, cache.page_size, dtype_name(cache.dtype), plan.variant,
+      tile.wg, tile.tpt, tile.gmax, tile.n_hblk, tile.unroll, tile.load_bytes, tile.early_v, tile.source,
+      plan.num_work, plan.chunk_tokens, plan.num_partials, plan.num_merges, plan.workspace_bytes);
+  plan.state_ = st;
+  plan.tile = {tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.early_v, tile.n_hblk};
+  return plan;
+}
+
+}  // namespace
+
+DecodePlan decode_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& cache, const DecodeOptions& opt,
+                       cl_command_queue queue) {
+  check_options(cache, opt);
+  Requests r = requests_from_csr(csr, cache, opt);
+  return make_plan(ctx, r, false, cache, opt, queue);
+}
+
+DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const DecodeOptions& opt,
+                       cl_command_queue queue) {
+  check_options(cache, opt);
+  if (table.page_table.size() < size_t(table.batch_size()) * size_t(std::max(0, table.max_pages)))
+    rt::invalid("page_table: " + std::to_string(table.page_table.size()) + " entries, needs batch_size x max_pages = " +
+                std::to_string(int64_t(table.batch_size()) * table.max_pages));
+  Requests r = requests_from_table(table, cache, opt);
+  return make_plan(ctx, r, true, cache, opt, queue);
+}
+
+void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers& b, const Enqueue& e) {
+  const DecodePlanState* st = plan.state_.get();
+  if (!st) rt::invalid("decode_run: empty plan (make one with decode_plan)");
+  if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
+    rt::invalid("decode_run: k_scale/v_scale must be finite and > 0 (got " + std::to_string(b.k_scale) + ", " +
+                std::to_string(b.v_scale) + ")");
+  const int B = plan.batch_size, Hq = plan.num_qo_heads, D = plan.head_dim;
+  cl_command_queue q = ops::queue_of(ctx, e);
+  const size_t rows = size_t(B) * size_t(Hq);
+  if (B > 0) {
+    ops::require_buffer(b.q, rows * D * dtype_size(plan.q_dtype), "q",
+                        ops::shape_str({B, Hq, D}) + " " + dtype_name(plan.q_dtype));
+    ops::require_buffer(b.o, rows * D * dtype_size(plan.o_dtype), "o",
+                        ops::shape_str({B, Hq, D}) + " " + dtype_name(plan.o_dtype));
+    if (b.lse) ops::require_buffer(b.lse, rows * 4, "lse", ops::shape_str({B, Hq}) + " f32");
+    const std::string cshape = "paged cache " +
+                               ops::shape_str({plan.cache.num_pages, plan.cache.page_size, plan.num_kv_heads, D}) +
+                               " " + dtype_name(plan.cache.dtype);
+    if (plan.cache.num_pages > 0) {
+      ops::require_buffer(b.k_cache, size_t(plan.cache.required_bytes()), "k_cache", cshape);
+      ops::require_buffer(b.v_cache, size_t(plan.cache.required_bytes()), "v_cache", cshape);
+    }
+    if (plan.page_ids_needed > 0)
+      ops::require_buffer(b.page_ids, size_t(plan.page_ids_needed) * 4, "page_ids",
+                          std::string(plan.page_table ? "page_table " : "kv_indices ") +
+                              ops::shape_str({plan.page_ids_needed}) + " i32");
+    if (plan.workspace_bytes > 0)
+      ops::require_buffer(b.workspace, size_t(plan.workspace_bytes), "workspace",
+                          std::to_string(plan.num_partials) + " partial states of " + ops::shape_str({Hq, D}) + " f32");
+    if (b.sinks) ops::require_buffer(b.sinks, size_t(Hq) * 4, "sinks", ops::shape_str({Hq}) + " f32");
+  }
+  ops::WaitList wl(e, st->upload);
+  if (plan.num_work == 0) {
+    cl_event ev = nullptr;
+    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
+                 "clEnqueueMarkerWithWaitList");
+    if (e.event) *e.event = ev;
+    return;
+  }
+  // Unused optional buffers are bound to the plan's table (never read or written).
+  cl_mem dummy = st->table;
+  cl_mem k_cache = b.k_cache ? b.k_cache : dummy, v_cache = b.v_cache ? b.v_cache : dummy;
+  cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
+  cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
+  cl_mem ws = plan.workspace_bytes > 0 ? b.workspace : dummy;
+  const bool merge = plan.num_merges > 0;
+  size_t gws[2] = {size_t(plan.num_work) * st->wg, size_t(plan.num_kv_heads) * size_t(st->n_hblk)};
+  size_t lws[2] = {st->wg, 1};
+  cl_event ev1 = nullptr;
+  st->decode_k->launch(q, 2, gws, lws, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr, b.q,
+                       cl_int(plan.q_dtype), k_cache, v_cache, page_ids, st->table, cl_int(st->work_off), b.o,
+                       cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), sinks,
+                       cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(st->group), cl_int(st->n_hblk),
+                       cl_long(plan.cache.page_stride()), cl_long(plan.cache.token_stride()),
+                       cl_long(plan.cache.head_stride()), cl_int(st->log2_page), cl_float(st->q_scale * b.k_scale),
+                       cl_float(st->cap_log2), cl_float(st->inv_cap), cl_float(b.v_scale));
+  if (!merge) {
+    if (e.event) *e.event = ev1;
+    return;
+  }
+  size_t mg[2] = {size_t(plan.num_merges) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
+  try {
+    st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
+                        cl_ulong(st->lse_off_floats), b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), sinks,
+                        cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(D));
+  } catch (...) {
+    clReleaseEvent(ev1);
+    throw;
+  }
+  clReleaseEvent(ev1);
+}
+
+// ---- plain-data form ----
+std::vector<int64_t> DecodePlan::to_vector() const {
+  if (!state_) rt::invalid("DecodePlan::to_vector: empty plan");
+  const DecodePlanState& st = *state_;
+  auto fbits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return int64_t(u);
+  };
+  std::vector<int64_t> v = {kPlanMagic, kPlanVersion, batch_size, num_qo_heads, num_kv_heads, head_dim, page_size,
+                            page_table, page_ids_needed, int64_t(q_dtype), int64_t(o_dtype), cache.num_pages,
+                            int64_t(cache.layout), int64_t(cache.dtype), cache.page_stride(), cache.token_stride(),
+                            cache.head_stride(), num_work, num_partials, num_merges, chunk_tokens, workspace_bytes,
+                            tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.early_v,
+                            tile.head_blocks, variant == "nv_ptx_shfl", st.group, st.log2_page, fbits(st.q_scale),
+                            fbits(st.cap_log2), fbits(st.inv_cap), st.lse_off_floats, st.work_off, st.merge_off,
+                            int64_t(st.host.size())};
+  v.insert(v.end(), st.host.begin(), st.host.end());
+  return v;
+}
+
+DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue) {
+  constexpr size_t kHeader = 39;
+  if (v.size() < kHeader || v[0] != kPlanMagic || v[1] != kPlanVersion)
+    rt::invalid("DecodePlan::from_vector: not a decode plan vector (magic/version mismatch)");
+  auto fval = [](int64_t x) {
+    uint32_t u = uint32_t(x);
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  size_t i = 2;
+  DecodePlan p;
+  p.batch_size = int(v[i++]), p.num_qo_heads = int(v[i++]), p.num_kv_heads = int(v[i++]), p.head_dim = int(v[i++]);
+  p.page_size = int(v[i++]), p.page_table = v[i++] != 0, p.page_ids_needed = v[i++];
+  p.q_dtype = DType(v[i++]), p.o_dtype = DType(v[i++]);
+  p.cache.num_pages = int(v[i++]), p.cache.layout = KVLayout(v[i++]), p.cache.dtype = DType(v[i++]);
+  p.cache.stride_page = v[i++], p.cache.stride_token = v[i++], p.cache.stride_head = v[i++];
+  p.cache.page_size = p.page_size, p.cache.num_kv_heads = p.num_kv_heads, p.cache.head_dim = p.head_dim;
+  p.num_work = int(v[i++]), p.num_partials = int(v[i++]), p.num_merges = int(v[i++]), p.chunk_tokens = int(v[i++]);
+  p.workspace_bytes = v[i++];
+  KTile t;
+  t.wg = int(v[i++]), t.tpt = int(v[i++]), t.gmax = int(v[i++]), t.unroll = int(v[i++]), t.load_bytes = int(v[i++]);
+  t.early_v = int(v[i++]), t.n_hblk = int(v[i++]);
+  t.ptx_shfl = v[i++] != 0;
+  auto st = std::make_shared<DecodePlanState>();
+  st->group = int(v[i++]), st->log2_page = int(v[i++]);
+  st->q_scale = fval(v[i++]), st->cap_log2 = fval(v[i++]), st->inv_cap = fval(v[i++]);
+  st->lse_off_floats = v[i++], st->work_off = int(v[i++]), st->merge_off = int(v[i++]);
+  const int64_t n = v[i++];
+  if (i != kHeader || n < 0 || v.size() != kHeader + size_t(n))
+    rt::invalid("DecodePlan::from_vector: table length does not match the vector");
+  ops::check_paged_kv(p.cache, "plan cache");
+  st->host.reserve(size_t(n));
+  for (int64_t k = 0; k < n; ++k) st->host.push_back(int32_t(v[kHeader + size_t(k)]));
+  st->gmax = t.gmax, st->n_hblk = t.n_hblk, st->wg = size_t(t.wg);
+  auto& c = rt::impl(ctx);
+  build_kernels(c, t, p.cache, *st, p);
+  upload(c, *st, queue);
+  p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.early_v, t.n_hblk};
+  p.state_ = st;
+  return p;
+}
+
+}  // namespace clattn

@@ -1,0 +1,48 @@
+// extend / prefill parameters: generic, vendor rows. Each says where its numbers come from
+// and which kernel variant they select. Keys: "d128" (head_dim <= 128), "d256" (192, 256);
+// "*" rows apply to both.
+//
+// Portable kernel (variant "generic", cl_kernels/extend.cl):
+//   WG    work-items per group
+//   ROWS  packed query rows (tokens x GQA group) per group; WG / ROWS lanes share a row
+//   KEYS  keys per step; local memory = (ROWS*D + KEYS*(D+1) + ROWS*KEYS) floats + KEYS
+//         longs (the dispatcher halves KEYS, then ROWS, while it exceeds the device's)
+// Tensor-core kernel (variant "nv_mma_sync", cl_kernels/extend_mma_nv.cl):
+//   MMA        1: prefer the tensor-core kernel where variant_available() says the device
+//              runs it (NVIDIA inline PTX, compute capability >= 8.0), else generic (logged)
+//   MMA_WARPS  warps per group, 16 packed query rows each (FlashAttention-2 layout)
+//   MMA_KEYS   keys per step; K and V tiles of MMA_KEYS x (D + 8) halves each, double
+//              buffered when MMA_DBUF = 1 and that fits in local memory
+#include "backends/params/database.hpp"
+
+namespace clattn::params {
+const std::vector<Row>& rows_extend() {
+  static const std::vector<Row> rows = {
+      {"extend", Level::Generic, "", "*",
+       {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_DBUF", 1}},
+       "variant generic: 128 work-items (4 warps / 2 wave64), 16 rows x 8 lanes, 32-key steps: 27 KB of local "
+       "memory at D=128, inside OpenCL's 32 KB minimum; not tuned"},
+      {"extend", Level::Generic, "", "d256", {{"KEYS", 16}, {"MMA_KEYS", 32}},
+       "variant generic: 16-key steps keep D=256 at 34 KB of local memory (48 KB on NVIDIA, 64 KB on AMD/Intel)"},
+      {"extend", Level::Vendor, "nvidia", "*",
+       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_DBUF", 0}},
+       "variant nv_mma_sync: FlashAttention-2 (Dao 2023) layout, 4 warps x 16 rows, 64-key K/V tiles = 34 KB "
+       "at D=128 within the 48 KB OpenCL local limit (DEVICE.md); mma.sync m16n8k16 f32 accumulate "
+       "(PTX ISA 8.x, warp-level matrix fragments). Generic fallback: 32 rows x 4 lanes, 37 KB"},
+      {"extend", Level::Vendor, "nvidia", "d256", {{"ROWS", 16}, {"KEYS", 16}, {"MMA_KEYS", 32}},
+       "variant nv_mma_sync: 32-key K/V tiles keep D=256 at 34 KB of local memory"},
+      {"extend", Level::Vendor, "amd", "*", {{"WG", 256}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 0}},
+       "variant generic: 4 x wave64 per group, 32 rows x 8 lanes; 37 KB of the 64 KB LDS at D=128 (AMD CDNA3 ISA, "
+       "LDS size); not tuned on hardware"},
+      {"extend", Level::Vendor, "amd", "d256", {{"ROWS", 16}, {"KEYS", 16}},
+       "variant generic: 16 x 16 lanes keeps D=256 under 34 KB of LDS"},
+      {"extend", Level::Vendor, "intel", "*", {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}},
+       "variant generic: 8 x SIMD16 per group; 27 KB of SLM at D=128 (oneAPI GPU optimization guide, SLM 64 KB "
+       "per Xe-core); not tuned on hardware"},
+      {"extend", Level::Vendor, "cpu", "*", {{"WG", 16}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}},
+       "variant generic: PoCL runs a group as one vectorised loop, so one lane per row (no redundant row "
+       "reductions) and 16 rows = one AVX-512 float vector (PoCL pthread device docs); not tuned"},
+  };
+  return rows;
+}
+}  // namespace clattn::params

@@ -1,0 +1,53 @@
+// linear attention parameters (GDN / simple GLA, cl_kernels/linear_common.clh). Each row
+// says where its numbers come from. No row is tuned yet: `clattn-bench linear` gives the
+// numbers to tune against.
+//
+// linear_decode: DEC_DVT x DEC_ROWS work-items per (request, v-head, Dv slice); a work-item
+//   holds Dk / DEC_ROWS state values of one column in registers. DEC_DVT is the width of
+//   one coalesced row segment (a multiple of the SIMD width); DEC_ROWS splits the key dim.
+// linear_prefill: PF_C tokens per chunk, PF_DVT state columns per work-group (more slices
+//   = more work-groups for small batches, but the C x C products are repeated per slice),
+//   PF_WG work-items. The host shrinks PF_DVT, then PF_C, to fit local memory.
+#include "backends/params/database.hpp"
+
+namespace clattn::params {
+const std::vector<Row>& rows_linear() {
+  static const std::vector<Row> rows = {
+      {"linear_decode", Level::Generic, "", "*", {{"DEC_DVT", 32}, {"DEC_ROWS", 4}},
+       "128 work-items: 32 consecutive f32 state columns = one 128-byte segment per row, 4 row groups "
+       "(32 state registers per work-item at Dk=128); below every listed driver's work-group limit"},
+      {"linear_decode", Level::Vendor, "nvidia", "*", {{"DEC_DVT", 32}, {"DEC_ROWS", 4}},
+       "one warp (32) spans a 128-byte row segment; 4 warps per block keep the SM's 4 schedulers busy "
+       "(CUDA C++ Best Practices Guide, coalescing and execution configuration); B*H*Dv/32 = 16384 blocks "
+       "at the issue's B=256,H=16,Dv=128"},
+      {"linear_decode", Level::Vendor, "amd", "*", {{"DEC_DVT", 64}, {"DEC_ROWS", 4}},
+       "wave64 spans one row segment of 64 columns; 4 waves per work-group, one per SIMD of a CU "
+       "(AMD GCN/CDNA ISA guide, wavefront size 64)"},
+      {"linear_decode", Level::Vendor, "intel", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 8}},
+       "SIMD16 spans 16 columns (64 bytes); 8 row groups = 128 work-items "
+       "(Intel oneAPI GPU optimization guide, sub-groups and thread mapping)"},
+      {"linear_decode", Level::Vendor, "cpu", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 4}},
+       "PoCL vectorises across dim 0: 16 f32 = one AVX-512 vector; 4 row groups keep the per-group barrier "
+       "loops short (PoCL pthread device docs)"},
+
+      {"linear_prefill", Level::Generic, "", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}, {"PF_DKT", 32}},
+       "chunk 64 is FLA's default for chunk_gated_delta_rule / chunk_simple_gla (fla/ops/common/chunk_*.py "
+       "BT=64); 16 state columns per work-group keeps local memory (S 128x16 + A 64x65 + D 64x16 + K/Q tiles "
+       "2 x 64x33 f32 = 46 KiB) under 48 KiB at Dk=128 (the host halves the slice at Dk=256); K/Q tiles of 32 "
+       "dims = 64-byte bf16 row segments; 128 work-items = 4 warps / 2 wave64"},
+      {"linear_prefill", Level::Vendor, "nvidia", "*", {{"PF_C", 32}, {"PF_DVT", 32}, {"PF_WG", 256}},
+       "measured with clattn-bench linear on an H100 (NVIDIA OpenCL, driver 580, B=8x4096 H=16 Dk=Dv=128 bf16): "
+       "C=32/DVT=32 22.1 ms vs C=64/DVT=16 51.4 ms (GDN), 14.3 vs 29.9 ms (GLA): half the chunk halves the "
+       "repeated C x C work and the sequential substitution; 48 KiB shared memory per block without opt-in "
+       "(CUDA programming guide, cc 9.0); 8 warps per block. Hand sweep of 5 points, not a tuner run"},
+      {"linear_prefill", Level::Vendor, "amd", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 256}},
+       "chunk 64 (FLA default); 64 KiB LDS per CU (AMD CDNA ISA guide); 4 x wave64"},
+      {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}},
+       "chunk 64 (FLA default); 64 KiB SLM per Xe core (Intel oneAPI GPU optimization guide); 8 x SIMD16"},
+      {"linear_prefill", Level::Vendor, "cpu", "*", {{"PF_C", 32}, {"PF_DVT", 16}, {"PF_WG", 16}},
+       "PoCL runs a work-group as loops on one core: small groups and a 32-token chunk keep the C x C "
+       "products and the sequential substitution short; 16 f32 = one AVX-512 vector (PoCL pthread docs)"},
+  };
+  return rows;
+}
+}  // namespace clattn::params

@@ -1,0 +1,105 @@
+// clattn-bench linear: GDN / simple-GLA decode (state-bandwidth bound: % of streaming
+// read) and chunked prefill (TFLOP/s). Default sweep = issue 7's cases; --quick is a
+// small sweep for PoCL.
+//
+// Bytes: decode = state read + write (each once per token) + q, k, v, o (+ g, beta);
+// prefill = q, k, v, o, g, beta + state read + write once per request.
+// FLOPs (prefill), per token and v-head, of the chunked form with chunk C (C = 64, FLA's
+// default, whatever the database picked): state products K S0, Q S0, K^T D = 3 x 2 Dk Dv;
+// intra-chunk Q K^T and (GDN) K K^T, C/2 x 2 Dk each on average; the P D product and
+// (GDN) the triangular solve, C/2 x 2 Dv each. Redundant recomputation across Dv slices
+// is not counted (it is overhead, not work).
+#include <cstdio>
+#include <vector>
+
+#include "bench/bench.hpp"
+
+namespace clattn::bench {
+namespace {
+
+struct LinCase {
+  bool gdn;
+  bool decode;
+  int B, L, H, Dk, Dv;
+};
+
+void run_case(Harness& h, const LinCase& c, DType io) {
+  Context& ctx = h.ctx();
+  const int T = c.decode ? c.B : c.B * c.L;
+  const size_t es = dtype_size(io);
+  LinearConfig cfg;
+  cfg.num_qk_heads = c.H;
+  cfg.num_v_heads = c.H;
+  cfg.head_dim_k = c.Dk;
+  cfg.head_dim_v = c.Dv;
+  cfg.dtype = io;
+  cfg.l2norm_qk = c.gdn;
+  cfg.beta_is_logits = false;
+  const size_t nqk = size_t(T) * c.H * c.Dk, nv = size_t(T) * c.H * c.Dv, ng = size_t(T) * c.H;
+  const size_t slot = size_t(c.H) * c.Dk * c.Dv;
+  DeviceBuffer q(ctx, nqk * es), k(ctx, nqk * es), v(ctx, nv * es), o(ctx, nv * es);
+  DeviceBuffer g(ctx, ng * 4), beta(ctx, ng * 4), state(ctx, size_t(c.B) * slot * 4);
+  // Small finite values: 0x3c bytes are 0.0116 in bf16/f16-ish and ~0.0115 in f32 words.
+  for (DeviceBuffer* b : {&q, &k, &v, &state}) b->fill_bytes(ctx, 0x3c);
+  std::vector<float> gv(ng, -0.05f), bv(ng, 0.5f);
+  g.write(ctx, gv.data(), ng * 4);
+  beta.write(ctx, bv.data(), ng * 4);
+  std::vector<int32_t> idx(size_t(c.B)), cu(size_t(c.B) + 1);
+  for (int i = 0; i < c.B; ++i) idx[size_t(i)] = i;
+  for (int i = 0; i <= c.B; ++i) cu[size_t(i)] = i * (c.decode ? 1 : c.L);
+  DeviceBuffer idx_d(ctx, idx.size() * 4), cu_d(ctx, cu.size() * 4);
+  idx_d.write(ctx, idx.data(), idx.size() * 4);
+  cu_d.write(ctx, cu.data(), cu.size() * 4);
+  LinearTensors t{q.get(), k.get(), v.get(), g.get(), beta.get(), o.get()};
+  LinearStatePool pool{state.get(), c.B, DType::F32};
+  LinearBatch b;
+  b.batch_size = c.B;
+  b.state_indices = idx.data();
+  b.state_indices_dev = idx_d.get();
+  b.cu_seqlens = cu.data();
+  b.cu_seqlens_dev = cu_d.get();
+  b.num_tokens = T;
+  auto fn = c.decode ? (c.gdn ? gdn_decode : gla_decode) : (c.gdn ? gdn_prefill : gla_prefill);
+  double ms = h.time_ms([&] { fn(ctx, cfg, t, pool, b, nullptr); });
+  double bytes = double(2 * nqk + 2 * nv) * es + double(ng) * (c.gdn ? 8 : 4) + 2.0 * c.B * slot * 4;
+  const double C = 64;
+  double per_tok = 3 * 2.0 * c.Dk * c.Dv + (c.gdn ? 2 : 1) * C * c.Dk + (c.gdn ? 2 : 1) * C * c.Dv;
+  double flops = c.decode ? double(T) * c.H * (c.gdn ? 6.0 : 4.0) * c.Dk * c.Dv : double(T) * c.H * per_tok;
+  char shape[160];
+  if (c.decode)
+    std::snprintf(shape, sizeof shape, "B=%d H=%d Dk=%d Dv=%d %s/f32state", c.B, c.H, c.Dk, c.Dv, dtype_name(io));
+  else
+    std::snprintf(shape, sizeof shape, "B=%dx%d H=%d Dk=%d Dv=%d %s/f32state", c.B, c.L, c.H, c.Dk, c.Dv,
+                  dtype_name(io));
+  std::string op = std::string(c.gdn ? "gdn" : "gla") + (c.decode ? "_decode" : "_prefill");
+  h.report(op, shape, ms, bytes, flops);
+  std::printf("%-10s   %.3g tokens/s\n", "", double(T) / (ms * 1e-3));
+}
+
+}  // namespace
+
+void register_linear(CLI::App& app, Harness& h) {
+  auto* sub = app.add_subcommand("linear", "Gated DeltaNet / simple GLA decode and chunked prefill with a state pool");
+  static bool quick = false;
+  static std::string dtype = "bf16";
+  sub->add_flag("--quick", quick, "small shapes (PoCL / CI)");
+  sub->add_option("--dtype", dtype, "q/k/v/o dtype: f32, f16, bf16");
+  sub->callback([&h] {
+    DType io = dtype == "f32" ? DType::F32 : dtype == "f16" ? DType::F16 : DType::BF16;
+    std::vector<LinCase> cases;
+    for (bool gdn : {true, false}) {
+      if (quick) {
+        cases.push_back({gdn, true, 8, 1, 4, 64, 64});
+        cases.push_back({gdn, false, 2, 256, 4, 64, 64});
+      } else {
+        cases.push_back({gdn, true, 256, 1, 16, 128, 128});
+        cases.push_back({gdn, false, 8, 4096, 16, 128, 128});
+      }
+    }
+    std::printf("# linear: bytes = state read+write + q,k,v,o,g,beta; prefill FLOPs = chunked form at C=64 "
+                "(bench/linear_bench.cpp)\n");
+    for (auto& c : cases) run_case(h, c, io);
+  });
+}
+
+}  // namespace clattn::bench

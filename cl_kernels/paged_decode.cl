@@ -1,0 +1,352 @@
+// Paged decode attention: one query token per request against its paged K/V.
+//
+// Work-group = one work item of the planner (request, KV chunk [begin, end)) x one KV head
+// x one block of up to GMAX query heads of that head's GQA group, so each K/V row is
+// loaded once for the whole block. The WGSIZE work-items form NSLOT = WGSIZE/TPT token
+// slots of TPT lanes; a slot's lanes split a row into LOAD_BYTES loads (lane tl takes
+// loads tl, tl+TPT, ...). Each step of the tile loop scores UNROLL tokens per slot (the
+// tile: NSLOT*UNROLL consecutive tokens), sums each slot's partial dot products across
+// its lanes with a butterfly, and updates the slot's online softmax once per tile:
+// one max and one rescale per tile, one exp2 per token and head. Scores live in log2
+// space (q is pre-scaled by sm_scale * k_scale * log2(e)). After the loop the slots'
+// states are merged through local memory in slot order (deterministic) and the work-group
+// writes o/lse (whole request) or a partial state for the merge pass (split-K).
+//
+// The butterfly is inline PTX shfl.sync on NVIDIA (USE_PTX_SHFL=1) or the same butterfly
+// through local memory elsewhere: both add the partner's value to one's own in the same
+// order, so the two give bit-identical sums and the PoCL runs cover the NVIDIA math.
+//
+// Build options (-D): HEAD_DIM, KV_DT (dtype code), GMAX (query heads per group block),
+// TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, EARLY_V (issue V loads with K).
+// Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
+#include "common.clh"
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef KV_DT
+#define KV_DT DT_BF16
+#endif
+#ifndef GMAX
+#define GMAX 4
+#endif
+#ifndef TPT
+#define TPT 8
+#endif
+#ifndef WGSIZE
+#define WGSIZE 128
+#endif
+#ifndef UNROLL
+#define UNROLL 4
+#endif
+#ifndef LOAD_BYTES
+#define LOAD_BYTES 16
+#endif
+#ifndef USE_PTX_SHFL
+#define USE_PTX_SHFL 0
+#endif
+#ifndef EARLY_V
+#define EARLY_V 1
+#endif
+
+#if KV_DT == DT_F32
+#define KV_ESIZE 4
+#define WORD_ELEM WORD_ELEM_F32
+#elif KV_DT == DT_F16
+#define KV_ESIZE 2
+#define WORD_ELEM WORD_ELEM_F16
+#elif KV_DT == DT_BF16
+#define KV_ESIZE 2
+#define WORD_ELEM WORD_ELEM_BF16
+#elif KV_DT == DT_E4M3
+#define KV_ESIZE 1
+#define WORD_ELEM WORD_ELEM_E4M3
+#else
+#define KV_ESIZE 1
+#define WORD_ELEM WORD_ELEM_E5M2
+#endif
+
+#define LOAD_WORDS (LOAD_BYTES / 4)
+#define EPW (4 / KV_ESIZE)                   // elements per 32-bit word
+#define VEC (LOAD_BYTES / KV_ESIZE)          // elements per load
+#define NCHUNK (HEAD_DIM / VEC)              // loads per row
+#define NCH ((NCHUNK + TPT - 1) / TPT)       // loads per lane per row
+#define EL (NCH * VEC)                       // elements per lane
+#define NSLOT (WGSIZE / TPT)
+#define TILE (NSLOT * UNROLL)
+#define NSCORE (UNROLL * GMAX)
+#define FULL_CHUNKS ((NCHUNK % TPT) == 0)    // every lane's loads are all inside the row
+
+#if TPT > 1 && !USE_PTX_SHFL
+#define SCR_FLOATS (NSCORE * WGSIZE)
+#else
+#define SCR_FLOATS 1
+#endif
+#define MERGE_FLOATS (NSLOT * HEAD_DIM + 2 * NSLOT * GMAX)
+#define LMEM_FLOATS (SCR_FLOATS > MERGE_FLOATS ? SCR_FLOATS : MERGE_FLOATS)
+
+// One LOAD_BYTES load at byte offset `off` (aligned to LOAD_BYTES) into w[LOAD_WORDS].
+inline void load_words(__global const uchar* base, size_t off, uint* w) {
+#if LOAD_BYTES == 16
+  const uint4 t = *(__global const uint4*)(base + off);
+  w[0] = t.s0, w[1] = t.s1, w[2] = t.s2, w[3] = t.s3;
+#elif LOAD_BYTES == 8
+  const uint2 t = *(__global const uint2*)(base + off);
+  w[0] = t.s0, w[1] = t.s1;
+#else
+  w[0] = *(__global const uint*)(base + off);
+#endif
+}
+
+// The lane's NCH loads of one row (zeros for loads past the row's end).
+inline void load_row(__global const uchar* base, size_t row_off, int tl, uint* w) {
+#pragma unroll
+  for (int j = 0; j < NCH; ++j) {
+    const int c = tl + j * TPT;
+    if (FULL_CHUNKS || c < NCHUNK) {
+      load_words(base, row_off + (size_t)c * LOAD_BYTES, w + j * LOAD_WORDS);
+    } else {
+#pragma unroll
+      for (int i = 0; i < LOAD_WORDS; ++i) w[j * LOAD_WORDS + i] = 0u;
+    }
+  }
+}
+
+// Unpacked element e (0 .. EL-1) of a lane's row words.
+#define ROW_ELEM(w, e) WORD_ELEM((w)[(e) / EPW], (e) % EPW)
+
+#if USE_PTX_SHFL
+inline float shfl_xor_f(float v, int off) {
+  float o;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(off));
+  return o;
+}
+#endif
+
+// v[i] = sum of v[i] over the TPT lanes of the caller's slot, for i < NSCORE; every lane of
+// the slot ends with the same bits (butterfly: own + partner at each step). The local
+// memory form needs every work-item of the group to call it (uniform control flow).
+inline void slot_allreduce(float* v, __local float* scr, int lid) {
+#if TPT > 1
+#if USE_PTX_SHFL
+#pragma unroll
+  for (int off = 1; off < TPT; off <<= 1) {
+#pragma unroll
+    for (int i = 0; i < NSCORE; ++i) v[i] += shfl_xor_f(v[i], off);
+  }
+#else
+#pragma unroll
+  for (int off = 1; off < TPT; off <<= 1) {
+#pragma unroll
+    for (int i = 0; i < NSCORE; ++i) scr[i * WGSIZE + lid] = v[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int i = 0; i < NSCORE; ++i) v[i] += scr[i * WGSIZE + (lid ^ off)];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#endif
+#endif
+}
+
+// tab layout (int32): work items of 8 at work_off: {req, begin, end, part, page_base,
+// token_offset, 0, 0}. part < 0: the item is the whole request, write o/lse; else write
+// the partial state to workspace row `part` (ws_o [P, Hq, D] f32, ws_lse at lse_off).
+// Token j of a request's key list sits at list slot token_offset + j, i.e. page
+// page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
+__kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1)))
+void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cache, __global const uchar* v_cache,
+                  __global const int* page_ids, __global const int* tab, int work_off, __global void* o, int o_dt,
+                  __global float* lse, int has_lse, __global float* ws, ulong lse_off, __global const float* sinks,
+                  int has_sinks, int num_qo_heads, int group, int n_hblk, long stride_page, long stride_token,
+                  long stride_head, int log2_page, float q_scale, float cap_log2, float inv_cap, float v_scale) {
+  __local float lmem[LMEM_FLOATS];
+  const int lid = get_local_id(0);
+  const int tl = lid % TPT, slot = lid / TPT;
+  __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
+  const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
+  const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
+  const int h0 = kvh * group + hblk * GMAX;
+  const int ng = min(GMAX, group - hblk * GMAX);
+  const int pmask = (1 << log2_page) - 1;
+  const long head_off = (long)kvh * stride_head;
+
+  // q rows of the block, pre-scaled; padding heads and loads past the row are zero.
+  float qr[GMAX][EL];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+      const int c = tl + j * TPT;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        float x = 0.0f;
+        if (g < ng && (FULL_CHUNKS || c < NCHUNK))
+          x = load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + c * VEC + e, q_dt) * q_scale;
+        qr[g][j * VEC + e] = x;
+      }
+    }
+  }
+
+  float acc[GMAX][EL];
+  float mrun[GMAX], lrun[GMAX];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    mrun[g] = CLATTN_NEG_INF;
+    lrun[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EL; ++e) acc[g][e] = 0.0f;
+  }
+
+  const int ntiles = (end - begin + TILE - 1) / TILE;
+  for (int it = 0; it < ntiles; ++it) {
+    const int tbase = begin + it * TILE;
+    size_t roff[UNROLL];
+    bool valid[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int tok = tbase + u * NSLOT + slot;
+      valid[u] = tok < end;
+      const int ls = tok_off + (valid[u] ? tok : begin);  // invalid: re-read a real row
+      const int page = page_ids[page_base + (ls >> log2_page)];
+      roff[u] = (size_t)((long)page * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+    }
+    uint kw[UNROLL][NCH * LOAD_WORDS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load_row(k_cache, roff[u], tl, kw[u]);
+#if EARLY_V
+    uint vw[UNROLL][NCH * LOAD_WORDS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
+#endif
+
+    // Partial dot products of this lane's elements, then the slot sum.
+    float s[NSCORE];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EL; ++e) d = fma(qr[g][e], ROW_ELEM(kw[u], e), d);
+        s[u * GMAX + g] = d;
+      }
+    }
+    slot_allreduce(s, lmem, lid);
+
+    // Soft cap and masking, then one online-softmax update per head for the whole tile.
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        float x = s[u * GMAX + g];
+        if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
+        s[u * GMAX + g] = valid[u] ? x : CLATTN_NEG_INF;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      float mt = s[g];
+#pragma unroll
+      for (int u = 1; u < UNROLL; ++u) mt = fmax(mt, s[u * GMAX + g]);
+      const float mnew = fmax(mrun[g], mt);
+      // mrun = -inf: nothing accumulated yet (acc, l are 0); mnew = -inf: no valid key yet.
+      const float alpha = mrun[g] == CLATTN_NEG_INF ? 0.0f : exp2(mrun[g] - mnew);
+      float lsum = lrun[g] * alpha;
+#pragma unroll
+      for (int e = 0; e < EL; ++e) acc[g][e] *= alpha;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const float x = s[u * GMAX + g];
+        const float p = x == CLATTN_NEG_INF ? 0.0f : exp2(x - mnew);
+        s[u * GMAX + g] = p;
+        lsum += p;
+      }
+      lrun[g] = lsum;
+      mrun[g] = mnew;
+    }
+
+#if !EARLY_V
+    uint vw[UNROLL][NCH * LOAD_WORDS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
+#endif
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      if (valid[u]) {
+#pragma unroll
+        for (int e = 0; e < EL; ++e) {
+          const float v = ROW_ELEM(vw[u], e);
+#pragma unroll
+          for (int g = 0; g < GMAX; ++g) acc[g][e] = fma(s[u * GMAX + g], v, acc[g][e]);
+        }
+      }
+    }
+  }
+
+  // ---- Merge the NSLOT slot states (in slot order) and write the result.
+  __local float* sm_o = lmem;                       // [NSLOT][HEAD_DIM]
+  __local float* sm_m = lmem + NSLOT * HEAD_DIM;    // [NSLOT][GMAX]
+  __local float* sm_l = sm_m + NSLOT * GMAX;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (tl == 0) {
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      sm_m[slot * GMAX + g] = mrun[g];
+      sm_l[slot * GMAX + g] = lrun[g];
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) {
+    float M = CLATTN_NEG_INF;
+    for (int sl = 0; sl < NSLOT; ++sl) M = fmax(M, sm_m[sl * GMAX + g]);
+    float L = 0.0f;
+    for (int sl = 0; sl < NSLOT; ++sl) {
+      const float ms = sm_m[sl * GMAX + g];
+      if (ms != CLATTN_NEG_INF) L += sm_l[sl * GMAX + g] * exp2(ms - M);
+    }
+    const float f = mrun[g] == CLATTN_NEG_INF ? 0.0f : exp2(mrun[g] - M);
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+      const int c = tl + j * TPT;
+      if (FULL_CHUNKS || c < NCHUNK) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) sm_o[slot * HEAD_DIM + c * VEC + e] = acc[g][j * VEC + e] * f;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (g < ng) {
+      const int h = h0 + g;
+      // out = sum * oscale; lse_out in natural log.
+      float oscale, lse_out;
+      if (part < 0) {
+        float Mf = M, Lf = L, w = 1.0f;
+        if (has_sinks) {
+          const float sk = sinks[h] * M_LOG2E_F;
+          Mf = fmax(M, sk);
+          w = L > 0.0f ? exp2(M - Mf) : 0.0f;
+          Lf = L * w + exp2(sk - Mf);
+        }
+        oscale = Lf > 0.0f ? w * v_scale / Lf : 0.0f;
+        lse_out = Lf > 0.0f ? (Mf + log2(Lf)) * M_LN2_F : CLATTN_NEG_INF;
+      } else {
+        oscale = L > 0.0f ? v_scale / L : 0.0f;
+        lse_out = L > 0.0f ? (M + log2(L)) * M_LN2_F : CLATTN_NEG_INF;
+      }
+      for (int d = lid; d < HEAD_DIM; d += WGSIZE) {
+        float sum = 0.0f;
+        for (int sl = 0; sl < NSLOT; ++sl) sum += sm_o[sl * HEAD_DIM + d];
+        if (part < 0) store_elem(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM + d, o_dt, sum * oscale);
+        else ws[((size_t)part * num_qo_heads + h) * HEAD_DIM + d] = sum * oscale;
+      }
+      if (lid == 0) {
+        if (part < 0) {
+          if (has_lse) lse[(size_t)req * num_qo_heads + h] = lse_out;
+        } else {
+          ws[lse_off + (size_t)part * num_qo_heads + h] = lse_out;
+        }
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+}

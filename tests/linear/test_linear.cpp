@@ -1,0 +1,447 @@
+// Linear attention (GDN, simple GLA) against the double-precision recurrence in
+// tests/reference: chunked prefill == token-by-token recurrence (outputs and final
+// states) at chunk boundaries, decode, prefill + decode == longer prefill, ragged batches
+// with mixed -1 / pooled initial states, untouched slots bit-identical, dtypes, head
+// dims, pool helpers, and rejected inputs leaving everything untouched.
+//
+// Tolerances. Inputs (q, k, v, initial states) are quantised to the device dtype with
+// test::quantize before the reference sees them, so only f32 accumulation error and the
+// final rounding of o / the stored state remain. Accumulation: dot products of <= 256
+// terms of O(1) values and a state recurrence that decays (g < 0, beta <= 1, |k| <= 1),
+// so errors stay O(1e-5..1e-4) relative even over 300 tokens; atol/rtol 2e-3 leaves
+// 10x headroom. Outputs/states stored in f16 add 2^-11 relative rounding, bf16 2^-8:
+// rtol gets twice the unit roundoff on top.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "support/test_support.hpp"
+
+namespace clattn {
+namespace {
+
+using test::ctx;
+
+double unit_roundoff(DType d) { return d == DType::F16 ? 0x1p-11 : d == DType::BF16 ? 0x1p-8 : 0x1p-24; }
+
+struct Case {
+  bool gdn = true;
+  int Hqk = 1, Hv = 2, Dk = 64, Dv = 64;
+  DType io = DType::F32, st = DType::F32;
+  bool l2norm = true, logits = false, constant = false;
+  std::vector<int> lens;   // per request (decode: all 1)
+  std::vector<int> slots;  // per request, -1 = no state
+  int num_slots = 8;
+  LinearConfig cfg() const {
+    LinearConfig c;
+    c.num_qk_heads = Hqk;
+    c.num_v_heads = Hv;
+    c.head_dim_k = Dk;
+    c.head_dim_v = Dv;
+    c.dtype = io;
+    c.scale = float(1.0 / std::sqrt(double(Dk)));
+    c.l2norm_qk = gdn && l2norm;
+    c.beta_is_logits = gdn && logits;
+    c.constant_decay = constant;
+    return c;
+  }
+  int T() const { return std::accumulate(lens.begin(), lens.end(), 0); }
+  size_t slot_elems() const { return size_t(Hv) * Dk * Dv; }
+};
+
+// Host inputs: values the device computes with (already quantised).
+struct Inputs {
+  std::vector<double> q, k, v, g, beta_given, beta_prob, pool;
+};
+
+Inputs make_inputs(const Case& c, test::Rng& rng) {
+  Inputs in;
+  const size_t T = size_t(c.T());
+  // Without l2norm, keep |k| <= ~0.6 so the delta rule's (I - beta k k^T) is contracting.
+  const double kr = c.l2norm ? 1.0 : 1.0 / std::sqrt(double(c.Dk));
+  in.q = test::quantize(rng.vec(T * c.Hqk * c.Dk), c.io);
+  in.k = test::quantize(rng.vec(T * c.Hqk * c.Dk, -kr, kr), c.io);
+  in.v = test::quantize(rng.vec(T * c.Hv * c.Dv), c.io);
+  const size_t ng = (c.constant ? 1 : T) * c.Hv;
+  in.g = test::quantize(rng.vec(ng, -0.4, -0.01), DType::F32);
+  in.beta_given = test::quantize(c.logits ? rng.vec(T * c.Hv, -3, 3) : rng.vec(T * c.Hv, 0, 1), DType::F32);
+  in.beta_prob = in.beta_given;
+  if (c.logits)
+    for (auto& b : in.beta_prob) b = 1.0 / (1.0 + std::exp(-b));
+  in.pool = test::quantize(rng.vec(size_t(c.num_slots) * c.slot_elems(), -0.5, 0.5), c.st);
+  return in;
+}
+
+std::vector<float> to_f32(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+struct Result {
+  std::vector<double> o, pool;
+  std::vector<uint8_t> pool_bytes;
+};
+
+std::vector<int32_t> cu_of(const std::vector<int>& lens) {
+  std::vector<int32_t> cu(lens.size() + 1, 0);
+  for (size_t i = 0; i < lens.size(); ++i) cu[i + 1] = cu[i] + lens[i];
+  return cu;
+}
+
+// Runs the op (decode when `decode`, every length must then be 1).
+Result run_device(const Case& c, const Inputs& in, bool decode) {
+  const int T = c.T(), B = int(c.lens.size());
+  auto q = test::upload(test::pack(in.q, c.io));
+  auto k = test::upload(test::pack(in.k, c.io));
+  auto v = test::upload(test::pack(in.v, c.io));
+  auto g = test::upload(to_f32(in.g));
+  auto beta = test::upload(to_f32(in.beta_given));
+  auto pool_bytes = test::pack(in.pool, c.st);
+  auto pool = test::upload(pool_bytes);
+  const size_t no = size_t(T) * c.Hv * c.Dv;
+  auto o = test::upload(std::vector<uint8_t>(no * dtype_size(c.io), 0x7f));
+  std::vector<int32_t> idx(c.slots.begin(), c.slots.end());
+  auto cu = cu_of(c.lens);
+  auto idx_d = test::upload(idx);
+  auto cu_d = test::upload(cu);
+  LinearTensors t{q.get(), k.get(), v.get(), g.get(), beta.get(), o.get()};
+  LinearStatePool p{pool.get(), c.num_slots, c.st};
+  LinearBatch b;
+  b.batch_size = B;
+  b.state_indices = idx.data();
+  b.state_indices_dev = idx_d.get();
+  b.cu_seqlens = cu.data();
+  b.cu_seqlens_dev = cu_d.get();
+  b.num_tokens = T;
+  if (decode) (c.gdn ? gdn_decode : gla_decode)(ctx(), c.cfg(), t, p, b, nullptr);
+  else (c.gdn ? gdn_prefill : gla_prefill)(ctx(), c.cfg(), t, p, b, nullptr);
+  ctx().finish();
+  Result r;
+  r.o = test::unpack(test::download<uint8_t>(o, no * dtype_size(c.io)), c.io);
+  r.pool_bytes = test::download<uint8_t>(pool, pool_bytes.size());
+  r.pool = test::unpack(r.pool_bytes, c.st);
+  return r;
+}
+
+// The reference: each request's tokens through the recurrence from its slot (or zeros).
+// pool = the expected pool in double (unquantised final states in the named slots).
+Result run_reference(const Case& c, const Inputs& in) {
+  Result r;
+  r.o.assign(size_t(c.T()) * c.Hv * c.Dv, 0.0);
+  r.pool = in.pool;
+  auto cu = cu_of(c.lens);
+  const size_t se = c.slot_elems();
+  for (size_t i = 0; i < c.lens.size(); ++i) {
+    const int t0 = cu[i], L = c.lens[i];
+    std::vector<double> S(se, 0.0);
+    if (c.slots[i] >= 0) std::copy_n(in.pool.begin() + c.slots[i] * se, se, S.begin());
+    std::vector<double> g(size_t(L) * c.Hv);
+    for (int t = 0; t < L; ++t)
+      for (int h = 0; h < c.Hv; ++h) g[size_t(t) * c.Hv + h] = in.g[(c.constant ? 0 : size_t(t0 + t) * c.Hv) + h];
+    const double* q = in.q.data() + size_t(t0) * c.Hqk * c.Dk;
+    const double* k = in.k.data() + size_t(t0) * c.Hqk * c.Dk;
+    const double* v = in.v.data() + size_t(t0) * c.Hv * c.Dv;
+    double* o = r.o.data() + size_t(t0) * c.Hv * c.Dv;
+    const double scale = double(c.cfg().scale);
+    if (c.gdn)
+      ref::gdn_recurrent(q, k, v, g.data(), in.beta_prob.data() + size_t(t0) * c.Hv, L, c.Hqk, c.Hv, c.Dk, c.Dv,
+                         scale, c.l2norm, S.data(), o);
+    else
+      ref::gla_recurrent(q, k, v, g.data(), L, c.Hqk, c.Hv, c.Dk, c.Dv, scale, S.data(), o);
+    if (c.slots[i] >= 0 && L > 0) std::copy(S.begin(), S.end(), r.pool.begin() + c.slots[i] * se);
+  }
+  return r;
+}
+
+// Outputs and named slots close to the reference; every other slot bit-identical.
+void check(const Case& c, const Inputs& in, const Result& got, const Result& want, const std::string& what) {
+  const double tol = 2e-3;
+  EXPECT_TRUE(test::all_close(got.o, want.o, tol, tol + 2 * unit_roundoff(c.io), what + " o"));
+  const size_t se = c.slot_elems(), sb = se * dtype_size(c.st);
+  auto init_bytes = test::pack(in.pool, c.st);
+  for (int s = 0; s < c.num_slots; ++s) {
+    bool named = false;
+    for (size_t i = 0; i < c.slots.size(); ++i) named |= (c.slots[i] == s && c.lens[i] > 0);
+    if (named) {
+      std::vector<double> g(got.pool.begin() + s * se, got.pool.begin() + (s + 1) * se);
+      std::vector<double> w(want.pool.begin() + s * se, want.pool.begin() + (s + 1) * se);
+      EXPECT_TRUE(test::all_close(g, w, tol, tol + 2 * unit_roundoff(c.st), what + " state slot " + std::to_string(s)));
+    } else {
+      EXPECT_EQ(0, std::memcmp(got.pool_bytes.data() + s * sb, init_bytes.data() + s * sb, sb))
+          << what << ": slot " << s << " not named but changed";
+    }
+  }
+}
+
+void check_case(const Case& c, bool decode, uint64_t salt, const std::string& what) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(salt);
+  Inputs in = make_inputs(c, rng);
+  check(c, in, run_device(c, in, decode), run_reference(c, in), what);
+}
+
+// Lengths around both chunk sizes in the database (32 on cpu rows, 64 elsewhere) and a
+// long one; slots mixed with -1.
+const std::vector<int> kLens = {1, 31, 32, 33, 63, 64, 65, 300};
+const std::vector<int> kSlots = {3, -1, 0, 6, -1, 1, 5, 2};
+
+TEST(Linear, GdnPrefillEqualsRecurrence) {
+  Case c;
+  c.gdn = true;
+  c.Hqk = 1;
+  c.Hv = 2;  // grouped value heads
+  c.l2norm = true;
+  c.logits = true;
+  c.lens = kLens;
+  c.slots = kSlots;
+  check_case(c, false, 1, "gdn prefill f32");
+}
+
+TEST(Linear, GdnPrefillNoNormProbabilities) {
+  Case c;
+  c.gdn = true;
+  c.Hqk = 2;
+  c.Hv = 2;
+  c.l2norm = false;
+  c.logits = false;
+  c.lens = {65, 0, 7};
+  c.slots = {-1, 4, 2};  // an empty request leaves its slot untouched
+  check_case(c, false, 2, "gdn prefill no-norm");
+}
+
+TEST(Linear, GlaPrefillEqualsRecurrence) {
+  Case c;
+  c.gdn = false;
+  c.Hqk = 1;
+  c.Hv = 1;
+  c.Dv = 128;
+  c.lens = kLens;
+  c.slots = kSlots;
+  check_case(c, false, 3, "gla prefill f32");
+}
+
+TEST(Linear, Decode) {
+  for (bool gdn : {true, false}) {
+    Case c;
+    c.gdn = gdn;
+    c.Hqk = 2;
+    c.Hv = 4;
+    c.lens = {1, 1, 1, 1, 1};
+    c.slots = {2, -1, 7, 0, 4};
+    check_case(c, true, gdn ? 4 : 5, gdn ? "gdn decode" : "gla decode");
+  }
+}
+
+// Dtypes and head dims, sampled: each row runs prefill (ragged) and decode.
+TEST(Linear, DtypesAndHeadDims) {
+  struct Row {
+    bool gdn;
+    int Dk, Dv;
+    DType io, st;
+    bool constant;
+  };
+  const Row rows[] = {
+      {true, 128, 128, DType::F16, DType::F32, false},
+      {true, 64, 256, DType::BF16, DType::BF16, false},
+      {false, 256, 64, DType::F16, DType::F16, false},
+      {false, 64, 64, DType::BF16, DType::F32, true},  // lightning: constant per-head decay
+  };
+  uint64_t salt = 10;
+  for (const Row& r : rows) {
+    Case c;
+    c.gdn = r.gdn;
+    c.Hqk = 1;
+    c.Hv = 2;
+    c.Dk = r.Dk;
+    c.Dv = r.Dv;
+    c.io = r.io;
+    c.st = r.st;
+    c.constant = r.constant;
+    c.num_slots = 4;
+    std::string what = std::string(r.gdn ? "gdn" : "gla") + " Dk=" + std::to_string(r.Dk) +
+                       " Dv=" + std::to_string(r.Dv) + " io=" + dtype_name(r.io) + " state=" + dtype_name(r.st);
+    c.lens = {70, 5};
+    c.slots = {1, -1};
+    check_case(c, false, salt++, what + " prefill");
+    c.lens = {1, 1, 1};
+    c.slots = {3, -1, 0};
+    check_case(c, true, salt++, what + " decode");
+  }
+}
+
+// A prefill of L tokens then n decode steps == one prefill of L + n tokens.
+TEST(Linear, PrefillThenDecodeEqualsLongerPrefill) {
+  CLATTN_SEED_TRACE();
+  for (bool gdn : {true, false}) {
+    Case full;
+    full.gdn = gdn;
+    full.Hqk = 1;
+    full.Hv = 2;
+    const int n = 3;
+    full.lens = {43, 70 + n};
+    full.lens[0] += n;
+    full.slots = {5, 1};
+    test::Rng rng(gdn ? 20 : 21);
+    Inputs in = make_inputs(full, rng);
+    Result one = run_device(full, in, false);
+
+    // Same tokens: prefill of the first L_i, then n decode steps, on the same pool.
+    const int H = full.Hv, Dv = full.Dv, QK = full.Hqk * full.Dk;
+    auto cu = cu_of(full.lens);
+    Case pre = full;
+    pre.lens = {full.lens[0] - n, full.lens[1] - n};
+    Inputs pin;
+    pin.pool = in.pool;
+    auto take = [&](const std::vector<double>& src, int width, int t0, int cnt, std::vector<double>& dst) {
+      dst.insert(dst.end(), src.begin() + size_t(t0) * width, src.begin() + size_t(t0 + cnt) * width);
+    };
+    for (int i = 0; i < 2; ++i) {
+      take(in.q, QK, cu[i], pre.lens[i], pin.q);
+      take(in.k, QK, cu[i], pre.lens[i], pin.k);
+      take(in.v, H * Dv, cu[i], pre.lens[i], pin.v);
+      take(in.g, H, cu[i], pre.lens[i], pin.g);
+      take(in.beta_given, H, cu[i], pre.lens[i], pin.beta_given);
+    }
+    Result r = run_device(pre, pin, false);
+    std::vector<double> pool = r.pool;  // exact: f32 state
+    for (int step = 0; step < n; ++step) {
+      Case dec = full;
+      dec.lens = {1, 1};
+      Inputs din;
+      din.pool = pool;
+      for (int i = 0; i < 2; ++i) {
+        int t = cu[i] + pre.lens[i] + step;
+        take(in.q, QK, t, 1, din.q);
+        take(in.k, QK, t, 1, din.k);
+        take(in.v, H * Dv, t, 1, din.v);
+        take(in.g, H, t, 1, din.g);
+        take(in.beta_given, H, t, 1, din.beta_given);
+      }
+      Result d = run_device(dec, din, true);
+      pool = d.pool;
+      for (int i = 0; i < 2; ++i) {
+        int t = cu[i] + pre.lens[i] + step;
+        std::vector<double> want(one.o.begin() + size_t(t) * H * Dv, one.o.begin() + size_t(t + 1) * H * Dv);
+        std::vector<double> got(d.o.begin() + size_t(i) * H * Dv, d.o.begin() + size_t(i + 1) * H * Dv);
+        EXPECT_TRUE(test::all_close(got, want, 2e-3, 2e-3, "decode step " + std::to_string(step)));
+      }
+    }
+    EXPECT_TRUE(test::all_close(pool, one.pool, 2e-3, 2e-3, gdn ? "gdn final pool" : "gla final pool"));
+  }
+}
+
+TEST(Linear, PoolHelpers) {
+  Case c;
+  c.num_slots = 5;
+  const size_t se = c.slot_elems();
+  std::vector<float> init(se * c.num_slots);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = float(i % 977) + 1.f;
+  auto pool = test::upload(init);
+  LinearStatePool p{pool.get(), c.num_slots, DType::F32};
+  const int32_t z[] = {1, 3};
+  linear_zero_slots(ctx(), c.cfg(), p, z, 2);
+  linear_copy_slot(ctx(), c.cfg(), p, 4, 0);
+  ctx().finish();
+  auto got = test::download<float>(pool, init.size());
+  for (int s = 0; s < c.num_slots; ++s)
+    for (size_t e = 0; e < se; ++e) {
+      float want = (s == 1 || s == 3) ? 0.f : s == 0 ? init[4 * se + e] : init[s * se + e];
+      ASSERT_EQ(got[s * se + e], want) << "slot " << s << " elem " << e;
+    }
+  EXPECT_TRUE(test::throws_error([&] { linear_copy_slot(ctx(), c.cfg(), p, 0, 5); }, Status::InvalidArgument,
+                                 "dst = 5"));
+  const int32_t bad[] = {0, -1};
+  EXPECT_TRUE(test::throws_error([&] { linear_zero_slots(ctx(), c.cfg(), p, bad, 2); }, Status::InvalidArgument,
+                                 "slots[1] = -1"));
+}
+
+// Rejected calls throw naming the argument and index, and change nothing.
+TEST(Linear, BadInputsLeaveEverythingUntouched) {
+  Case c;
+  c.lens = {3, 4};
+  c.slots = {1, 2};
+  c.num_slots = 3;
+  test::Rng rng(30);
+  Inputs in = make_inputs(c, rng);
+  const int T = c.T();
+  auto q = test::upload(test::pack(in.q, c.io));
+  auto k = test::upload(test::pack(in.k, c.io));
+  auto v = test::upload(test::pack(in.v, c.io));
+  auto g = test::upload(to_f32(in.g));
+  auto beta = test::upload(to_f32(in.beta_given));
+  const std::vector<float> sentinel_pool(size_t(c.num_slots) * c.slot_elems(), 42.f);
+  const std::vector<float> sentinel_o(size_t(T) * c.Hv * c.Dv, -7.f);
+  auto pool = test::upload(sentinel_pool);
+  auto o = test::upload(sentinel_o);
+  auto small = test::upload(std::vector<float>(4, 0.f));
+  std::vector<int32_t> idx = {1, 2}, cu = {0, 3, 7};
+  auto idx_d = test::upload(idx);
+  auto cu_d = test::upload(cu);
+  LinearTensors t{q.get(), k.get(), v.get(), g.get(), beta.get(), o.get()};
+  LinearStatePool p{pool.get(), c.num_slots, DType::F32};
+  auto batch = [&] {
+    LinearBatch b;
+    b.batch_size = 2;
+    b.state_indices = idx.data();
+    b.state_indices_dev = idx_d.get();
+    b.cu_seqlens = cu.data();
+    b.cu_seqlens_dev = cu_d.get();
+    b.num_tokens = T;
+    return b;
+  };
+  auto expect_reject = [&](const std::string& needle, auto mutate, bool decode = false) {
+    LinearConfig cfg = c.cfg();
+    LinearTensors tt = t;
+    LinearStatePool pp = p;
+    LinearBatch b = batch();
+    std::vector<int32_t> i2 = idx, c2 = cu;
+    b.state_indices = i2.data();
+    b.cu_seqlens = c2.data();
+    mutate(cfg, tt, pp, b, i2, c2);
+    EXPECT_TRUE(test::throws_error(
+        [&] {
+          if (decode) gdn_decode(ctx(), cfg, tt, pp, b);
+          else if (cfg.l2norm_qk && !c.gdn) gla_prefill(ctx(), cfg, tt, pp, b);
+          else gdn_prefill(ctx(), cfg, tt, pp, b);
+        },
+        Status::InvalidArgument, needle))
+        << needle;
+  };
+  using C = LinearConfig;
+  using Ts = LinearTensors;
+  using P = LinearStatePool;
+  using Bt = LinearBatch;
+  using V = std::vector<int32_t>;
+  expect_reject("state_indices[1] = 3 out of range", [](C&, Ts&, P&, Bt&, V& i, V&) { i[1] = 3; });
+  expect_reject("state_indices[0] = -2 out of range", [](C&, Ts&, P&, Bt&, V& i, V&) { i[0] = -2; });
+  expect_reject("state_indices[1] = 1 duplicates state_indices[0]", [](C&, Ts&, P&, Bt&, V& i, V&) { i[1] = 1; });
+  expect_reject("cu_seqlens[2] = 2 < cu_seqlens[1] = 3", [](C&, Ts&, P&, Bt& b, V&, V& cc) {
+    cc[2] = 2;
+    b.num_tokens = 2;
+  });
+  expect_reject("cu_seqlens[0] = 1", [](C&, Ts&, P&, Bt&, V&, V& cc) { cc[0] = 1; });
+  expect_reject("cu_seqlens[2] = 7 != num_tokens = 6", [](C&, Ts&, P&, Bt& b, V&, V&) { b.num_tokens = 6; });
+  expect_reject("head_dim_k = 96 unsupported", [](C& cf, Ts&, P&, Bt&, V&, V&) { cf.head_dim_k = 96; });
+  expect_reject("head_dim_v = 32 unsupported", [](C& cf, Ts&, P&, Bt&, V&, V&) { cf.head_dim_v = 32; });
+  expect_reject("num_v_heads = 3", [](C& cf, Ts&, P&, Bt&, V&, V&) {
+    cf.num_qk_heads = 2;
+    cf.num_v_heads = 3;
+  });
+  expect_reject("q: buffer has 16 bytes", [&](C&, Ts& tt, P&, Bt&, V&, V&) { tt.q = small.get(); });
+  expect_reject("state: buffer has", [&](C&, Ts&, P& pp, Bt&, V&, V&) { pp.num_slots = 4; });
+  expect_reject("beta: null buffer", [](C&, Ts& tt, P&, Bt&, V&, V&) { tt.beta = nullptr; });
+  expect_reject("dtype = i32 unsupported", [](C& cf, Ts&, P&, Bt&, V&, V&) { cf.dtype = DType::I32; });
+  expect_reject("state_indices[1] = 5 out of range", [](C&, Ts&, P&, Bt&, V& i, V&) { i[1] = 5; }, true);
+  EXPECT_TRUE(test::throws_error(
+      [&] {
+        LinearConfig cfg = c.cfg();
+        cfg.l2norm_qk = true;
+        LinearBatch b = batch();
+        gla_prefill(ctx(), cfg, t, p, b);
+      },
+      Status::InvalidArgument, "l2norm_qk is a Gated DeltaNet option"));
+  ctx().finish();
+  EXPECT_EQ(test::download<float>(pool, sentinel_pool.size()), sentinel_pool);
+  EXPECT_EQ(test::download<float>(o, sentinel_o.size()), sentinel_o);
+}
+
+}  // namespace
+}  // namespace clattn
