@@ -27,6 +27,10 @@ struct Harness {
   // Prints one aligned result line and (if json_out) appends a JSON row.
   void report(const std::string& op, const std::string& shape, double ms, double bytes, double flops,
               const std::string& limit_kind = "stream_read");
+  // Compute-bound ops: prints TFLOP/s and the percentage of `peak_tflops`, a compute limit
+  // the case measured or derived itself (`peak_desc` says how); JSON rows as report().
+  void report_compute(const std::string& op, const std::string& shape, double ms, double flops, double peak_tflops,
+                      const std::string& peak_desc);
 };
 
 using Registrar = std::function<void(CLI::App& app, Harness& h)>;
@@ -34,5 +38,7 @@ using Registrar = std::function<void(CLI::App& app, Harness& h)>;
 void register_decode(CLI::App& app, Harness& h);
 void register_metadata(CLI::App& app, Harness& h);
 void register_linear(CLI::App& app, Harness& h);
+void register_extend(CLI::App& app, Harness& h);
+void register_mla(CLI::App& app, Harness& h);
 
 }  // namespace clattn::bench

@@ -1,6 +1,221 @@
-// clattn-bench decode: filled in by the decode op.
+// clattn-bench decode: paged decode throughput against the same-process streaming-read
+// limit. Bytes counted = the K and V bytes of every visible key (each read once) + q + o;
+// page ids and the split-K partials are not counted (they are the kernel's overhead).
+//
+//   clattn-bench decode                      the sweep (H100 targets)
+//   clattn-bench decode --quick              a small sweep for CPU devices (PoCL)
+//   clattn-bench decode -B 64 -S 4096 --kv e4m3 --page 16 --layout hnd
+//   clattn-bench decode --param TPT=16 --param UNROLL=2      parameter overrides
+//   clattn-bench decode --grid "UNROLL=2,4;QREGS=64,128"     every combination, per case
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+
 #include "bench/bench.hpp"
+#include "clattn/ops.hpp"
 
 namespace clattn::bench {
-void register_decode(CLI::App& app, Harness& h) {}
+namespace {
+
+struct DecodeCase {
+  int B = 64, S = 4096, Hq = 32, Hkv = 8, D = 128, P = 16;
+  DType kv = DType::BF16, q = DType::BF16;
+  KVLayout layout = KVLayout::NHD;
+  bool page_table = false, deterministic = false;
+  int max_splits = 0;
+};
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32") return DType::F32;
+  if (s == "f16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  if (s == "e4m3" || s == "fp8" || s == "fp8_e4m3") return DType::FP8_E4M3;
+  if (s == "e5m2" || s == "fp8_e5m2") return DType::FP8_E5M2;
+  throw Error(Status::InvalidArgument, "unknown dtype '" + s + "' (f32 f16 bf16 e4m3 e5m2)");
+}
+
+std::pair<std::string, int> parse_kv(const std::string& s) {
+  auto eq = s.find('=');
+  if (eq == std::string::npos) throw Error(Status::InvalidArgument, "--param wants NAME=VALUE, got '" + s + "'");
+  return {s.substr(0, eq), std::stoi(s.substr(eq + 1))};
+}
+
+// "A=1,2;B=3" -> [{A=1,B=3}, {A=2,B=3}]
+std::vector<std::map<std::string, int>> parse_grid(const std::string& g) {
+  std::vector<std::map<std::string, int>> out = {{}};
+  std::stringstream ss(g);
+  std::string axis;
+  while (std::getline(ss, axis, ';')) {
+    if (axis.empty()) continue;
+    auto eq = axis.find('=');
+    if (eq == std::string::npos) throw Error(Status::InvalidArgument, "--grid axis '" + axis + "' lacks '='");
+    std::string name = axis.substr(0, eq);
+    std::stringstream vs(axis.substr(eq + 1));
+    std::vector<int> vals;
+    for (std::string v; std::getline(vs, v, ',');) vals.push_back(std::stoi(v));
+    std::vector<std::map<std::string, int>> next;
+    for (auto& m : out)
+      for (int v : vals) {
+        auto m2 = m;
+        m2[name] = v;
+        next.push_back(m2);
+      }
+    out = next;
+  }
+  return out;
+}
+
+std::string shape_of(const DecodeCase& c) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "B=%d S=%d Hq=%d Hkv=%d D=%d P=%d %s %s%s%s", c.B, c.S, c.Hq, c.Hkv, c.D, c.P,
+                dtype_name(c.kv), c.layout == KVLayout::NHD ? "NHD" : "HND", c.page_table ? " table" : "",
+                c.deterministic ? " det" : "");
+  return buf;
+}
+
+void fill_pattern(const Context& ctx, cl_mem m, size_t bytes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  // Small finite values in any dtype: bytes in 0x30..0x3b are positive normal numbers
+  // for fp8 and the high bytes of bf16/f16/f32 values of moderate size.
+  unsigned char pat[64];
+  for (auto& b : pat) b = (unsigned char)(0x30 + rng() % 12);
+  size_t n = bytes / 64 * 64;
+  if (n)
+    clEnqueueFillBuffer(ctx.cl_queue(), m, pat, 64, 0, n, 0, nullptr, nullptr);
+  if (bytes > n) clEnqueueFillBuffer(ctx.cl_queue(), m, pat, 1, n, bytes - n, 0, nullptr, nullptr);
+}
+
+void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>& params) {
+  Context& ctx = h.ctx();
+  PagedKV cache;
+  cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D, cache.layout = c.layout,
+  cache.dtype = c.kv;
+  const int pages_per = (c.S + c.P - 1) / c.P;
+  cache.num_pages = c.B * pages_per;
+  // Pages handed out in random order, as a long-running allocator would.
+  std::vector<int32_t> ids(size_t(cache.num_pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+
+  DecodeOptions opt;
+  opt.num_qo_heads = c.Hq, opt.q_dtype = c.q, opt.o_dtype = c.q;
+  opt.deterministic = c.deterministic, opt.max_splits = c.max_splits;
+  opt.validate = false;
+  opt.params = params;
+  DecodePlan plan;
+  std::vector<int32_t> page_ids;
+  if (c.page_table) {
+    PageTable t;
+    t.page_size = c.P, t.max_pages = pages_per, t.page_table = ids, t.seq_lens.assign(size_t(c.B), c.S);
+    plan = decode_plan(ctx, t, cache, opt);
+    page_ids = ids;
+  } else {
+    PagedCsr csr;
+    csr.page_size = c.P;
+    csr.kv_indices = ids;
+    for (int i = 0; i <= c.B; ++i) csr.kv_indptr.push_back(i * pages_per);
+    csr.kv_last_page_len.assign(size_t(c.B), c.S - (pages_per - 1) * c.P);
+    plan = decode_plan(ctx, csr, cache, opt);
+    page_ids = ids;
+  }
+  const size_t cache_bytes = size_t(cache.required_bytes());
+  const size_t qo_bytes = size_t(c.B) * c.Hq * c.D * dtype_size(c.q);
+  DeviceBuffer k(ctx, cache_bytes), v(ctx, cache_bytes), q(ctx, qo_bytes), o(ctx, qo_bytes);
+  DeviceBuffer lse(ctx, size_t(c.B) * c.Hq * 4), pid(ctx, page_ids.size() * 4);
+  DeviceBuffer ws(ctx, std::max<size_t>(16, size_t(plan.workspace_bytes)));
+  pid.write(ctx, page_ids.data(), page_ids.size() * 4);
+  fill_pattern(ctx, k.get(), cache_bytes, 1);
+  fill_pattern(ctx, v.get(), cache_bytes, 2);
+  fill_pattern(ctx, q.get(), qo_bytes, 3);
+  ctx.finish();
+
+  DecodeBuffers b;
+  b.q = q.get(), b.k_cache = k.get(), b.v_cache = v.get(), b.page_ids = pid.get(), b.o = o.get();
+  b.lse = lse.get(), b.workspace = plan.workspace_bytes ? ws.get() : nullptr;
+  double ms = h.time_ms([&] { decode_run(ctx, plan, b); });
+  const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));
+  const double bytes = kv_bytes + 2.0 * double(qo_bytes);
+  const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
+  std::string shape = shape_of(c);
+  for (auto& [name, val] : params) shape += " " + name + "=" + std::to_string(val);
+  h.report("decode", shape, ms, bytes, flops);
+  std::printf("#   plan: %s WG=%d TPT=%d GMAX=%dx%d UNROLL=%d LOAD=%d EARLY_V=%d; %d work items, chunk %d, %d partials\n",
+              plan.variant.c_str(), plan.tile.wg, plan.tile.tpt, plan.tile.gmax, plan.tile.head_blocks,
+              plan.tile.unroll, plan.tile.load_bytes, plan.tile.early_v, plan.num_work, plan.chunk_tokens,
+              plan.num_partials);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void register_decode(CLI::App& app, Harness& h) {
+  auto* cmd = app.add_subcommand("decode", "paged decode (GB/s of K+V+q+o vs stream-read)");
+  struct Opts {
+    DecodeCase c;
+    std::string kv = "bf16", q = "bf16", layout = "nhd", meta = "csr", grid;
+    std::vector<std::string> params;
+    bool quick = false, custom = false, with_fp8 = true;
+  };
+  auto o = std::make_shared<Opts>();
+  auto shape_opt = [&](const char* name, int& dst, const char* help) {
+    cmd->add_option(name, dst, help)->each([o](const std::string&) { o->custom = true; });
+  };
+  shape_opt("-B,--batch", o->c.B, "requests");
+  shape_opt("-S,--seq", o->c.S, "KV length of every request");
+  shape_opt("--hq", o->c.Hq, "query heads");
+  shape_opt("--hkv", o->c.Hkv, "KV heads");
+  shape_opt("-D,--dim", o->c.D, "head dim");
+  shape_opt("--page", o->c.P, "page size");
+  cmd->add_option("--kv", o->kv, "KV dtype: f32 f16 bf16 e4m3 e5m2");
+  cmd->add_option("--q", o->q, "q/o dtype: f32 f16 bf16");
+  cmd->add_option("--layout", o->layout, "nhd | hnd");
+  cmd->add_option("--meta", o->meta, "csr | table");
+  cmd->add_flag("--deterministic", o->c.deterministic, "fixed split tile");
+  cmd->add_option("--max-splits", o->c.max_splits, "per request (1 = never split)");
+  cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
+  cmd->add_option("--grid", o->grid, "parameter grid 'A=1,2;B=3,4': every combination per case");
+  cmd->add_flag("--quick", o->quick, "small sweep for CPU devices");
+  cmd->callback([o, &h] {
+    DecodeCase base = o->c;
+    base.kv = parse_dtype(o->kv);
+    base.q = parse_dtype(o->q);
+    base.layout = o->layout == "hnd" ? KVLayout::HND : KVLayout::NHD;
+    base.page_table = o->meta == "table";
+    std::map<std::string, int> fixed;
+    for (auto& p : o->params) fixed.insert(parse_kv(p));
+    auto grid = parse_grid(o->grid);
+    std::vector<DecodeCase> cases;
+    auto with = [&](int B, int S, int P, DType kv) {
+      DecodeCase c = base;
+      c.B = B, c.S = S, c.P = P, c.kv = kv;
+      cases.push_back(c);
+    };
+    if (o->custom) {
+      cases.push_back(base);
+    } else if (o->quick) {
+      with(8, 1024, 16, DType::BF16);
+      with(1, 8192, 16, DType::BF16);
+      with(32, 256, 1, DType::BF16);
+      with(8, 1024, 16, DType::FP8_E4M3);
+    } else {
+      with(64, 4096, 16, DType::BF16);
+      with(1, 32768, 16, DType::BF16);
+      with(256, 1024, 1, DType::BF16);
+      with(64, 4096, 16, DType::FP8_E4M3);
+      with(1, 32768, 16, DType::FP8_E4M3);
+      with(256, 1024, 1, DType::FP8_E4M3);
+    }
+    h.get_limits();
+    for (auto& c : cases)
+      for (auto& g : grid) {
+        auto params = fixed;
+        for (auto& kv : g) params[kv.first] = kv.second;
+        run_case(h, c, params);
+      }
+  });
+}
+
 }  // namespace clattn::bench

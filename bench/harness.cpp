@@ -69,4 +69,19 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
   }
 }
 
+void Harness::report_compute(const std::string& op, const std::string& shape, double ms, double flops,
+                             double peak_tflops, const std::string& peak_desc) {
+  const double tflops = flops / (ms * 1e9);
+  const double pct = peak_tflops > 0 ? 100.0 * tflops / peak_tflops : 0.0;
+  std::printf("%-10s %-48s %9.3f ms %8.3f TFLOP/s %6.1f%% of %.1f TFLOP/s (%s)\n", op.c_str(), shape.c_str(), ms,
+              tflops, pct, peak_tflops, peak_desc.c_str());
+  std::fflush(stdout);
+  if (!json_out.empty()) {
+    std::ofstream out(json_out, std::ios::app);
+    out << "{\"op\":\"" << op << "\",\"shape\":\"" << shape << "\",\"ms\":" << ms << ",\"tflops\":" << tflops
+        << ",\"pct_of_limit\":" << pct << ",\"limit_tflops\":" << peak_tflops << ",\"limit\":\"" << peak_desc
+        << "\",\"device\":\"" << ctx().profile().device_name << "\"}\n";
+  }
+}
+
 }  // namespace clattn::bench

@@ -82,8 +82,11 @@ void register_linear(CLI::App& app, Harness& h) {
   auto* sub = app.add_subcommand("linear", "Gated DeltaNet / simple GLA decode and chunked prefill with a state pool");
   static bool quick = false;
   static std::string dtype = "bf16";
+  static std::string only;
   sub->add_flag("--quick", quick, "small shapes (PoCL / CI)");
   sub->add_option("--dtype", dtype, "q/k/v/o dtype: f32, f16, bf16");
+  sub->add_option("--only", only, "run only the decode or only the prefill cases")
+      ->check(CLI::IsMember({"decode", "prefill"}));
   sub->callback([&h] {
     DType io = dtype == "f32" ? DType::F32 : dtype == "f16" ? DType::F16 : DType::BF16;
     std::vector<LinCase> cases;
@@ -98,7 +101,8 @@ void register_linear(CLI::App& app, Harness& h) {
     }
     std::printf("# linear: bytes = state read+write + q,k,v,o,g,beta; prefill FLOPs = chunked form at C=64 "
                 "(bench/linear_bench.cpp)\n");
-    for (auto& c : cases) run_case(h, c, io);
+    for (auto& c : cases)
+      if (only.empty() || c.decode == (only == "decode")) run_case(h, c, io);
   });
 }
 

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   clattn::bench::register_decode(app, h);
   clattn::bench::register_metadata(app, h);
   clattn::bench::register_linear(app, h);
+  clattn::bench::register_extend(app, h);
+  clattn::bench::register_mla(app, h);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

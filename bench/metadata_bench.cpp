@@ -111,18 +111,21 @@ void json_row(Harness& h, const Case& c, const std::string& what, const std::str
 
 void run(Harness& h, const Options& o) {
   if (o.device) h.ctx();  // prints the device line before the table
-  std::printf("# metadata: decode batches; host = this process's CPU (std::chrono, median), device = OpenCL "
-              "profiling markers (median of %d after %d warm-up)\n",
-              h.iters, h.warmup);
+  std::printf(
+      "# metadata: decode batches; host = this process's CPU (std::chrono, median), device = OpenCL "
+      "profiling markers (median of %d after %d warm-up)\n",
+      h.iters, h.warmup);
   std::printf("# bar: FlashInfer's host plan, tens of us at B = 256 (it builds no page indices)\n");
-  std::printf("%-5s %-4s %-10s %8s | %10s %10s %10s %10s %11s |", "B", "P", "ctx", "pages", "csr", "table",
-              "slots", "val_csr", "val_batch");
+  std::printf("%-5s %-4s %-10s %8s | %10s %10s %10s %10s %11s |", "B", "P", "ctx", "pages", "csr", "table", "slots",
+              "val_csr", "val_batch");
   if (o.device) std::printf(" %10s %10s %10s %10s", "dev_csr", "dev_table", "dev_slots", "enqueue");
   std::printf("   (microseconds)\n");
   std::fflush(stdout);
 
-  const struct { int lo, hi; const char* name; } ctxs[] = {{4096, 4096, "4k"}, {32768, 32768, "32k"},
-                                                           {4096, 32768, "4k..32k"}};
+  const struct {
+    int lo, hi;
+    const char* name;
+  } ctxs[] = {{4096, 4096, "4k"}, {32768, 32768, "32k"}, {4096, 32768, "4k..32k"}};
   for (int P : parse_list(o.page_sizes)) {
     for (int B : parse_list(o.batches)) {
       for (auto& cx : ctxs) {
@@ -140,8 +143,8 @@ void run(Harness& h, const Options& o) {
         double t_slots = host_us([&] { build_slot_mapping(b, slots_out); }, o.max_reps);
         double t_vcsr = host_us([&] { validate(csr, cache, hb.seq.data()); }, o.max_reps);
         double t_vbatch = host_us([&] { validate(b, cache); }, o.max_reps);
-        std::printf("%-5d %-4d %-10s %8d | %10.1f %10.1f %10.1f %10.1f %11.1f |", B, P, cx.name,
-                    csr.kv_indptr.back(), t_csr, t_table, t_slots, t_vcsr, t_vbatch);
+        std::printf("%-5d %-4d %-10s %8d | %10.1f %10.1f %10.1f %10.1f %11.1f |", B, P, cx.name, csr.kv_indptr.back(),
+                    t_csr, t_table, t_slots, t_vcsr, t_vbatch);
         json_row(h, c, "build_csr", "host", t_csr);
         json_row(h, c, "build_page_table", "host", t_table);
         json_row(h, c, "build_slot_mapping", "host", t_slots);

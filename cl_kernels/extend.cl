@@ -118,8 +118,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += KEYS) {
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous step is done with kv_s, p_s, rowoff
-    if (lid < KEYS) {
-      const int key = k0 + lid;
+    for (int kr = lid; kr < KEYS; kr += WG) {
+      const int key = k0 + kr;
       long ro = -1;
       if (key < kv_end) {
         if (paged) {
@@ -130,7 +130,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
         }
         ro += (long)kvh * stride_head;
       }
-      rowoff[lid] = ro;
+      rowoff[kr] = ro;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     load_tile(k, rowoff, kv_s, lid);

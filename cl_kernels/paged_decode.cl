@@ -49,6 +49,18 @@
 #define EARLY_V 1
 #endif
 
+// Full unrolling keeps the per-lane arrays in registers on GPUs. CPU compilers (PoCL)
+// spend most of their time on the unrolled code and keep such arrays on the stack anyway,
+// so the dispatcher turns the hints off there (UNROLL_HINTS=0); the math is unchanged.
+#ifndef UNROLL_HINTS
+#define UNROLL_HINTS 1
+#endif
+#if UNROLL_HINTS
+#define UNROLL_LOOP _Pragma("unroll")
+#else
+#define UNROLL_LOOP _Pragma("unroll 1")
+#endif
+
 #if KV_DT == DT_F32
 #define KV_ESIZE 4
 #define WORD_ELEM WORD_ELEM_F32
@@ -100,13 +112,13 @@ inline void load_words(__global const uchar* base, size_t off, uint* w) {
 
 // The lane's NCH loads of one row (zeros for loads past the row's end).
 inline void load_row(__global const uchar* base, size_t row_off, int tl, uint* w) {
-#pragma unroll
+UNROLL_LOOP
   for (int j = 0; j < NCH; ++j) {
     const int c = tl + j * TPT;
     if (FULL_CHUNKS || c < NCHUNK) {
       load_words(base, row_off + (size_t)c * LOAD_BYTES, w + j * LOAD_WORDS);
     } else {
-#pragma unroll
+UNROLL_LOOP
       for (int i = 0; i < LOAD_WORDS; ++i) w[j * LOAD_WORDS + i] = 0u;
     }
   }
@@ -129,18 +141,18 @@ inline float shfl_xor_f(float v, int off) {
 inline void slot_allreduce(float* v, __local float* scr, int lid) {
 #if TPT > 1
 #if USE_PTX_SHFL
-#pragma unroll
+UNROLL_LOOP
   for (int off = 1; off < TPT; off <<= 1) {
-#pragma unroll
+UNROLL_LOOP
     for (int i = 0; i < NSCORE; ++i) v[i] += shfl_xor_f(v[i], off);
   }
 #else
-#pragma unroll
+UNROLL_LOOP
   for (int off = 1; off < TPT; off <<= 1) {
-#pragma unroll
+UNROLL_LOOP
     for (int i = 0; i < NSCORE; ++i) scr[i * WGSIZE + lid] = v[i];
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
+UNROLL_LOOP
     for (int i = 0; i < NSCORE; ++i) v[i] += scr[i * WGSIZE + (lid ^ off)];
     barrier(CLK_LOCAL_MEM_FENCE);
   }
@@ -172,15 +184,16 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
 
   // q rows of the block, pre-scaled; padding heads and loads past the row are zero.
   float qr[GMAX][EL];
-#pragma unroll
+UNROLL_LOOP
   for (int g = 0; g < GMAX; ++g) {
-#pragma unroll
+UNROLL_LOOP
     for (int j = 0; j < NCH; ++j) {
       const int c = tl + j * TPT;
-#pragma unroll
+UNROLL_LOOP
       for (int e = 0; e < VEC; ++e) {
         float x = 0.0f;
-        if (g < ng && (FULL_CHUNKS || c < NCHUNK))
+        const bool in_row = FULL_CHUNKS || c < NCHUNK;
+        if (g < ng && in_row)
           x = load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + c * VEC + e, q_dt) * q_scale;
         qr[g][j * VEC + e] = x;
       }
@@ -189,11 +202,11 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
 
   float acc[GMAX][EL];
   float mrun[GMAX], lrun[GMAX];
-#pragma unroll
+UNROLL_LOOP
   for (int g = 0; g < GMAX; ++g) {
     mrun[g] = CLATTN_NEG_INF;
     lrun[g] = 0.0f;
-#pragma unroll
+UNROLL_LOOP
     for (int e = 0; e < EL; ++e) acc[g][e] = 0.0f;
   }
 
@@ -202,7 +215,7 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
     const int tbase = begin + it * TILE;
     size_t roff[UNROLL];
     bool valid[UNROLL];
-#pragma unroll
+UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       const int tok = tbase + u * NSLOT + slot;
       valid[u] = tok < end;
@@ -211,22 +224,22 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
       roff[u] = (size_t)((long)page * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
     }
     uint kw[UNROLL][NCH * LOAD_WORDS];
-#pragma unroll
+UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(k_cache, roff[u], tl, kw[u]);
 #if EARLY_V
     uint vw[UNROLL][NCH * LOAD_WORDS];
-#pragma unroll
+UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
 #endif
 
     // Partial dot products of this lane's elements, then the slot sum.
     float s[NSCORE];
-#pragma unroll
+UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
+UNROLL_LOOP
       for (int g = 0; g < GMAX; ++g) {
         float d = 0.0f;
-#pragma unroll
+UNROLL_LOOP
         for (int e = 0; e < EL; ++e) d = fma(qr[g][e], ROW_ELEM(kw[u], e), d);
         s[u * GMAX + g] = d;
       }
@@ -234,27 +247,27 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
     slot_allreduce(s, lmem, lid);
 
     // Soft cap and masking, then one online-softmax update per head for the whole tile.
-#pragma unroll
+UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
+UNROLL_LOOP
       for (int g = 0; g < GMAX; ++g) {
         float x = s[u * GMAX + g];
         if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
         s[u * GMAX + g] = valid[u] ? x : CLATTN_NEG_INF;
       }
     }
-#pragma unroll
+UNROLL_LOOP
     for (int g = 0; g < GMAX; ++g) {
       float mt = s[g];
-#pragma unroll
+UNROLL_LOOP
       for (int u = 1; u < UNROLL; ++u) mt = fmax(mt, s[u * GMAX + g]);
       const float mnew = fmax(mrun[g], mt);
       // mrun = -inf: nothing accumulated yet (acc, l are 0); mnew = -inf: no valid key yet.
       const float alpha = mrun[g] == CLATTN_NEG_INF ? 0.0f : exp2(mrun[g] - mnew);
       float lsum = lrun[g] * alpha;
-#pragma unroll
+UNROLL_LOOP
       for (int e = 0; e < EL; ++e) acc[g][e] *= alpha;
-#pragma unroll
+UNROLL_LOOP
       for (int u = 0; u < UNROLL; ++u) {
         const float x = s[u * GMAX + g];
         const float p = x == CLATTN_NEG_INF ? 0.0f : exp2(x - mnew);
@@ -267,16 +280,16 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
 
 #if !EARLY_V
     uint vw[UNROLL][NCH * LOAD_WORDS];
-#pragma unroll
+UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
 #endif
-#pragma unroll
+UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       if (valid[u]) {
-#pragma unroll
+UNROLL_LOOP
         for (int e = 0; e < EL; ++e) {
           const float v = ROW_ELEM(vw[u], e);
-#pragma unroll
+UNROLL_LOOP
           for (int g = 0; g < GMAX; ++g) acc[g][e] = fma(s[u * GMAX + g], v, acc[g][e]);
         }
       }
@@ -289,14 +302,14 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
   __local float* sm_l = sm_m + NSLOT * GMAX;
   barrier(CLK_LOCAL_MEM_FENCE);
   if (tl == 0) {
-#pragma unroll
+UNROLL_LOOP
     for (int g = 0; g < GMAX; ++g) {
       sm_m[slot * GMAX + g] = mrun[g];
       sm_l[slot * GMAX + g] = lrun[g];
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
+UNROLL_LOOP
   for (int g = 0; g < GMAX; ++g) {
     float M = CLATTN_NEG_INF;
     for (int sl = 0; sl < NSLOT; ++sl) M = fmax(M, sm_m[sl * GMAX + g]);
@@ -306,11 +319,11 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
       if (ms != CLATTN_NEG_INF) L += sm_l[sl * GMAX + g] * exp2(ms - M);
     }
     const float f = mrun[g] == CLATTN_NEG_INF ? 0.0f : exp2(mrun[g] - M);
-#pragma unroll
+UNROLL_LOOP
     for (int j = 0; j < NCH; ++j) {
       const int c = tl + j * TPT;
       if (FULL_CHUNKS || c < NCHUNK) {
-#pragma unroll
+UNROLL_LOOP
         for (int e = 0; e < VEC; ++e) sm_o[slot * HEAD_DIM + c * VEC + e] = acc[g][j * VEC + e] * f;
       }
     }

@@ -77,9 +77,25 @@ ProgramCache::Stats ProgramCache::stats() const { return {compiled_.load(), disk
 void ProgramCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   programs_.clear();
+  by_name_.clear();
 }
 
 std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::string& options) {
+  // Fast path: this (file, options) was asked for before; skip reading and hashing the
+  // source (tens of microseconds), which matters for per-step callers.
+  const std::string name = file + '\n' + options;
+  {
+    std::shared_future<std::shared_ptr<Program>> fut;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = by_name_.find(name);
+      if (it != by_name_.end()) fut = it->second;
+    }
+    if (fut.valid()) {
+      ++memory_hits_;
+      return fut.get();  // waits if another thread is building it; rethrows its failure
+    }
+  }
   std::string source = kernel_source(file);
   std::string k = key(source, options);
   std::promise<std::shared_ptr<Program>> promise;
@@ -88,10 +104,13 @@ std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::s
     auto it = programs_.find(k);
     if (it != programs_.end()) {
       auto fut = it->second;
+      by_name_.emplace(name, fut);
       ++memory_hits_;
-      return fut.get();  // waits if another thread is building it; rethrows its failure
+      return fut.get();
     }
-    programs_.emplace(k, promise.get_future().share());
+    auto fut = promise.get_future().share();
+    programs_.emplace(k, fut);
+    by_name_.emplace(name, fut);
   }
   try {
     auto prog = build(file, source, options, k);

@@ -111,7 +111,8 @@ class ProgramCache {
   std::string identity_;  // platform + device + driver, folded into keys
   DiskCache disk_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_future<std::shared_ptr<Program>>> programs_;
+  std::map<std::string, std::shared_future<std::shared_ptr<Program>>> programs_;  // by cache key
+  std::map<std::string, std::shared_future<std::shared_ptr<Program>>> by_name_;   // by file + options
   std::atomic<int> compiled_{0}, disk_hits_{0}, memory_hits_{0};
 };
 

@@ -61,8 +61,8 @@ int32_t page_of(const EngineBatch& b, int i, const ReqGeom& g, int64_t t, int pa
     bad("req_to_token[" + std::to_string(row) + "]", t, s, req(i) + ", position " + std::to_string(t), "negative slot");
   if (s % page_size != 0)
     bad("req_to_token[" + std::to_string(row) + "]", t, s, req(i) + ", position " + std::to_string(t),
-        "the first position of a page must sit at offset 0 of its page, found offset " +
-            std::to_string(s % page_size) + " (page_size " + std::to_string(page_size) + ")");
+        "the first position of a page must sit at offset 0 of its page, found offset " + std::to_string(s % page_size) +
+            " (page_size " + std::to_string(page_size) + ")");
   return s / page_size;
 }
 
@@ -289,7 +289,8 @@ PagedCsr page_table_to_csr(const PageTable& t) {
   c.kv_indices.resize(size_t(total));
   for (int i = 0; i < B; ++i) {
     const int32_t* row = t.page_table.data() + size_t(i) * size_t(t.max_pages);
-    std::copy(row, row + (c.kv_indptr[size_t(i) + 1] - c.kv_indptr[size_t(i)]), c.kv_indices.begin() + c.kv_indptr[size_t(i)]);
+    std::copy(row, row + (c.kv_indptr[size_t(i) + 1] - c.kv_indptr[size_t(i)]),
+              c.kv_indices.begin() + c.kv_indptr[size_t(i)]);
   }
   c.qo_indptr = t.cu_seqlens_q;
   return c;

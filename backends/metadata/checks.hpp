@@ -21,10 +21,10 @@ std::string req(int64_t i);  // "request i"
 struct ReqGeom {
   int64_t base = 0;  // offset of the request's req_to_token row
   int seq = 0;
-  int prefix = 0;    // first new position (seq - 1 for decode)
-  int qo = 1;        // new tokens (1 for decode)
-  int start = 0;     // first kept key (0 without a window)
-  int pages = 0;     // pages holding keys start .. seq-1
+  int prefix = 0;  // first new position (seq - 1 for decode)
+  int qo = 1;      // new tokens (1 for decode)
+  int start = 0;   // first kept key (0 without a window)
+  int pages = 0;   // pages holding keys start .. seq-1
 };
 
 // Request i of a batch already checked by check_batch().

@@ -30,8 +30,8 @@ void need(cl_mem m, int64_t elems, const std::string& field) {
   if (!m) bad_field(field, "null buffer (needs " + num(elems) + " int32)");
   size_t have = mem_bytes(m, field);
   if (int64_t(have) < elems * 4)
-    bad_field(field, "buffer has " + num(int64_t(have)) + " bytes, needs " + num(elems * 4) + " (" + num(elems) +
-                         " int32)");
+    bad_field(field,
+              "buffer has " + num(int64_t(have)) + " bytes, needs " + num(elems * 4) + " (" + num(elems) + " int32)");
 }
 
 // Capacity in int32 entries, clamped to int for the kernel.
@@ -60,41 +60,10 @@ struct Launch {
   size_t wg;
 };
 
-// metadata.cl's program and work-group size per context. ProgramCache::get hashes the
-// source on every call (~40 us on PoCL), too slow for a per-step builder, so the program
-// is remembered here (weakly: the context's cache owns it; a cleared cache or a dead
-// context makes the entry miss and it is fetched again).
-struct ProgramMemo {
-  std::weak_ptr<detail::ContextImpl> owner;
-  std::weak_ptr<rt::Program> prog;
-  size_t wg = 0;
-};
-
 Launch prepare(const Context& ctx, cl_command_queue queue, const char* kernel) {
-  static std::mutex mu;
-  static std::vector<ProgramMemo> memo;
-  std::shared_ptr<detail::ContextImpl> owner = ctx.impl();
-  detail::ContextImpl& c = *owner;
-  std::shared_ptr<rt::Program> prog;
-  size_t wg = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    memo.erase(std::remove_if(memo.begin(), memo.end(), [](const ProgramMemo& m) { return m.owner.expired(); }),
-               memo.end());
-    for (auto& m : memo)
-      if (m.owner.lock() == owner) {
-        prog = m.prog.lock();
-        wg = m.wg;
-      }
-  }
-  if (!prog) {
-    prog = c.programs.get("metadata.cl", rt::make_options({}));
-    wg = size_t(std::max(1, params::lookup(c.profile, "metadata").get("WG")));
-    std::lock_guard<std::mutex> lock(mu);
-    memo.erase(std::remove_if(memo.begin(), memo.end(), [&](const ProgramMemo& m) { return m.owner.lock() == owner; }),
-               memo.end());
-    memo.push_back(ProgramMemo{owner, prog, wg});
-  }
+  detail::ContextImpl& c = rt::impl(ctx);
+  auto prog = c.programs.get("metadata.cl", rt::make_options({}));  // memoised per (file, options)
+  size_t wg = size_t(std::max(1, params::lookup(c.profile, "metadata").get("WG")));
   rt::Kernel& k = prog->kernel(kernel);
   wg = std::min({wg, c.profile.max_work_group_size, k.max_work_group_size(c.device)});
   size_t pow2 = 1;
@@ -147,11 +116,12 @@ void build_csr_device(const Context& ctx, const DeviceEngineBatch& b, int page_s
   Launch L = prepare(ctx, queue, "build_csr");
   size_t gws = size_t(B) * L.wg;
   const cl_int is_extend = b.extend_lens ? 1 : 0;
-  L.k.launch(L.q, 1, &gws, &L.wg, 0, nullptr, nullptr, or_dummy(b.req_to_token, b.seq_lens), cl_int(b.pool_size), cl_int(b.max_ctx),
-             b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend, cl_int(page_size),
-             cl_int(window_left), out.kv_indptr, out.kv_indices, cl_int(cap), out.kv_last_page_len,
-             or_dummy(out.qo_indptr, out.kv_indptr), cl_int(want_qo), or_dummy(want_off ? out.kv_start_offset : nullptr, out.kv_indptr),
-             cl_int(want_off), rt::LocalMem{L.wg * sizeof(cl_int)});
+  L.k.launch(L.q, 1, &gws, &L.wg, 0, nullptr, nullptr, or_dummy(b.req_to_token, b.seq_lens), cl_int(b.pool_size),
+             cl_int(b.max_ctx), b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend,
+             cl_int(page_size), cl_int(window_left), out.kv_indptr, out.kv_indices, cl_int(cap), out.kv_last_page_len,
+             or_dummy(out.qo_indptr, out.kv_indptr), cl_int(want_qo),
+             or_dummy(want_off ? out.kv_start_offset : nullptr, out.kv_indptr), cl_int(want_off),
+             rt::LocalMem{L.wg * sizeof(cl_int)});
 }
 
 void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int page_size, int max_pages,
@@ -177,9 +147,9 @@ void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int
   size_t gws = size_t(B) * L.wg;
   const cl_int is_extend = b.extend_lens ? 1 : 0;
   cl_mem dummy = out.page_table;
-  L.k.launch(L.q, 1, &gws, &L.wg, 0, nullptr, nullptr, or_dummy(b.req_to_token, b.seq_lens), cl_int(b.pool_size), cl_int(b.max_ctx),
-             b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend, cl_int(page_size),
-             cl_int(max_pages), out.page_table, or_dummy(out.seq_lens, dummy), cl_int(want_seq),
+  L.k.launch(L.q, 1, &gws, &L.wg, 0, nullptr, nullptr, or_dummy(b.req_to_token, b.seq_lens), cl_int(b.pool_size),
+             cl_int(b.max_ctx), b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend,
+             cl_int(page_size), cl_int(max_pages), out.page_table, or_dummy(out.seq_lens, dummy), cl_int(want_seq),
              or_dummy(out.cu_seqlens_q, dummy), cl_int(want_q), or_dummy(out.cu_seqlens_k, dummy), cl_int(want_k),
              rt::LocalMem{L.wg * sizeof(cl_int)});
 }
@@ -202,9 +172,9 @@ void build_slot_mapping_device(const Context& ctx, const DeviceEngineBatch& b, c
   // Decode writes one entry per request: one work-item per group is enough.
   size_t lws = is_extend ? L.wg : 1;
   size_t gws = size_t(B) * lws;
-  L.k.launch(L.q, 1, &gws, &lws, 0, nullptr, nullptr, or_dummy(b.req_to_token, b.seq_lens), cl_int(b.pool_size), cl_int(b.max_ctx),
-             b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend, slot_mapping,
-             cl_int(cap), rt::LocalMem{lws * sizeof(cl_int)});
+  L.k.launch(L.q, 1, &gws, &lws, 0, nullptr, nullptr, or_dummy(b.req_to_token, b.seq_lens), cl_int(b.pool_size),
+             cl_int(b.max_ctx), b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend,
+             slot_mapping, cl_int(cap), rt::LocalMem{lws * sizeof(cl_int)});
 }
 
 // ---- debug paths (blocking) ----

@@ -64,8 +64,7 @@ void csr_impl(const PagedCsr& c, const CacheShape* cache, const int32_t* seq_len
       if (n == 0 && off != 0) bad("kv_start_offset", i, off, req(i), "must be 0 for a request with no pages");
       if (off < 0 || off >= P) bad("kv_start_offset", i, off, req(i), "must be in 0.." + num(P - 1));
       if (n > 0 && c.kv_len(i) < 1)
-        bad("kv_start_offset", i, off, req(i),
-            "leaves no keys (one page whose kv_last_page_len = " + num(last) + ")");
+        bad("kv_start_offset", i, off, req(i), "leaves no keys (one page whose kv_last_page_len = " + num(last) + ")");
     }
     const int32_t id_end = cache ? cache->num_pages : std::numeric_limits<int32_t>::max();
     for (int64_t k = c.kv_indptr[size_t(i)]; k < c.kv_indptr[size_t(i) + 1]; ++k) {
@@ -106,8 +105,8 @@ void table_impl(const PageTable& t, const CacheShape* cache) {
   if (t.max_pages < 0) bad_value("max_pages", t.max_pages, "must be >= 0");
   const int B = t.batch_size();
   if (t.page_table.size() != size_t(B) * size_t(t.max_pages))
-    bad_field("page_table", "has " + num(int64_t(t.page_table.size())) + " entries, must be batch_size * max_pages = " +
-                                num(int64_t(B) * t.max_pages));
+    bad_field("page_table", "has " + num(int64_t(t.page_table.size())) +
+                                " entries, must be batch_size * max_pages = " + num(int64_t(B) * t.max_pages));
   if (!t.cu_seqlens_k.empty()) check_indptr(t.cu_seqlens_k, "cu_seqlens_k", B);
   if (!t.cu_seqlens_q.empty()) check_indptr(t.cu_seqlens_q, "cu_seqlens_q", B);
   for (int i = 0; i < B; ++i) {
@@ -207,9 +206,7 @@ void validate(const PageTable& t, const CacheShape& cache) { table_impl(t, &cach
 void validate_slot_mapping(const int32_t* slots, int64_t n, const CacheShape& cache) { slots_impl(slots, n, cache); }
 void validate_slot_mapping(const int64_t* slots, int64_t n, const CacheShape& cache) { slots_impl(slots, n, cache); }
 
-void validate(const EngineBatch& b, int page_size) {
-  engine_impl(b, page_size, std::numeric_limits<int64_t>::max());
-}
+void validate(const EngineBatch& b, int page_size) { engine_impl(b, page_size, std::numeric_limits<int64_t>::max()); }
 
 void validate(const EngineBatch& b, const CacheShape& cache) {
   check_page_size(cache.page_size, &cache);

@@ -208,14 +208,14 @@ Requests requests_from_table(const PageTable& t, const PagedKV& cache, const Ext
 // The tile of one build: which kernel, its work-group, rows and keys per step.
 struct Tile {
   std::string variant;
-  int wg = 0, rows = 0, keys = 0, dbuf = 0;
+  int wg = 0, rows = 0, keys = 0;
   std::string options;
 };
 
 size_t generic_local_bytes(int rows, int keys, int d) {
   return (size_t(rows) * d + size_t(keys) * (d + 1) + size_t(rows) * keys) * 4 + size_t(keys) * 8;
 }
-size_t mma_local_bytes(int keys, int d, int dbuf) { return size_t(keys) * (d + 8) * 2 * 2 * (dbuf ? 2 : 1); }
+size_t mma_local_bytes(int keys, int d) { return size_t(keys) * (d + 8) * 2 * 2; }
 
 int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
   auto it = over.find(name);
@@ -249,17 +249,16 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       const int warps = std::clamp(param(e, over, "MMA_WARPS"), 1, 8);
       t.wg = 32 * warps, t.rows = 16 * warps;
       t.keys = param(e, over, "MMA_KEYS");
-      t.dbuf = param(e, over, "MMA_DBUF") ? 1 : 0;
       if (t.keys != 16 && t.keys != 32 && t.keys != 64 && t.keys != 128)
         rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 16, 32, 64 or 128");
-      if (t.dbuf && mma_local_bytes(t.keys, kv.head_dim, 1) > lmax) t.dbuf = 0;
-      while (t.keys > 16 && mma_local_bytes(t.keys, kv.head_dim, t.dbuf) > lmax) t.keys /= 2;
+      while (t.keys > 16 && mma_local_bytes(t.keys, kv.head_dim) > lmax) t.keys /= 2;
       const bool bf16 = kv.dtype == DType::BF16;
       std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)},
                                               {"KV_DT", to_string(int(kv.dtype))},
                                               {"WARPS", to_string(warps)},
                                               {"KEYS", to_string(t.keys)},
-                                              {"DBUF", to_string(t.dbuf)},
+                                              {"USE_LDMATRIX", param(e, over, "MMA_LDMATRIX") ? "1" : "0"},
+                                              {"SMEM_CVTA", e.get_or("MMA_SMEM_CVTA", 0) ? "1" : "0"},
                                               {"MMA_BF16", bf16 ? "1" : "0"}};
       t.options = rt::make_options(d);
       out.push_back(t);

@@ -3,6 +3,7 @@
 // enqueues nothing. Kernel maths: cl_kernels/linear_common.clh; docs/linear_attention.md.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -111,8 +112,32 @@ int pow2_floor(int x) {
 
 struct Variant {
   std::shared_ptr<rt::Program> prog;
-  int dec_dvt, dec_rows, pf_c, pf_dvt, pf_wg, pf_dkt;
+  int dec_dvt, dec_rows, dec_vec, pf_c, pf_dvt, pf_wg, pf_dkt;
+  std::map<std::string, std::string> defines;
+  int dec_threads() const { return dec_dvt / dec_vec * dec_rows; }
 };
+
+// Halves the decode work-group (the DV slice first, which keeps the registers per
+// work-item, then the row groups) so that it has at most `limit` work-items. False when it
+// cannot shrink further.
+bool shrink_decode(Variant& v, int limit) {
+  bool changed = false;
+  while (v.dec_threads() > limit) {
+    if (v.dec_dvt > v.dec_vec) v.dec_dvt /= 2;
+    else if (v.dec_rows > 1) v.dec_rows /= 2;
+    else if (v.dec_vec > 1) v.dec_vec /= 2, v.dec_dvt = v.dec_vec;
+    else return changed;
+    changed = true;
+  }
+  return changed;
+}
+
+void build(detail::ContextImpl& c, Variant& v, bool gdn) {
+  v.defines["DEC_DVT"] = num(v.dec_dvt);
+  v.defines["DEC_ROWS"] = num(v.dec_rows);
+  v.defines["DEC_VEC"] = num(v.dec_vec);
+  v.prog = c.programs.get(gdn ? "linear_gdn.cl" : "linear_gla.cl", rt::make_options(v.defines));
+}
 
 // Parameters from the database, clamped to the shape and the device, then the program.
 Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn) {
@@ -121,9 +146,10 @@ Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearSta
   auto pf = params::lookup(c.profile, "linear_prefill");
   const int maxwg = int(std::max<size_t>(1, c.profile.max_work_group_size));
   Variant v{};
-  v.dec_dvt = std::min(pow2_floor(std::max(1, dec.get("DEC_DVT"))), DV);
+  v.dec_vec = std::min(pow2_floor(std::clamp(dec.get_or("DEC_VEC", 1), 1, 4)), DV);
+  v.dec_dvt = std::clamp(pow2_floor(std::max(1, dec.get("DEC_DVT"))), v.dec_vec, DV);
   v.dec_rows = std::min(pow2_floor(std::max(1, dec.get("DEC_ROWS"))), DK);
-  while (v.dec_dvt * v.dec_rows > maxwg && v.dec_rows > 1) v.dec_rows /= 2;
+  shrink_decode(v, maxwg);
   v.pf_c = pow2_floor(std::max(2, pf.get("PF_C")));
   v.pf_dvt = std::min(pow2_floor(std::max(1, pf.get("PF_DVT"))), DV);
   v.pf_wg = std::min(pow2_floor(std::max(1, pf.get("PF_WG"))), pow2_floor(maxwg));
@@ -138,14 +164,13 @@ Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearSta
   const unsigned long long local = c.profile.local_mem_bytes ? c.profile.local_mem_bytes : 32768;
   while (bytes() + 1024 > local && v.pf_dvt > 4) v.pf_dvt /= 2;
   while (bytes() + 1024 > local && v.pf_c > 8) v.pf_c /= 2;
-  std::map<std::string, std::string> d = {
-      {"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))}, {"ST_DT", num(dt_code(pool.dtype))},
-      {"DEC_DVT", num(v.dec_dvt)}, {"DEC_ROWS", num(v.dec_rows)}, {"PF_C", num(v.pf_c)},
-      {"PF_DVT", num(v.pf_dvt)}, {"PF_WG", num(v.pf_wg)}, {"PF_DKT", num(v.pf_dkt)}};
-  v.prog = c.programs.get(gdn ? "linear_gdn.cl" : "linear_gla.cl", rt::make_options(d));
-  rt::log().debug("linear {}: DK={} DV={} io={} state={} decode {}x{} ({}), prefill C={} DVT={} WG={} ({})",
-                  gdn ? "gdn" : "gla", DK, DV, dtype_name(cfg.dtype), dtype_name(pool.dtype), v.dec_dvt, v.dec_rows,
-                  dec.source, v.pf_c, v.pf_dvt, v.pf_wg, pf.source);
+  v.defines = {{"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))},
+               {"ST_DT", num(dt_code(pool.dtype))}, {"PF_C", num(v.pf_c)}, {"PF_DVT", num(v.pf_dvt)},
+               {"PF_WG", num(v.pf_wg)}, {"PF_DKT", num(v.pf_dkt)}};
+  build(c, v, gdn);
+  rt::log().debug("linear {}: DK={} DV={} io={} state={} decode DVT={} VEC={} ROWS={} ({}), prefill C={} DVT={} WG={} ({})",
+                  gdn ? "gdn" : "gla", DK, DV, dtype_name(cfg.dtype), dtype_name(pool.dtype), v.dec_dvt, v.dec_vec,
+                  v.dec_rows, dec.source, v.pf_c, v.pf_dvt, v.pf_wg, pf.source);
   return v;
 }
 
@@ -183,10 +208,20 @@ void run(const char* op, bool gdn, bool prefill, const Context& ctx, const Linea
   const float scale = scale_of(cfg);
   const int flags = flags_of(cfg);
   if (!prefill) {
-    rt::Kernel& k = v.prog->kernel(gdn ? "gdn_decode" : "gla_decode");
-    check_wg(k, c.device, size_t(v.dec_dvt) * v.dec_rows);
-    const size_t gws[3] = {size_t(cfg.head_dim_v), size_t(v.dec_rows), size_t(b.batch_size) * Hv};
-    const size_t lws[3] = {size_t(v.dec_dvt), size_t(v.dec_rows), 1};
+    const char* name = gdn ? "gdn_decode" : "gla_decode";
+    // A compiled kernel can allow fewer work-items than the device (registers): shrink the
+    // work-group and rebuild rather than fail.
+    for (;;) {
+      size_t lim = v.prog->kernel(name).max_work_group_size(c.device);
+      if (size_t(v.dec_threads()) <= lim || !shrink_decode(v, int(lim))) break;
+      rt::log().debug("linear {}: kernel limit {} work-items, decode shrunk to DVT={} VEC={} ROWS={}", name, lim,
+                      v.dec_dvt, v.dec_vec, v.dec_rows);
+      build(c, v, gdn);
+    }
+    rt::Kernel& k = v.prog->kernel(name);
+    check_wg(k, c.device, size_t(v.dec_threads()));
+    const size_t gws[3] = {size_t(cfg.head_dim_v / v.dec_vec), size_t(v.dec_rows), size_t(b.batch_size) * Hv};
+    const size_t lws[3] = {size_t(v.dec_dvt / v.dec_vec), size_t(v.dec_rows), 1};
     k.launch(q, 3, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev, Hqk, Hv,
              g_stride, scale, flags);
   } else {

@@ -151,13 +151,15 @@ size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
   return std::max(scr, merge) * 4;
 }
 
-std::string build_options(const KTile& t, const PagedKV& c, bool shfl) {
+std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu) {
   std::map<std::string, std::string> d = {
       {"HEAD_DIM", std::to_string(c.head_dim)}, {"KV_DT", std::to_string(int(c.dtype))},
       {"GMAX", std::to_string(t.gmax)},         {"TPT", std::to_string(t.tpt)},
       {"WGSIZE", std::to_string(t.wg)},         {"UNROLL", std::to_string(t.unroll)},
       {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
-      {"USE_PTX_SHFL", shfl ? "1" : "0"}};
+      {"USE_PTX_SHFL", shfl ? "1" : "0"},
+      // The device's compiler, not the vendor's parameters: CPU compilers get no unroll hints.
+      {"UNROLL_HINTS", cpu ? "0" : "1"}};
   return rt::make_options(d);
 }
 
@@ -283,11 +285,11 @@ void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cac
   if (tile.ptx_shfl && tile.tpt > 1) {
     std::string why;
     if (params::variant_available(c.profile, "nv_ptx_shfl", &why))
-      cands.push_back({"nv_ptx_shfl", build_options(tile, cache, true)});
+      cands.push_back({"nv_ptx_shfl", build_options(tile, cache, true, c.profile.is_cpu)});
     else
       rt::log().debug("decode: nv_ptx_shfl not available ({}); using the generic local-memory butterfly", why);
   }
-  cands.push_back({"generic", build_options(tile, cache, false)});
+  cands.push_back({"generic", build_options(tile, cache, false, c.profile.is_cpu)});
   for (size_t i = 0; i < cands.size(); ++i) {
     bool shfl = cands[i].variant == "nv_ptx_shfl";
     size_t lb = local_bytes(tile, cache.head_dim, shfl);

@@ -53,6 +53,7 @@ const std::vector<Row>& rows_merge();
 const std::vector<Row>& rows_append_kv();
 const std::vector<Row>& rows_linear();
 const std::vector<Row>& rows_extend();
+const std::vector<Row>& rows_mla();
 // Every built-in row (the tables above, concatenated once).
 const std::vector<Row>& builtin_rows();
 

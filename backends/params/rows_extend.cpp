@@ -11,24 +11,29 @@
 //   MMA        1: prefer the tensor-core kernel where variant_available() says the device
 //              runs it (NVIDIA inline PTX, compute capability >= 8.0), else generic (logged)
 //   MMA_WARPS  warps per group, 16 packed query rows each (FlashAttention-2 layout)
-//   MMA_KEYS   keys per step; K and V tiles of MMA_KEYS x (D + 8) halves each, double
-//              buffered when MMA_DBUF = 1 and that fits in local memory
+//   MMA_KEYS   keys per step; K and V tiles of MMA_KEYS x (D + 8) halves each (halved
+//              while they exceed the device's local memory)
+//   MMA_LDMATRIX 1: fragments from local memory with ldmatrix(.trans) x4 (faults on the H100
+//                with NVIDIA's OpenCL today, see the nvidia row); 0: 32/16-bit local loads
+//   MMA_SMEM_CVTA (optional, default 0) ldmatrix address form, see extend_mma_nv.cl
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
 const std::vector<Row>& rows_extend() {
   static const std::vector<Row> rows = {
       {"extend", Level::Generic, "", "*",
-       {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_DBUF", 1}},
+       {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_LDMATRIX", 0}},
        "variant generic: 128 work-items (4 warps / 2 wave64), 16 rows x 8 lanes, 32-key steps: 27 KB of local "
        "memory at D=128, inside OpenCL's 32 KB minimum; not tuned"},
       {"extend", Level::Generic, "", "d256", {{"KEYS", 16}, {"MMA_KEYS", 32}},
        "variant generic: 16-key steps keep D=256 at 34 KB of local memory (48 KB on NVIDIA, 64 KB on AMD/Intel)"},
       {"extend", Level::Vendor, "nvidia", "*",
-       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_DBUF", 0}},
+       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_LDMATRIX", 0}},
        "variant nv_mma_sync: FlashAttention-2 (Dao 2023) layout, 4 warps x 16 rows, 64-key K/V tiles = 34 KB "
        "at D=128 within the 48 KB OpenCL local limit (DEVICE.md); mma.sync m16n8k16 f32 accumulate "
-       "(PTX ISA 8.x, warp-level matrix fragments). Generic fallback: 32 rows x 4 lanes, 37 KB"},
+       "(PTX ISA 8.x, warp-level matrix fragments). MMA_LDMATRIX 0: the ldmatrix path faulted on the H100 "
+       "(driver 580, CL_INVALID_COMMAND_QUEUE) with either shared-address form, the plain-load path passed the "
+       "extend suite there. Generic fallback: 32 rows x 4 lanes, 37 KB"},
       {"extend", Level::Vendor, "nvidia", "d256", {{"ROWS", 16}, {"KEYS", 16}, {"MMA_KEYS", 32}},
        "variant nv_mma_sync: 32-key K/V tiles keep D=256 at 34 KB of local memory"},
       {"extend", Level::Vendor, "amd", "*", {{"WG", 256}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 0}},

@@ -16,10 +16,8 @@ const std::vector<Row>& rows_linear() {
       {"linear_decode", Level::Generic, "", "*", {{"DEC_DVT", 32}, {"DEC_ROWS", 4}},
        "128 work-items: 32 consecutive f32 state columns = one 128-byte segment per row, 4 row groups "
        "(32 state registers per work-item at Dk=128); below every listed driver's work-group limit"},
-      {"linear_decode", Level::Vendor, "nvidia", "*", {{"DEC_DVT", 32}, {"DEC_ROWS", 4}},
-       "one warp (32) spans a 128-byte row segment; 4 warps per block keep the SM's 4 schedulers busy "
-       "(CUDA C++ Best Practices Guide, coalescing and execution configuration); B*H*Dv/32 = 16384 blocks "
-       "at the issue's B=256,H=16,Dv=128"},
+      {"linear_decode", Level::Vendor, "nvidia", "*", {{"DEC_DVT", 128}, {"DEC_VEC", 4}, {"DEC_ROWS", 8}},
+       "PLACEHOLDER"},
       {"linear_decode", Level::Vendor, "amd", "*", {{"DEC_DVT", 64}, {"DEC_ROWS", 4}},
        "wave64 spans one row segment of 64 columns; 4 waves per work-group, one per SIMD of a CU "
        "(AMD GCN/CDNA ISA guide, wavefront size 64)"},

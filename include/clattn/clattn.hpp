@@ -4,6 +4,8 @@
 #include "clattn/types.hpp"
 #include "clattn/context.hpp"
 #include "clattn/diagnostics.hpp"
+#include "clattn/metadata.hpp"
 #include "clattn/extend.hpp"
 #include "clattn/linear.hpp"
+#include "clattn/mla.hpp"
 #include "clattn/ops.hpp"

@@ -57,11 +57,11 @@ struct PagedCsr {
 // ceil(seq_lens[i] / page_size) are -1 (readers must ignore them).
 struct PageTable {
   int page_size = 1;
-  int max_pages = 0;                 // row width
-  std::vector<int32_t> page_table;   // [B, max_pages], padded with -1
-  std::vector<int32_t> seq_lens;     // [B]
-  std::vector<int32_t> cu_seqlens_q; // [B+1] for extend; empty for decode (query row i = request i)
-  std::vector<int32_t> cu_seqlens_k; // [B+1], prefix sum of seq_lens
+  int max_pages = 0;                  // row width
+  std::vector<int32_t> page_table;    // [B, max_pages], padded with -1
+  std::vector<int32_t> seq_lens;      // [B]
+  std::vector<int32_t> cu_seqlens_q;  // [B+1] for extend; empty for decode (query row i = request i)
+  std::vector<int32_t> cu_seqlens_k;  // [B+1], prefix sum of seq_lens
 
   int batch_size() const { return int(seq_lens.size()); }
 };
@@ -149,7 +149,7 @@ struct DeviceEngineBatch {
 
 struct DeviceCsr {
   cl_mem kv_indptr = nullptr;         // [B+1]
-  cl_mem kv_indices = nullptr;        // capacity: any size >= the real total, e.g. max_csr_pages(); writes past its end are dropped
+  cl_mem kv_indices = nullptr;        // >= the real total, e.g. max_csr_pages(); writes past its end are dropped
   cl_mem kv_last_page_len = nullptr;  // [B]
   cl_mem qo_indptr = nullptr;         // [B+1]; optional, extend only
   cl_mem kv_start_offset = nullptr;   // [B]; required when window_left >= 0, else ignored
@@ -178,8 +178,8 @@ CLATTN_API void build_page_table_device(const Context& ctx, const DeviceEngineBa
 CLATTN_API void build_slot_mapping_device(const Context& ctx, const DeviceEngineBatch& b, cl_mem slot_mapping,
                                           cl_command_queue queue = nullptr);
 // [B, max_blocks] padded with -1 (build_page_table_device with only the table).
-CLATTN_API void build_block_table_device(const Context& ctx, const DeviceEngineBatch& b, int block_size,
-                                         int max_blocks, cl_mem block_table, cl_command_queue queue = nullptr);
+CLATTN_API void build_block_table_device(const Context& ctx, const DeviceEngineBatch& b, int block_size, int max_blocks,
+                                         cl_mem block_table, cl_command_queue queue = nullptr);
 
 // Debug paths (blocking: they finish `queue` and copy back).
 // The device CSR as host vectors (qo_indptr / kv_start_offset only when their buffers are

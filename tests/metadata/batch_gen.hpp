@@ -67,14 +67,30 @@ inline GenBatch random_batch(Rng& rng, int P, int B, int max_ctx, bool extend) {
   for (int i = 0; i < B; ++i) {
     int s;
     switch (rng.uniform_int(0, 9)) {
-      case 0: s = 0; break;
-      case 1: s = 1; break;
-      case 2: s = P - 1; break;
-      case 3: s = P; break;
-      case 4: s = P + 1; break;
-      case 5: s = 2 * P; break;
-      case 6: s = max_ctx; break;
-      default: s = rng.uniform_int(0, max_ctx); break;
+      case 0:
+        s = 0;
+        break;
+      case 1:
+        s = 1;
+        break;
+      case 2:
+        s = P - 1;
+        break;
+      case 3:
+        s = P;
+        break;
+      case 4:
+        s = P + 1;
+        break;
+      case 5:
+        s = 2 * P;
+        break;
+      case 6:
+        s = max_ctx;
+        break;
+      default:
+        s = rng.uniform_int(0, max_ctx);
+        break;
     }
     s = std::clamp(s, 0, max_ctx);
     g.seq_lens.push_back(s);
@@ -92,9 +108,15 @@ inline GenBatch random_batch(Rng& rng, int P, int B, int max_ctx, bool extend) {
     if (extend) {
       int pre;
       switch (rng.uniform_int(0, 4)) {
-        case 0: pre = 0; break;
-        case 1: pre = s; break;  // no new tokens
-        default: pre = rng.uniform_int(0, s); break;
+        case 0:
+          pre = 0;
+          break;
+        case 1:
+          pre = s;
+          break;  // no new tokens
+        default:
+          pre = rng.uniform_int(0, s);
+          break;
       }
       g.prefix_lens.push_back(pre);
       g.extend_lens.push_back(s - pre);

@@ -53,8 +53,9 @@ TEST(MetadataHost, BuildersMatchPerPositionOracle) {
           PagedCsr c = build_csr(b, P, W);
           expect_csr_eq(c, oracle_csr(g, W), what);
           EXPECT_NO_THROW(validate(c, g.cache(), g.seq_lens.data())) << what;
-          for (int i = 0; i < B; ++i)
-            if (W < 0) EXPECT_EQ(c.kv_len(i), g.seq_lens[size_t(i)]) << what << " request " << i;
+          for (int i = 0; i < B && W < 0; ++i) {
+            EXPECT_EQ(c.kv_len(i), g.seq_lens[size_t(i)]) << what << " request " << i;
+          }
         }
         const std::string what = label(P, extend, -1, B);
         PageTable t = build_page_table(b, P);
@@ -194,9 +195,11 @@ TEST(MetadataHost, IntoOverloadsReuseOutputs) {
   GenBatch g = random_batch(rng, 16, 4, 100, false);
   g.seq_lens = {40, 40, 40, 40};
   for (int i = 0; i < 4; ++i)
-    for (int t = 0; t < 40; ++t) g.req_to_token[size_t(g.req_pool_indices[size_t(i)]) * 100 + t] = (i * 3 + t / 16) * 16 + t % 16;
+    for (int pos = 0; pos < 40; ++pos)
+      g.req_to_token[size_t(g.req_pool_indices[size_t(i)]) * 100 + pos] = (i * 3 + pos / 16) * 16 + pos % 16;
   g.req_to_token[size_t(g.req_pool_indices[3]) * 100 + 32] = 5;  // request 3's third page misaligned
-  EXPECT_TRUE(throws_error([&] { build_csr(g.view(), 16, -1, c); }, Status::InvalidArgument, "(request 3, position 32)"));
+  EXPECT_TRUE(
+      throws_error([&] { build_csr(g.view(), 16, -1, c); }, Status::InvalidArgument, "(request 3, position 32)"));
   EXPECT_TRUE(c.kv_indptr.empty() && c.kv_indices.empty() && c.kv_last_page_len.empty());
   EXPECT_TRUE(throws_error([&] { build_page_table(g.view(), 16, 0, t); }, Status::InvalidArgument, "request 3"));
   EXPECT_TRUE(t.page_table.empty() && t.seq_lens.empty());
@@ -236,8 +239,7 @@ PagedCsr run_csr_device(const GenBatch& g, const DeviceBatch& d, int W, int64_t 
   const int B = g.batch_size(), P = g.page_size;
   int64_t cap = cap_override >= 0 ? cap_override : max_csr_pages(B, g.max_ctx, P);
   DeviceBuffer indptr = sentinel_buffer(size_t(B) + 1), indices = sentinel_buffer(size_t(cap)),
-               last = sentinel_buffer(size_t(B)), qo = sentinel_buffer(size_t(B) + 1),
-               off = sentinel_buffer(size_t(B));
+               last = sentinel_buffer(size_t(B)), qo = sentinel_buffer(size_t(B) + 1), off = sentinel_buffer(size_t(B));
   DeviceCsr out;
   out.kv_indptr = indptr.get();
   out.kv_indices = indices.get();
@@ -364,10 +366,9 @@ TEST(MetadataDevice, ArgumentChecksNameTheBuffer) {
   EXPECT_TRUE(throws_error([&] { build_csr_device(ctx(), d.view, 16, -1, out); }, Status::InvalidArgument,
                            "kv_indptr: buffer has 8 bytes, needs 20"));
   out.kv_indptr = ok.get();
-  EXPECT_TRUE(throws_error([&] { build_csr_device(ctx(), d.view, 16, 8, out); }, Status::InvalidArgument,
-                           "kv_start_offset"));
-  EXPECT_TRUE(throws_error([&] { build_csr_device(ctx(), d.view, 0, -1, out); }, Status::InvalidArgument,
-                           "page_size"));
+  EXPECT_TRUE(
+      throws_error([&] { build_csr_device(ctx(), d.view, 16, 8, out); }, Status::InvalidArgument, "kv_start_offset"));
+  EXPECT_TRUE(throws_error([&] { build_csr_device(ctx(), d.view, 0, -1, out); }, Status::InvalidArgument, "page_size"));
   DeviceEngineBatch bad = d.view;
   bad.seq_lens = small.get();
   EXPECT_TRUE(throws_error([&] { build_csr_device(ctx(), bad, 16, -1, out); }, Status::InvalidArgument,
@@ -375,8 +376,8 @@ TEST(MetadataDevice, ArgumentChecksNameTheBuffer) {
   DevicePageTable pt{small.get(), nullptr, nullptr, nullptr};
   EXPECT_TRUE(throws_error([&] { build_page_table_device(ctx(), d.view, 16, 7, pt); }, Status::InvalidArgument,
                            "page_table: buffer"));
-  EXPECT_TRUE(throws_error([&] { build_page_table_device(ctx(), d.view, 16, 0, pt); }, Status::InvalidArgument,
-                           "max_pages"));
+  EXPECT_TRUE(
+      throws_error([&] { build_page_table_device(ctx(), d.view, 16, 0, pt); }, Status::InvalidArgument, "max_pages"));
   DeviceEngineBatch decode = d.view;
   decode.extend_lens = nullptr;
   out.qo_indptr = ok.get();

@@ -8,8 +8,7 @@
 namespace clattn::test {
 namespace {
 
-#define EXPECT_REJECTS(expr, needle) \
-  EXPECT_TRUE(throws_error([&] { expr; }, Status::InvalidArgument, needle))
+#define EXPECT_REJECTS(expr, needle) EXPECT_TRUE(throws_error([&] { expr; }, Status::InvalidArgument, needle))
 
 // Three requests at P = 4: lengths 6 (pages 3, 8), 4 (page 5), 0 (no pages).
 struct Fixture {
@@ -81,7 +80,8 @@ TEST(MetadataValidate, EngineBatchRules) {
   {
     Fixture g;
     g.pre[0] = 1;  // 1 + 4 != 6
-    EXPECT_REJECTS(validate(g.extend(), P), "prefix_lens[0] = 1 (request 0): prefix_lens + extend_lens = 5 != seq_lens = 6");
+    EXPECT_REJECTS(validate(g.extend(), P),
+                   "prefix_lens[0] = 1 (request 0): prefix_lens + extend_lens = 5 != seq_lens = 6");
     EXPECT_REJECTS(build_csr(g.extend(), P), "prefix_lens[0] = 1 (request 0)");
   }
   {
@@ -171,7 +171,10 @@ TEST(MetadataValidate, CsrRules) {
   EXPECT_REJECTS(validate(with([](PagedCsr& c) { c.qo_indptr[0] = 2; }), cache), "qo_indptr[0] = 2: must start at 0");
   EXPECT_REJECTS(validate(with([](PagedCsr& c) { c.qo_indptr[3] = 7; }), cache),
                  "qo_indptr[3] = 7 (request 2): decreases from qo_indptr[2] = 8");
-  EXPECT_REJECTS(validate(with([](PagedCsr& c) { c.qo_indptr = {0, 7, 8, 8}; }), cache),
+  EXPECT_REJECTS(validate(with([](PagedCsr& c) {
+                            c.qo_indptr = {0, 7, 8, 8};
+                          }),
+                          cache),
                  "qo_indptr[1] = 7 (request 0): qo_len = 7 exceeds kv_len = 6");
   std::vector<int32_t> seq = f.seq;
   seq[1] = 3;
@@ -224,9 +227,17 @@ TEST(MetadataValidate, PageTableRules) {
   EXPECT_REJECTS(validate(with([](PageTable& t) { t.max_pages = -1; }), cache), "max_pages = -1");
   EXPECT_REJECTS(validate(with([](PageTable& t) { t.page_table.pop_back(); }), cache),
                  "page_table: has 5 entries, must be batch_size * max_pages = 6");
-  EXPECT_REJECTS(validate(with([](PageTable& t) { t.seq_lens[2] = -3; t.cu_seqlens_k.clear(); }), cache),
+  EXPECT_REJECTS(validate(with([](PageTable& t) {
+                            t.seq_lens[2] = -3;
+                            t.cu_seqlens_k.clear();
+                          }),
+                          cache),
                  "seq_lens[2] = -3 (request 2): negative");
-  EXPECT_REJECTS(validate(with([](PageTable& t) { t.seq_lens[1] = 9; t.cu_seqlens_k.clear(); }), cache),
+  EXPECT_REJECTS(validate(with([](PageTable& t) {
+                            t.seq_lens[1] = 9;
+                            t.cu_seqlens_k.clear();
+                          }),
+                          cache),
                  "seq_lens[1] = 9 (request 1): needs 3 pages but max_pages = 2");
   EXPECT_REJECTS(validate(with([](PageTable& t) { t.page_table[1] = -1; }), cache),
                  "page_table[0][1] = -1 (request 0, page 1): negative page id");
@@ -237,13 +248,22 @@ TEST(MetadataValidate, PageTableRules) {
                  "cu_seqlens_k[2] = 9 (request 1): cu_seqlens_k[2] - cu_seqlens_k[1] must equal seq_lens[1] = 4");
   EXPECT_REJECTS(validate(with([](PageTable& t) { t.cu_seqlens_k[0] = 1; }), cache),
                  "cu_seqlens_k[0] = 1: must start at 0");
-  EXPECT_REJECTS(validate(with([](PageTable& t) { t.cu_seqlens_k.pop_back(); }), cache),
-                 "cu_seqlens_k: has 3 entries");
-  EXPECT_REJECTS(validate(with([](PageTable& t) { t.cu_seqlens_q = {0, 4, 9, 9}; }), cache),
+  EXPECT_REJECTS(validate(with([](PageTable& t) { t.cu_seqlens_k.pop_back(); }), cache), "cu_seqlens_k: has 3 entries");
+  EXPECT_REJECTS(validate(with([](PageTable& t) {
+                            t.cu_seqlens_q = {0, 4, 9, 9};
+                          }),
+                          cache),
                  "cu_seqlens_q[2] = 9 (request 1): qo_len = 5 exceeds seq_lens = 4");
-  EXPECT_REJECTS(validate(with([](PageTable& t) { t.cu_seqlens_q = {0, 4, 3, 3}; }), cache),
+  EXPECT_REJECTS(validate(with([](PageTable& t) {
+                            t.cu_seqlens_q = {0, 4, 3, 3};
+                          }),
+                          cache),
                  "cu_seqlens_q[2] = 3 (request 1): decreases from cu_seqlens_q[1] = 4");
-  EXPECT_NO_THROW(validate(with([](PageTable& t) { t.cu_seqlens_q.clear(); t.cu_seqlens_k.clear(); }), cache));
+  EXPECT_NO_THROW(validate(with([](PageTable& t) {
+                             t.cu_seqlens_q.clear();
+                             t.cu_seqlens_k.clear();
+                           }),
+                           cache));
   // The conversions reject the same inputs.
   EXPECT_REJECTS(page_table_to_csr(with([](PageTable& t) { t.page_table[1] = -1; })), "page_table[0][1] = -1");
   PagedCsr c = build_csr(f.decode(), P);

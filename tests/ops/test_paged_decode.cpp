@@ -380,7 +380,7 @@ TEST(PagedDecode, ButterflyAndHeadBlocksInEveryRun) {
   EXPECT_EQ(r.plan.tile.tpt, 4);
   EXPECT_EQ(r.plan.tile.head_blocks, 2);
   c.opt.params = {{"TPT", 16}, {"EARLY_V", 0}, {"LOAD_BYTES", 8}};
-  c.opt.params.insert(force_split().begin(), force_split().end());
+  for (auto& kv : force_split()) c.opt.params.insert(kv);
   b = build(c, 301);
   r = run(b, options_of(b));
   EXPECT_DECODE_OK(b, r);
@@ -532,7 +532,7 @@ TEST(PagedDecode, CallerQueueEventsAndNoBlocking) {
 
 TEST(PagedDecode, RejectsBadInputsWithoutWriting) {
   Case c;
-  c.lens = {40, 20};
+  c.lens = {300, 20};
   c.opt.params = force_split();
   Batch b = build(c, 900);
   DevRun r;

@@ -1,0 +1,544 @@
+// MLA decode / extend (plan: checks, metadata validation, work list, split-K, kernel
+// choice, one non-blocking upload; run: buffer-size checks, then enqueue only) and
+// append_latent. Kernel: cl_kernels/mla.cl; parameters: backends/params/rows_mla.cpp;
+// decisions: docs/mla.md.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "backends/ops/merge_state.hpp"
+#include "backends/ops/op_util.hpp"
+#include "backends/params/database.hpp"
+#include "backends/planner/split_kv.hpp"
+#include "clattn/mla.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn {
+
+// ---- MlaCache: resolved strides (elements) ----
+int64_t MlaCache::ckv_token_stride() const {
+  return stride_token ? stride_token : (single_buffer ? kMlaCkvDim + kMlaKpeDim : kMlaCkvDim);
+}
+int64_t MlaCache::ckv_page_stride() const { return stride_page ? stride_page : int64_t(page_size) * ckv_token_stride(); }
+int64_t MlaCache::kpe_token_stride() const {
+  if (kpe_stride_token) return kpe_stride_token;
+  return single_buffer ? ckv_token_stride() : kMlaKpeDim;
+}
+int64_t MlaCache::kpe_page_stride() const {
+  if (kpe_stride_page) return kpe_stride_page;
+  return single_buffer ? ckv_page_stride() : int64_t(page_size) * kpe_token_stride();
+}
+int64_t MlaCache::kpe_base() const { return kpe_offset ? kpe_offset : (single_buffer ? kMlaCkvDim : 0); }
+int64_t MlaCache::ckv_required_bytes() const {
+  if (num_pages <= 0 || page_size <= 0) return 0;
+  int64_t last = int64_t(num_pages - 1) * ckv_page_stride() + int64_t(page_size - 1) * ckv_token_stride() + kMlaCkvDim;
+  if (single_buffer)
+    last = std::max(last, kpe_base() + int64_t(num_pages - 1) * kpe_page_stride() +
+                              int64_t(page_size - 1) * kpe_token_stride() + kMlaKpeDim);
+  return last * int64_t(dtype_size(dtype));
+}
+int64_t MlaCache::kpe_required_bytes() const {
+  if (single_buffer || num_pages <= 0 || page_size <= 0) return 0;
+  int64_t last = kpe_base() + int64_t(num_pages - 1) * kpe_page_stride() + int64_t(page_size - 1) * kpe_token_stride() +
+                 kMlaKpeDim;
+  return last * int64_t(dtype_size(dtype));
+}
+
+namespace detail {
+struct MlaPlanState {
+  cl_mem table = nullptr;
+  std::vector<int32_t> host;  // source of the non-blocking upload
+  cl_event upload = nullptr;
+  std::shared_ptr<rt::Program> prog, merge_prog;
+  rt::Kernel* attn_k = nullptr;
+  rt::Kernel* merge_k = nullptr;
+  size_t wg = 0, merge_wg = 0;
+  int work_off = 0, merge_off = 0, log2_page = 0;
+  float q_scale = 1.0f;
+  int64_t lse_off_floats = 0;
+  int64_t ckv_sp = 0, ckv_st = 0, kpe_sp = 0, kpe_st = 0, kpe_base = 0;  // 32-bit words
+
+  MlaPlanState() = default;
+  MlaPlanState(const MlaPlanState&) = delete;
+  MlaPlanState& operator=(const MlaPlanState&) = delete;
+  ~MlaPlanState() {
+    if (upload) {
+      clWaitForEvents(1, &upload);
+      clReleaseEvent(upload);
+    }
+    if (table) clReleaseMemObject(table);
+  }
+};
+}  // namespace detail
+
+namespace {
+
+using detail::MlaPlanState;
+using std::to_string;
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+int pow2_ceil(int64_t x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+int log2_int(int x) {
+  int l = 0;
+  while ((1 << l) < x) ++l;
+  return l;
+}
+
+bool mla_kv_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
+}
+
+void check_cache(const MlaCache& c, const std::string& what) {
+  if (c.num_pages < 0) rt::invalid(what + ".num_pages = " + to_string(c.num_pages) + ", must be >= 0");
+  if (!is_pow2(c.page_size) || c.page_size > 256)
+    throw Error(Status::Unsupported, what + ".page_size = " + to_string(c.page_size) +
+                                         " unsupported (powers of two 1..256; 1, 16, 32, 64 tested)");
+  if (!mla_kv_dtype(c.dtype))
+    throw Error(Status::Unsupported, what + ".dtype " + std::string(dtype_name(c.dtype)) +
+                                         " unsupported (f16, bf16, fp8_e4m3, fp8_e5m2, f32)");
+  if (c.stride_page < 0 || c.stride_token < 0 || c.kpe_stride_page < 0 || c.kpe_stride_token < 0 || c.kpe_offset < 0)
+    rt::invalid(what + ": negative stride or offset");
+  const int64_t ckv_w = c.single_buffer ? kMlaCkvDim + kMlaKpeDim : kMlaCkvDim;
+  if (c.page_size > 1 && c.ckv_token_stride() < ckv_w)
+    rt::invalid(what + ".stride_token = " + to_string(c.ckv_token_stride()) + " < row width " + to_string(ckv_w));
+  if (!c.single_buffer && c.page_size > 1 && c.kpe_token_stride() < kMlaKpeDim)
+    rt::invalid(what + ".kpe_stride_token = " + to_string(c.kpe_token_stride()) + " < 64");
+  if (c.single_buffer && c.kpe_base() < kMlaCkvDim)
+    rt::invalid(what + ".kpe_offset = " + to_string(c.kpe_base()) + ": kpe would overlap ckv (single buffer)");
+}
+
+void check_options(const MlaCache& cache, const MlaOptions& opt) {
+  check_cache(cache, "cache");
+  if (opt.num_heads < 1 || opt.num_heads > 1024)
+    rt::invalid("num_heads = " + to_string(opt.num_heads) + ", must be in 1..1024");
+  ops::require_io_dtype(opt.q_dtype, "q_dtype");
+  ops::require_io_dtype(opt.o_dtype, "o_dtype");
+  if (!(opt.sm_scale > 0.0f) || !std::isfinite(opt.sm_scale))
+    rt::invalid("sm_scale = " + to_string(opt.sm_scale) + ": must be finite and > 0 (MLA has no default)");
+  if (opt.max_splits < 0) rt::invalid("max_splits = " + to_string(opt.max_splits) + ", must be >= 0");
+}
+
+// Per-request query rows and key counts, and where their page ids start.
+struct Requests {
+  std::vector<int32_t> qo_start, qo_len, kv_len, page_base;
+  int64_t page_ids_needed = 0;
+  int num_tokens = 0;
+};
+
+void check_rows(const std::vector<int32_t>& indptr, int B, bool extend, const char* name, Requests& r) {
+  r.qo_start.resize(size_t(B)), r.qo_len.resize(size_t(B));
+  if (!extend) {
+    if (!indptr.empty()) {
+      if (indptr.size() != size_t(B) + 1)
+        rt::invalid(std::string(name) + ": " + to_string(indptr.size()) + " entries, needs " + to_string(B + 1));
+      for (int i = 0; i < B; ++i)
+        if (indptr[i + 1] - indptr[i] != 1)
+          rt::invalid(std::string(name) + ": request " + to_string(i) + " has " + to_string(indptr[i + 1] - indptr[i]) +
+                      " query rows; MLA decode takes exactly one per request (use mla_extend_plan)");
+    }
+    for (int i = 0; i < B; ++i) r.qo_start[i] = i, r.qo_len[i] = 1;
+    r.num_tokens = B;
+    return;
+  }
+  if (indptr.size() != size_t(B) + 1)
+    rt::invalid(std::string(name) + ": " + to_string(indptr.size()) + " entries, needs batch_size + 1 = " +
+                to_string(B + 1) + " (extend needs query rows)");
+  if (indptr[0] != 0) rt::invalid(std::string(name) + "[0] = " + to_string(indptr[0]) + ", must be 0");
+  for (int i = 0; i < B; ++i) {
+    if (indptr[i + 1] < indptr[i])
+      rt::invalid(std::string(name) + "[" + to_string(i + 1) + "] = " + to_string(indptr[i + 1]) + " < " + name + "[" +
+                  to_string(i) + "] = " + to_string(indptr[i]));
+    r.qo_start[i] = indptr[i], r.qo_len[i] = indptr[i + 1] - indptr[i];
+  }
+  r.num_tokens = B ? indptr[size_t(B)] : 0;
+}
+
+void check_qo_le_kv(const Requests& r) {
+  for (size_t i = 0; i < r.kv_len.size(); ++i)
+    if (r.qo_len[i] > r.kv_len[i])
+      rt::invalid("request " + to_string(i) + ": qo_len = " + to_string(r.qo_len[i]) + " > kv_len = " +
+                  to_string(r.kv_len[i]) + " (the new rows must be in the cache)");
+}
+
+Requests requests_from_csr(const PagedCsr& csr, const MlaCache& cache, const MlaOptions& opt, bool extend) {
+  if (csr.page_size != cache.page_size)
+    rt::invalid("csr.page_size = " + to_string(csr.page_size) + " != cache.page_size = " + to_string(cache.page_size));
+  const int B = csr.batch_size();
+  if (csr.kv_indptr.size() != size_t(B) + 1)
+    rt::invalid("kv_indptr: " + to_string(csr.kv_indptr.size()) + " entries, needs batch_size + 1 = " + to_string(B + 1) +
+                " (batch_size from kv_last_page_len)");
+  if (csr.windowed()) throw Error(Status::Unsupported, "kv_start_offset: windowed CSR unsupported for MLA");
+  Requests r;
+  check_rows(csr.qo_indptr, B, extend, "qo_indptr", r);
+  if (opt.validate) {
+    validate(csr, CacheShape{cache.num_pages, cache.page_size}, nullptr);
+  } else {
+    if (B > 0 && csr.kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + to_string(csr.kv_indptr[0]) + ", must be 0");
+    for (int i = 0; i < B; ++i) {
+      if (csr.kv_indptr[i + 1] < csr.kv_indptr[i])
+        rt::invalid("kv_indptr[" + to_string(i + 1) + "] = " + to_string(csr.kv_indptr[i + 1]) + " < kv_indptr[" +
+                    to_string(i) + "]");
+      if (csr.num_pages(i) > 0 && (csr.kv_last_page_len[i] < 1 || csr.kv_last_page_len[i] > csr.page_size))
+        rt::invalid("kv_last_page_len[" + to_string(i) + "] = " + to_string(csr.kv_last_page_len[i]) +
+                    ", must be in 1.." + to_string(csr.page_size));
+    }
+  }
+  r.kv_len.resize(size_t(B)), r.page_base.resize(size_t(B));
+  for (int i = 0; i < B; ++i) r.kv_len[i] = csr.kv_len(i), r.page_base[i] = csr.kv_indptr[i];
+  r.page_ids_needed = B ? csr.kv_indptr[size_t(B)] : 0;
+  check_qo_le_kv(r);
+  return r;
+}
+
+Requests requests_from_table(const PageTable& t, const MlaCache& cache, const MlaOptions& opt, bool extend) {
+  if (t.page_size != cache.page_size)
+    rt::invalid("page_table.page_size = " + to_string(t.page_size) + " != cache.page_size = " +
+                to_string(cache.page_size));
+  const int B = t.batch_size();
+  if (t.max_pages < 0) rt::invalid("page_table.max_pages = " + to_string(t.max_pages) + ", must be >= 0");
+  if (t.page_table.size() < size_t(B) * size_t(t.max_pages))
+    rt::invalid("page_table: " + to_string(t.page_table.size()) + " entries, needs batch_size x max_pages = " +
+                to_string(int64_t(B) * t.max_pages));
+  Requests r;
+  check_rows(t.cu_seqlens_q, B, extend, "cu_seqlens_q", r);
+  if (opt.validate) {
+    validate(t, CacheShape{cache.num_pages, cache.page_size});
+  } else {
+    for (int i = 0; i < B; ++i) {
+      if (t.seq_lens[i] < 0) rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[i]));
+      if ((int64_t(t.seq_lens[i]) + t.page_size - 1) / t.page_size > t.max_pages)
+        rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[i]) + " needs more than " +
+                    to_string(t.max_pages) + " pages (max_pages)");
+    }
+  }
+  r.kv_len.resize(size_t(B)), r.page_base.resize(size_t(B));
+  for (int i = 0; i < B; ++i) r.kv_len[i] = t.seq_lens[i], r.page_base[i] = int32_t(int64_t(i) * t.max_pages);
+  r.page_ids_needed = int64_t(B) * t.max_pages;
+  check_qo_le_kv(r);
+  return r;
+}
+
+struct Tile {
+  int qb = 16, lanes = 16, load_bytes = 16;
+  int wgs_per_cu = 2, min_chunk = 256, max_splits = 64;
+  std::string source;
+};
+
+int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name, int fallback) {
+  auto it = over.find(name);
+  return it != over.end() ? it->second : e.get_or(name, fallback);
+}
+
+size_t local_bytes(const Tile& t, DType dt) {
+  const size_t wg = size_t(t.qb) * t.lanes;
+  return size_t(t.lanes) * (kMlaCkvDim + kMlaKpeDim) * dtype_size(dt) + wg * (t.lanes + 1) * 4 + 2 * wg * 4;
+}
+
+Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions& opt, bool extend) {
+  params::Entry e = params::lookup(prof, extend ? "mla_extend" : "mla_decode", "*");
+  Tile t;
+  t.source = e.source;
+  const auto& ov = opt.params;
+  t.qb = param(e, ov, "QB", 16);
+  t.lanes = param(e, ov, "LANES", 16);
+  t.load_bytes = param(e, ov, "LOAD_BYTES", 16);
+  t.wgs_per_cu = std::max(1, param(e, ov, "WGS_PER_CU", 2));
+  t.min_chunk = std::max(1, param(e, ov, "MIN_CHUNK", 256));
+  t.max_splits = std::max(1, param(e, ov, "MAX_SPLITS", 64));
+  if (t.lanes != 4 && t.lanes != 8 && t.lanes != 16)
+    rt::invalid("mla parameter LANES = " + to_string(t.lanes) + " must be 4, 8 or 16");
+  if (!is_pow2(t.qb) || t.qb > 64) rt::invalid("mla parameter QB = " + to_string(t.qb) + " must be a power of two <= 64");
+  if (!extend) t.qb = std::min(t.qb, pow2_ceil(opt.num_heads));  // decode: no idle heads in a group
+  const size_t maxwg = prof.max_work_group_size ? prof.max_work_group_size : 256;
+  while (t.qb > 1 && size_t(t.qb) * t.lanes > maxwg) t.qb /= 2;
+  while (t.qb > 1 && prof.local_mem_bytes && local_bytes(t, c.dtype) > prof.local_mem_bytes) t.qb /= 2;
+  if (prof.local_mem_bytes && local_bytes(t, c.dtype) > prof.local_mem_bytes)
+    throw Error(Status::Unsupported, "mla tile (LANES " + to_string(t.lanes) + ", " + dtype_name(c.dtype) + ") needs " +
+                                         to_string(local_bytes(t, c.dtype)) + " bytes of local memory, device has " +
+                                         to_string(prof.local_mem_bytes));
+  // Widest load that keeps every latent row chunk aligned.
+  const int64_t es = int64_t(dtype_size(c.dtype));
+  const int64_t offs[] = {c.ckv_page_stride(), c.ckv_token_stride(), c.kpe_page_stride(), c.kpe_token_stride(),
+                          c.kpe_base()};
+  auto aligned = [&](int b) {
+    for (int64_t o : offs)
+      if ((o * es) % b) return false;
+    return (kMlaKpeDim * es) % b == 0;
+  };
+  int lb = t.load_bytes;
+  if (lb != 16 && lb != 8 && lb != 4) rt::invalid("mla parameter LOAD_BYTES must be 4, 8 or 16");
+  while (lb > 4 && !aligned(lb)) lb /= 2;
+  if (!aligned(lb))
+    throw Error(Status::Unsupported, "latent cache strides/offsets (elements of " + std::string(dtype_name(c.dtype)) +
+                                         ") must be multiples of 4 bytes");
+  t.load_bytes = lb;
+  return t;
+}
+
+void upload(detail::ContextImpl& c, MlaPlanState& st, cl_command_queue q) {
+  if (st.host.empty()) st.host.assign(8, 0);  // keep a valid buffer to bind
+  cl_int err = CL_SUCCESS;
+  const size_t bytes = st.host.size() * sizeof(int32_t);
+  st.table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
+  rt::check_cl(err, "clCreateBuffer", "mla plan table (" + to_string(bytes) + " bytes)");
+  rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, st.table, CL_FALSE, 0, bytes, st.host.data(), 0, nullptr,
+                                    &st.upload),
+               "clEnqueueWriteBuffer", "mla plan table");
+}
+
+MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool extend, const MlaCache& cache,
+                  const MlaOptions& opt, cl_command_queue queue) {
+  auto& c = rt::impl(ctx);
+  const int B = int(r.kv_len.size()), H = opt.num_heads;
+  Tile tile = choose_tile(c.profile, cache, opt, extend);
+  auto st = std::make_shared<MlaPlanState>();
+  MlaPlan plan;
+  plan.extend = extend;
+  plan.batch_size = B;
+  plan.num_heads = H;
+  plan.num_tokens = r.num_tokens;
+  plan.cache = cache;
+  plan.q_dtype = opt.q_dtype;
+  plan.o_dtype = opt.o_dtype;
+  plan.page_table = page_table;
+  plan.page_ids_needed = r.page_ids_needed;
+
+  std::vector<int32_t>& h = st->host;
+  auto push = [&h](int32_t kb, int32_t ke, int32_t part, int32_t pb, int32_t row0, int32_t nrows, int32_t vbeg,
+                   int32_t cbase) {
+    h.insert(h.end(), {kb, ke, part, pb, row0, nrows, vbeg, cbase});
+  };
+  std::vector<planner::MergeItem> merges;
+  if (!extend) {
+    const int n_hblk = (H + tile.qb - 1) / tile.qb;
+    planner::SplitKVConfig cfg;
+    cfg.units_per_item = n_hblk;
+    cfg.max_concurrent = int64_t(std::max(1u, c.profile.compute_units)) * tile.wgs_per_cu;
+    cfg.min_chunk = tile.min_chunk;
+    cfg.max_splits = opt.max_splits ? opt.max_splits : tile.max_splits;
+    cfg.align = tile.lanes;
+    std::vector<int32_t> begin(size_t(B), 0);
+    planner::SplitKVPlan sk = planner::plan_split_kv(begin.data(), r.kv_len.data(), B, cfg);
+    for (const auto& w : sk.work)
+      for (int hb = 0; hb < n_hblk; ++hb)
+        push(w.begin, w.end, w.part, r.page_base[size_t(w.req)], r.qo_start[size_t(w.req)], 1, hb * tile.qb,
+             r.kv_len[size_t(w.req)] - 1);
+    merges = sk.merges;
+    plan.num_partials = sk.num_partials;
+    plan.chunk_tokens = sk.chunk;
+  } else {
+    for (int i = 0; i < B; ++i) {
+      const int64_t nv = int64_t(r.qo_len[i]) * H;
+      const int32_t kv = r.kv_len[i], ql = r.qo_len[i];
+      const int32_t cbase = opt.causal ? kv - ql : INT_MAX / 2;
+      for (int64_t vb = 0; vb < nv; vb += tile.qb) {
+        const int32_t last_row = int32_t((std::min<int64_t>(nv, vb + tile.qb) - 1) / H);
+        const int32_t ke = opt.causal ? std::min(kv, kv - ql + last_row + 1) : kv;
+        push(0, ke, -1, r.page_base[i], r.qo_start[i], ql, int32_t(vb), cbase);
+      }
+    }
+  }
+  plan.num_work = int(h.size() / 8);
+  plan.num_merges = int(merges.size());
+  st->work_off = 0;
+  st->merge_off = int(h.size());
+  for (const auto& m : merges) h.insert(h.end(), {m.req, m.first, m.count, 0});
+  planner::WorkspaceLayout ws = planner::workspace_layout(plan.num_partials, H, kMlaCkvDim);
+  plan.workspace_bytes = ws.bytes;
+  st->lse_off_floats = ws.lse_offset_bytes / 4;
+
+  const int64_t es = int64_t(dtype_size(cache.dtype));
+  st->ckv_sp = cache.ckv_page_stride() * es / 4, st->ckv_st = cache.ckv_token_stride() * es / 4;
+  st->kpe_sp = cache.kpe_page_stride() * es / 4, st->kpe_st = cache.kpe_token_stride() * es / 4;
+  st->kpe_base = cache.kpe_base() * es / 4;
+  st->log2_page = log2_int(cache.page_size);
+  st->q_scale = opt.sm_scale * 1.4426950408889634f;
+  st->wg = size_t(tile.qb) * tile.lanes;
+
+  std::map<std::string, std::string> d = {{"KV_DT", to_string(int(cache.dtype))},
+                                          {"QB", to_string(tile.qb)},
+                                          {"LANES", to_string(tile.lanes)},
+                                          {"LOAD_BYTES", to_string(tile.load_bytes)}};
+  ops::Chosen ch = ops::build_first(c, "mla.cl", {{"generic", rt::make_options(d)}}, extend ? "mla_extend" : "mla_decode");
+  st->prog = ch.program;
+  st->attn_k = &ch.program->kernel("mla_attn");
+  const size_t kmax = st->attn_k->max_work_group_size(c.device);
+  if (kmax < st->wg)
+    throw Error(Status::Unsupported, "mla kernel allows " + to_string(kmax) + " work-items per group, tile needs " +
+                                         to_string(st->wg));
+  plan.variant = ch.variant;
+  plan.kernel_options = ch.options;
+  if (plan.num_merges > 0) {
+    auto mp = ops::merge_program(c);
+    st->merge_prog = mp.program;
+    st->merge_wg = mp.wg;
+    st->merge_k = &mp.program->kernel("merge_partials");
+  }
+  upload(c, *st, queue);
+  plan.tile = {tile.qb, tile.lanes, int(st->wg), tile.load_bytes};
+  rt::log().debug("{} plan: B={} T={} H={} P={} latent={} QB={} LANES={} LOAD={} ({}); {} work entries, chunk {}, "
+                  "{} partials, {} merges, workspace {} B",
+                  extend ? "mla_extend" : "mla_decode", B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype),
+                  tile.qb, tile.lanes, tile.load_bytes, tile.source, plan.num_work, plan.chunk_tokens,
+                  plan.num_partials, plan.num_merges, plan.workspace_bytes);
+  plan.state_ = st;
+  return plan;
+}
+
+}  // namespace
+
+MlaPlan mla_decode_plan(const Context& ctx, const PagedCsr& csr, const MlaCache& cache, const MlaOptions& opt,
+                        cl_command_queue queue) {
+  check_options(cache, opt);
+  return make_plan(ctx, requests_from_csr(csr, cache, opt, false), false, false, cache, opt, queue);
+}
+MlaPlan mla_decode_plan(const Context& ctx, const PageTable& table, const MlaCache& cache, const MlaOptions& opt,
+                        cl_command_queue queue) {
+  check_options(cache, opt);
+  return make_plan(ctx, requests_from_table(table, cache, opt, false), true, false, cache, opt, queue);
+}
+MlaPlan mla_extend_plan(const Context& ctx, const PagedCsr& csr, const MlaCache& cache, const MlaOptions& opt,
+                        cl_command_queue queue) {
+  check_options(cache, opt);
+  return make_plan(ctx, requests_from_csr(csr, cache, opt, true), false, true, cache, opt, queue);
+}
+MlaPlan mla_extend_plan(const Context& ctx, const PageTable& table, const MlaCache& cache, const MlaOptions& opt,
+                        cl_command_queue queue) {
+  check_options(cache, opt);
+  return make_plan(ctx, requests_from_table(table, cache, opt, true), true, true, cache, opt, queue);
+}
+
+void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const Enqueue& e) {
+  const MlaPlanState* st = plan.state_.get();
+  if (!st) rt::invalid("mla_run: empty plan (make one with mla_decode_plan / mla_extend_plan)");
+  if (!(b.kv_scale > 0.0f) || !std::isfinite(b.kv_scale))
+    rt::invalid("mla_run: kv_scale = " + to_string(b.kv_scale) + ", must be finite and > 0");
+  const int T = plan.num_tokens, H = plan.num_heads;
+  const size_t rows = size_t(T) * size_t(H);
+  cl_command_queue q = ops::queue_of(ctx, e);
+  if (T > 0) {
+    const std::string qs = " " + std::string(dtype_name(plan.q_dtype));
+    ops::require_buffer(b.q_nope, rows * kMlaCkvDim * dtype_size(plan.q_dtype), "q_nope",
+                        ops::shape_str({T, H, kMlaCkvDim}) + qs);
+    ops::require_buffer(b.q_pe, rows * kMlaKpeDim * dtype_size(plan.q_dtype), "q_pe",
+                        ops::shape_str({T, H, kMlaKpeDim}) + qs);
+    ops::require_buffer(b.o, rows * kMlaCkvDim * dtype_size(plan.o_dtype), "o",
+                        ops::shape_str({T, H, kMlaCkvDim}) + " " + dtype_name(plan.o_dtype));
+    if (b.lse) ops::require_buffer(b.lse, rows * 4, "lse", ops::shape_str({T, H}) + " f32");
+  }
+  if (plan.num_work > 0) {
+    const std::string cs = ops::shape_str({plan.cache.num_pages, plan.cache.page_size}) + " " +
+                           dtype_name(plan.cache.dtype);
+    if (plan.cache.num_pages > 0) {
+      ops::require_buffer(b.ckv, size_t(plan.cache.ckv_required_bytes()), "ckv", "latent cache " + cs);
+      if (!plan.cache.single_buffer)
+        ops::require_buffer(b.kpe, size_t(plan.cache.kpe_required_bytes()), "kpe", "kpe cache " + cs);
+    }
+    if (plan.page_ids_needed > 0)
+      ops::require_buffer(b.page_ids, size_t(plan.page_ids_needed) * 4, "page_ids",
+                          std::string(plan.page_table ? "page_table " : "kv_indices ") +
+                              ops::shape_str({plan.page_ids_needed}) + " i32");
+    if (plan.workspace_bytes > 0)
+      ops::require_buffer(b.workspace, size_t(plan.workspace_bytes), "workspace",
+                          to_string(plan.num_partials) + " partial states of " + ops::shape_str({H, kMlaCkvDim}) +
+                              " f32");
+  }
+  ops::WaitList wl(e, st->upload);
+  if (plan.num_work == 0) {
+    cl_event ev = nullptr;
+    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
+                 "clEnqueueMarkerWithWaitList");
+    if (e.event) *e.event = ev;
+    return;
+  }
+  cl_mem dummy = st->table;  // bound for unused optional buffers (never read or written)
+  cl_mem ckv = b.ckv ? b.ckv : dummy;
+  cl_mem kpe = plan.cache.single_buffer ? ckv : (b.kpe ? b.kpe : dummy);
+  cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
+  cl_mem lse = b.lse ? b.lse : dummy;
+  cl_mem ws = plan.workspace_bytes > 0 ? b.workspace : dummy;
+  const bool merge = plan.num_merges > 0;
+  const size_t gws[1] = {size_t(plan.num_work) * st->wg}, lws[1] = {st->wg};
+  cl_event ev1 = nullptr;
+  st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr, b.q_nope, b.q_pe,
+                     cl_int(plan.q_dtype), ckv, kpe, page_ids, st->table, cl_int(st->work_off), b.o,
+                     cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H),
+                     cl_long(st->ckv_sp), cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st),
+                     cl_long(st->kpe_base), cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale),
+                     cl_float(b.kv_scale));
+  if (!merge) {
+    if (e.event) *e.event = ev1;
+    return;
+  }
+  const size_t mg[2] = {size_t(plan.num_merges) * st->merge_wg, size_t(H)}, ml[2] = {st->merge_wg, 1};
+  try {
+    st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
+                        cl_ulong(st->lse_off_floats), b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), dummy,
+                        cl_int(0), cl_int(H), cl_int(kMlaCkvDim));
+  } catch (...) {
+    clReleaseEvent(ev1);
+    throw;
+  }
+  clReleaseEvent(ev1);
+}
+
+// ------------------------------------------------------------------------ append_latent
+void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue& e) {
+  auto& c = rt::impl(ctx);
+  check_cache(a.cache, "cache");
+  ops::require_io_dtype(a.src_dtype, "src_dtype");
+  if (a.slot_dtype != DType::I32 && a.slot_dtype != DType::I64)
+    rt::invalid("slot_dtype " + std::string(dtype_name(a.slot_dtype)) + " must be i32 or i64");
+  if (a.num_tokens < 0) rt::invalid("num_tokens = " + to_string(a.num_tokens) + ", must be >= 0");
+  if (!(a.scale > 0.0f) || !std::isfinite(a.scale)) rt::invalid("scale = " + to_string(a.scale) + ", must be > 0");
+  const int64_t s_ckv = a.src_stride_ckv ? a.src_stride_ckv : kMlaCkvDim;
+  const int64_t s_kpe = a.src_stride_kpe ? a.src_stride_kpe : kMlaKpeDim;
+  if (s_ckv < kMlaCkvDim || s_kpe < kMlaKpeDim)
+    rt::invalid("src strides (" + to_string(s_ckv) + ", " + to_string(s_kpe) + ") must be >= 512 and >= 64");
+  const CacheShape shape{a.cache.num_pages, a.cache.page_size};
+  if (a.slot_mapping_host) {
+    if (a.slot_dtype == DType::I32)
+      validate_slot_mapping(static_cast<const int32_t*>(a.slot_mapping_host), a.num_tokens, shape);
+    else
+      validate_slot_mapping(static_cast<const int64_t*>(a.slot_mapping_host), a.num_tokens, shape);
+  }
+  cl_command_queue q = ops::queue_of(ctx, e);
+  if (a.num_tokens > 0) {
+    const size_t ss = dtype_size(a.src_dtype), n = size_t(a.num_tokens);
+    ops::require_buffer(a.ckv, ((n - 1) * size_t(s_ckv) + kMlaCkvDim) * ss, "ckv",
+                        ops::shape_str({a.num_tokens, kMlaCkvDim}) + " " + dtype_name(a.src_dtype));
+    ops::require_buffer(a.kpe, ((n - 1) * size_t(s_kpe) + kMlaKpeDim) * ss, "kpe",
+                        ops::shape_str({a.num_tokens, kMlaKpeDim}) + " " + dtype_name(a.src_dtype));
+    ops::require_buffer(a.slot_mapping, n * dtype_size(a.slot_dtype), "slot_mapping",
+                        ops::shape_str({a.num_tokens}) + " " + dtype_name(a.slot_dtype));
+    if (a.cache.num_pages > 0) {
+      ops::require_buffer(a.ckv_cache, size_t(a.cache.ckv_required_bytes()), "ckv_cache", "latent cache");
+      if (!a.cache.single_buffer)
+        ops::require_buffer(a.kpe_cache, size_t(a.cache.kpe_required_bytes()), "kpe_cache", "kpe cache");
+    }
+  }
+  ops::WaitList wl(e, nullptr);
+  if (a.num_tokens == 0 || a.cache.num_pages == 0) {
+    cl_event ev = nullptr;
+    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
+                 "clEnqueueMarkerWithWaitList");
+    if (e.event) *e.event = ev;
+    return;
+  }
+  auto prog = c.programs.get("mla_append.cl", rt::make_options({}));
+  const size_t wg = c.profile.is_cpu ? 16 : 64;
+  const size_t gws[1] = {size_t(a.num_tokens) * wg}, lws[1] = {wg};
+  cl_mem kc = a.cache.single_buffer ? a.ckv_cache : a.kpe_cache;
+  prog->kernel("append_latent")
+      .launch(q, 1, gws, lws, wl.size(), wl.data(), e.event, a.ckv, a.kpe, cl_int(a.src_dtype), cl_long(s_ckv),
+              cl_long(s_kpe), a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(a.num_tokens), a.ckv_cache,
+              kc, cl_int(a.cache.dtype), cl_long(a.cache.ckv_page_stride()), cl_long(a.cache.ckv_token_stride()),
+              cl_long(a.cache.kpe_page_stride()), cl_long(a.cache.kpe_token_stride()), cl_long(a.cache.kpe_base()),
+              cl_long(a.cache.page_size), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size), cl_float(a.scale));
+}
+
+}  // namespace clattn

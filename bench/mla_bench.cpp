@@ -1,0 +1,84 @@
+// clattn-bench mla: MLA paged decode (issue 6's cases): latent bf16, page 64, q/o bf16,
+// B=64, S=4096 at H=16 and H=128 (tensor-parallel slices of DeepSeek's 128 heads), plus an
+// fp8 latent row and a long single request (split-K). --quick: small shapes for PoCL.
+//
+// Bytes = the latent read once per request (S x 576 x dtype) + q + o; the % column divides
+// that rate by the same-process stream-read limit (clattn::measure_limits, a streaming-read
+// kernel over a large buffer). FLOPs = 2 x H x S x (576 + 512) per request (QK^T over 576
+// dims, PV over 512), reported as TFLOP/s.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench.hpp"
+
+namespace clattn::bench {
+namespace {
+
+struct MlaCase {
+  int B, S, H;
+  DType kv;
+  int P = 64;
+};
+
+void run_case(Harness& h, const MlaCase& c) {
+  Context& ctx = h.ctx();
+  const int P = c.P, B = c.B, H = c.H;
+  const int pages_per = (c.S + P - 1) / P;
+  MlaCache cache;
+  cache.num_pages = B * pages_per, cache.page_size = P, cache.dtype = c.kv;
+  PagedCsr csr;
+  csr.page_size = P;
+  csr.kv_indptr = {0};
+  for (int i = 0; i < B; ++i) {
+    for (int p = 0; p < pages_per; ++p) csr.kv_indices.push_back(i * pages_per + p);
+    csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
+    csr.kv_last_page_len.push_back(c.S - (pages_per - 1) * P);
+  }
+  const size_t es = dtype_size(c.kv), rows = size_t(B) * H;
+  DeviceBuffer ckv(ctx, size_t(cache.ckv_required_bytes())), kpe(ctx, size_t(cache.kpe_required_bytes()));
+  DeviceBuffer qn(ctx, rows * 512 * 2), qp(ctx, rows * 64 * 2), o(ctx, rows * 512 * 2), lse(ctx, rows * 4);
+  // Small finite values (bf16 0x2c2c ~ 2.4e-12, fp8 0x2c ~ 0.2); work does not depend on them.
+  for (DeviceBuffer* b : {&ckv, &kpe, &qn, &qp}) b->fill_bytes(ctx, 0x2c);
+  DeviceBuffer ids(ctx, csr.kv_indices.size() * 4);
+  ids.write(ctx, csr.kv_indices.data(), csr.kv_indices.size() * 4);
+  MlaOptions opt;
+  opt.num_heads = H, opt.q_dtype = opt.o_dtype = DType::BF16, opt.sm_scale = 0.0721688f, opt.validate = false;
+  MlaPlan plan = mla_decode_plan(ctx, csr, cache, opt);
+  DeviceBuffer ws(ctx, size_t(std::max<int64_t>(4, plan.workspace_bytes)));
+  MlaBuffers mb;
+  mb.q_nope = qn.get(), mb.q_pe = qp.get(), mb.ckv = ckv.get(), mb.kpe = kpe.get(), mb.page_ids = ids.get();
+  mb.o = o.get(), mb.lse = lse.get(), mb.workspace = ws.get();
+  const double ms = h.time_ms([&] { mla_run(ctx, plan, mb); });
+  const double tokens = double(B) * c.S;
+  const double bytes = tokens * 576 * es + double(rows) * (576 + 512) * 2;
+  const double flops = 2.0 * H * tokens * (576 + 512);
+  char shape[200];
+  std::snprintf(shape, sizeof shape, "B=%d S=%d H=%d P=%d %s QB%d L%d x%d%s", B, c.S, H, P, dtype_name(c.kv),
+                plan.tile.qb, plan.tile.lanes, plan.num_work,
+                plan.num_merges ? (" split" + std::to_string(plan.chunk_tokens)).c_str() : "");
+  h.report("mla_decode", shape, ms, bytes, flops);
+}
+
+}  // namespace
+
+void register_mla(CLI::App& app, Harness& h) {
+  auto* cmd = app.add_subcommand("mla", "MLA paged decode (latent GB/s and TFLOP/s vs same-process stream-read)");
+  static bool quick = false;
+  cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
+  cmd->callback([&h] {
+    std::vector<MlaCase> cases;
+    if (quick)
+      cases = {{4, 1024, 16, DType::BF16}, {2, 512, 128, DType::BF16}, {4, 1024, 16, DType::FP8_E4M3},
+               {1, 4096, 16, DType::BF16}};
+    else
+      cases = {{64, 4096, 16, DType::BF16}, {64, 4096, 128, DType::BF16}, {64, 4096, 16, DType::FP8_E4M3},
+               {1, 32768, 16, DType::BF16}, {1, 32768, 128, DType::BF16}};
+    const Limits& L = h.get_limits();
+    std::printf("# limit: stream-read %.0f GB/s (%s); bytes = latent once per request + q + o\n", L.stream_read_gbps,
+                L.method.c_str());
+    for (const auto& c : cases) run_case(h, c);
+  });
+}
+
+}  // namespace clattn::bench

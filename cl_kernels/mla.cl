@@ -1,0 +1,234 @@
+// MLA (absorbed DeepSeek latent attention) over a paged latent cache: decode and extend
+// in one kernel. Every query vector (query row x head) of a request reads the same latent
+// rows, so a work-group takes QB query vectors of one request and one KV range, and all of
+// them share each latent load:
+//
+//   work-group = one work entry (request, block of QB query vectors, KV chunk)
+//   work-item  = (query vector qv, lane ln): owns the latent words ln, ln+LANES, ... of
+//                every row (ckv: CW words, kpe: KW words) -> its slice of q and of the
+//                512-wide output accumulator, in registers
+//   tile       = LANES tokens: loaded with LOAD_BYTES-wide global loads into registers one
+//                tile ahead (software pipeline), stored raw (dtype bits) in local memory;
+//                scores: per-lane partial dots -> local -> lane j of each vector sums the
+//                partials of token j; one online-softmax rescale per tile; P x ckv from
+//                local memory.
+// Local-memory reads are word-interleaved across lanes (conflict-free; the query vectors
+// of one warp read the same words = broadcasts). Scores are in the log2 domain (q_scale
+// carries sm_scale * log2(e) * kv_scale); lse is written in natural log.
+//
+// Work entries (8 int32 at work_off + 8 * group): {kv_begin, kv_end, part, page_base,
+// q_row0, nrows, vbeg, causal_base}. Query vector v in [vbeg, vbeg + QB) of the entry is
+// (row v / H, head v % H) for v < nrows * H; row r sees keys <= causal_base + r (decode:
+// causal_base = kv_len - 1). part >= 0: write the normalised partial state to the
+// workspace row part (o [P, H, 512] f32, lse [P, H] at lse_off floats) for the merge pass.
+#include "common.clh"
+
+#ifndef KV_DT
+#define KV_DT DT_BF16
+#endif
+#ifndef QB
+#define QB 16
+#endif
+#ifndef LANES
+#define LANES 16
+#endif
+#ifndef LOAD_BYTES
+#define LOAD_BYTES 16
+#endif
+
+#define CKV_DIM 512
+#define KPE_DIM 64
+#define WG (QB * LANES)
+
+#if KV_DT == DT_F32
+#define ES 4
+#define ELEM(w, e) WORD_ELEM_F32(w, e)
+#elif KV_DT == DT_F16
+#define ES 2
+#define ELEM(w, e) WORD_ELEM_F16(w, e)
+#elif KV_DT == DT_BF16
+#define ES 2
+#define ELEM(w, e) WORD_ELEM_BF16(w, e)
+#elif KV_DT == DT_E4M3
+#define ES 1
+#define ELEM(w, e) WORD_ELEM_E4M3(w, e)
+#else
+#define ES 1
+#define ELEM(w, e) WORD_ELEM_E5M2(w, e)
+#endif
+
+#define EPW (4 / ES)              // elements per 32-bit word
+#define CKW (CKV_DIM / EPW)       // words per ckv row
+#define KPW (KPE_DIM / EPW)       // words per kpe row
+#define ROWW (CKW + KPW)          // words per latent row in local memory
+#define CW (CKW / LANES)          // ckv words per lane
+#define KW (KPW / LANES)          // kpe words per lane
+
+#if LOAD_BYTES == 16
+#define VT uint4
+#elif LOAD_BYTES == 8
+#define VT uint2
+#else
+#define VT uint
+#endif
+#define VW (LOAD_BYTES / 4)       // words per load
+#define CKC (CKW / VW)            // loads per ckv row
+#define KPC (KPW / VW)            // loads per kpe row
+#define ROWC (CKC + KPC)
+#define TCH (LANES * ROWC)        // loads per tile
+#define PF ((TCH + WG - 1) / WG)  // loads per work-item per tile
+
+#if (CKW % LANES) || (KPW % LANES) || KW < 1
+#error "LANES must divide the latent row's words (ckv and kpe)"
+#endif
+
+#define LOG2E_INV 0.6931471805599453f  // ln(2)
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
+              __global const uint* ckv, __global const uint* kpe, __global const int* page_ids,
+              __global const int* tab, int work_off,
+              __global void* o, int o_dt, __global float* lse, int has_lse,
+              __global float* ws, ulong lse_off, int H,
+              long ckv_sp, long ckv_st, long kpe_sp, long kpe_st, long kpe_base,  // in 32-bit words
+              int log2_page, float q_scale, float v_scale) {
+  __local VT lat[LANES * ROWC];
+  __local float part[WG * (LANES + 1)];
+  __local float sc[WG];
+  __local float pr[WG];
+
+  const int wi = get_local_id(0);
+  const int qv = wi / LANES, ln = wi % LANES;
+  __global const int* me = tab + work_off + 8 * (int)get_group_id(0);
+  const int kb = me[0], ke = me[1], wpart = me[2], pbase = me[3];
+  const int row0 = me[4], nrows = me[5], vbeg = me[6], cbase = me[7];
+  const int v = vbeg + qv;
+  const bool active = v < nrows * H;
+  const int row = active ? v / H : 0, head = active ? v % H : 0;
+  const int limit = active ? cbase + row : -1;  // last visible key
+  const size_t qrow = (size_t)(row0 + row) * H + head;
+
+  float qn[CW * EPW], qp[KW * EPW], acc[CW * EPW];
+#pragma unroll
+  for (int c = 0; c < CW; ++c)
+#pragma unroll
+    for (int e = 0; e < EPW; ++e) {
+      const int d = (c * LANES + ln) * EPW + e;
+      qn[c * EPW + e] = active ? load_elem(q_nope, qrow * CKV_DIM + d, q_dt) * q_scale : 0.0f;
+      acc[c * EPW + e] = 0.0f;
+    }
+#pragma unroll
+  for (int c = 0; c < KW; ++c)
+#pragma unroll
+    for (int e = 0; e < EPW; ++e) {
+      const int d = (c * LANES + ln) * EPW + e;
+      qp[c * EPW + e] = active ? load_elem(q_pe, qrow * KPE_DIM + d, q_dt) * q_scale : 0.0f;
+    }
+
+  const int pmask = (1 << log2_page) - 1;
+  VT pf[PF];
+#define LOAD_TILE(T0)                                                                          \
+  for (int i = 0; i < PF; ++i) {                                                               \
+    const int ch = wi + i * WG;                                                                \
+    pf[i] = (VT)(0u);                                                                          \
+    if (ch < TCH) {                                                                            \
+      const int n = ch / ROWC, k = ch % ROWC, t = (T0) + n;                                    \
+      if (t < ke) {                                                                            \
+        const long pg = (long)page_ids[pbase + (t >> log2_page)];                              \
+        const long off = (long)(t & pmask);                                                    \
+        if (k < CKC) pf[i] = *(__global const VT*)(ckv + pg * ckv_sp + off * ckv_st + k * VW); \
+        else pf[i] = *(__global const VT*)(kpe + kpe_base + pg * kpe_sp + off * kpe_st + (k - CKC) * VW); \
+      }                                                                                        \
+    }                                                                                          \
+  }
+
+  float m = CLATTN_NEG_INF, lsum = 0.0f;
+  LOAD_TILE(kb)
+  __local const uint* lw = (__local const uint*)lat;
+  for (int t0 = kb; t0 < ke; t0 += LANES) {
+    barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile's readers are done
+#pragma unroll
+    for (int i = 0; i < PF; ++i) {
+      const int ch = wi + i * WG;
+      if (ch < TCH) lat[ch] = pf[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t0 + LANES < ke) { LOAD_TILE(t0 + LANES) }  // next tile's loads fly during this one
+
+    // Partial scores of this lane's slice, for every token of the tile.
+    for (int n = 0; n < LANES; ++n) {
+      float d = 0.0f;
+#pragma unroll
+      for (int c = 0; c < CW; ++c) {
+        const uint w = lw[n * ROWW + c * LANES + ln];
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) d = fma(qn[c * EPW + e], ELEM(w, e), d);
+      }
+#pragma unroll
+      for (int c = 0; c < KW; ++c) {
+        const uint w = lw[n * ROWW + CKW + c * LANES + ln];
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) d = fma(qp[c * EPW + e], ELEM(w, e), d);
+      }
+      part[wi * (LANES + 1) + n] = d;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // Lane ln of vector qv finishes token ln's score.
+    float s = 0.0f;
+    for (int l = 0; l < LANES; ++l) s += part[(qv * LANES + l) * (LANES + 1) + ln];
+    const int t = t0 + ln;
+    s = (t < ke && t <= limit) ? s : CLATTN_NEG_INF;
+    sc[wi] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float tmax = CLATTN_NEG_INF;
+    for (int n = 0; n < LANES; ++n) tmax = fmax(tmax, sc[qv * LANES + n]);
+    const float mn = fmax(m, tmax);
+    const float alpha = mn == CLATTN_NEG_INF ? 1.0f : exp2(m - mn);
+    const float p = mn == CLATTN_NEG_INF ? 0.0f : exp2(s - mn);
+    pr[wi] = p;
+    lsum = lsum * alpha + p;
+    m = mn;
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int c = 0; c < CW * EPW; ++c) acc[c] *= alpha;
+    for (int n = 0; n < LANES; ++n) {
+      const float pn = pr[qv * LANES + n];
+#pragma unroll
+      for (int c = 0; c < CW; ++c) {
+        const uint w = lw[n * ROWW + c * LANES + ln];
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) acc[c * EPW + e] = fma(pn, ELEM(w, e), acc[c * EPW + e]);
+      }
+    }
+  }
+
+  // Row sum over the vector's lanes (each lane summed its own tokens' p).
+  barrier(CLK_LOCAL_MEM_FENCE);
+  sc[wi] = lsum;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float l = 0.0f;
+  for (int n = 0; n < LANES; ++n) l += sc[qv * LANES + n];
+  if (!active) return;
+  const float inv = l > 0.0f ? v_scale / l : 0.0f;
+  const float lse_v = l > 0.0f ? (m + log2(l)) * LOG2E_INV : CLATTN_NEG_INF;
+  if (wpart < 0) {
+#pragma unroll
+    for (int c = 0; c < CW; ++c)
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) {
+        const int d = (c * LANES + ln) * EPW + e;
+        store_elem(o, qrow * CKV_DIM + d, o_dt, acc[c * EPW + e] * inv);
+      }
+    if (has_lse && ln == 0) lse[qrow] = lse_v;
+  } else {
+    const size_t wrow = (size_t)wpart * H + head;
+#pragma unroll
+    for (int c = 0; c < CW; ++c)
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) {
+        const int d = (c * LANES + ln) * EPW + e;
+        ws[wrow * CKV_DIM + d] = acc[c * EPW + e] * inv;
+      }
+    if (ln == 0) ws[lse_off + wrow] = lse_v;
+  }
+}

@@ -1,0 +1,290 @@
+// MLA decode / extend / append_latent against the double-precision reference
+// (ref::mla_attention: plain loops over each request's logical sequence) over random
+// batches: page sizes 1/16/32/64, latent f16/bf16/fp8 e4m3 (with a scale), q/o
+// f32/f16/bf16, H 8..128 (sampled), CSR and page table, split 512+64 buffers and one
+// 576-wide buffer (bitwise equal), split-K forced on and off; append_latent with int32 and
+// int64 slots and skipped slots; rejected calls leave the output untouched.
+//
+// Tolerances: the kernel reads exactly the values the reference reads (inputs quantised
+// first), so differences are f32 arithmetic over 576-wide dots plus the final rounding of
+// o: f32 1e-4, f16 2e-3, bf16 1e-2 (abs + rel); lse 2e-4. Unused cache slots hold NaN
+// (float latents), so a read outside a request's keys shows.
+#include <cmath>
+
+#include "mla_fixture.hpp"
+
+using namespace clattn;
+using namespace clattn::test::mla;
+using test::ctx;
+
+namespace {
+
+double o_tol(DType t) { return t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-3 : 1e-2; }
+
+// Runs one batch and compares to the reference; returns the raw o bytes for bitwise checks.
+std::vector<uint8_t> run_and_check(const Batch& b, MlaOptions opt = {}, uint64_t salt = 0, MlaPlan* plan_out = nullptr) {
+  SCOPED_TRACE(b.describe());
+  test::Rng rng(salt);
+  Data d = make_data(b, rng);
+  Dev v = upload_data(d, b);
+  opt.num_heads = b.H, opt.q_dtype = b.qd, opt.o_dtype = b.od, opt.sm_scale = float(b.sm_scale), opt.causal = b.causal;
+  MlaPlan plan = plan_for(b, d, opt);
+  MlaBuffers mb = buffers(v, b);
+  if (plan.workspace_bytes > 0) v.ws = DeviceBuffer(ctx(), size_t(plan.workspace_bytes)), mb.workspace = v.ws.get();
+  mla_run(ctx(), plan, mb);
+  clFinish(ctx().cl_queue());
+  const size_t rows = size_t(d.T) * b.H;
+  auto ob = test::download<uint8_t>(v.o, rows * Dc * dtype_size(b.od));
+  auto got = test::unpack(ob, b.od);
+  auto lse = test::download<float>(v.lse, rows);
+  std::vector<double> want, wlse;
+  reference(b, d, want, wlse);
+  const double tol = o_tol(b.od);
+  EXPECT_TRUE(test::all_close(got, want, tol, tol, "o")) << "plan: " << plan.num_work << " entries, "
+                                                         << plan.num_merges << " merges, QB " << plan.tile.qb;
+  for (size_t r = 0; r < rows; ++r) {
+    if (std::isinf(wlse[r])) {
+      EXPECT_TRUE(std::isinf(lse[r]) && lse[r] < 0) << "lse row " << r << " = " << lse[r] << ", want -inf";
+    } else {
+      EXPECT_NEAR(lse[r], wlse[r], 2e-4 * (1 + std::fabs(wlse[r]))) << "lse row " << r;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  if (plan_out) *plan_out = plan;
+  return ob;
+}
+
+std::vector<int> random_lens(test::Rng& rng, int B, int lo, int hi) {
+  std::vector<int> v(static_cast<size_t>(B));
+  for (auto& x : v) x = rng.uniform_int(lo, hi);
+  return v;
+}
+
+TEST(MlaDecode, RandomBatches) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(1);
+  const int Ps[] = {1, 16, 32, 64};
+  const DType kvs[] = {DType::BF16, DType::F16, DType::FP8_E4M3};
+  const DType ios[] = {DType::F32, DType::F16, DType::BF16};
+  const int Hs[] = {8, 16, 32, 16};
+  for (int c = 0; c < 8; ++c) {
+    Batch b;
+    b.P = Ps[c % 4];
+    b.kvd = kvs[c % 3];
+    b.qd = ios[(c + 1) % 3];
+    b.od = ios[c % 3];
+    b.H = Hs[c % 4];
+    b.single = c % 2 == 1;
+    b.table = c % 3 == 2;
+    b.kv_scale = b.kvd == DType::FP8_E4M3 ? 0.5 : 1.0;
+    const int B = rng.uniform_int(1, 4);
+    b.kv = random_lens(rng, B, 1, 150);
+    if (c == 3) b.kv[0] = 0;  // empty request: o = 0, lse = -inf
+    b.qo.assign(size_t(B), 1);
+    run_and_check(b, {}, 100 + c);
+  }
+}
+
+TEST(MlaDecode, ManyHeads) {
+  CLATTN_SEED_TRACE();
+  Batch b;
+  b.H = 128, b.P = 64, b.kv = {70, 5}, b.qo = {1, 1};
+  run_and_check(b, {}, 7);
+}
+
+TEST(MlaDecode, SplitKOnAndOff) {
+  CLATTN_SEED_TRACE();
+  Batch b;
+  b.H = 8, b.P = 16, b.kv = {300, 37}, b.qo = {1, 1}, b.kvd = DType::BF16;
+  MlaOptions split;
+  split.params = {{"MIN_CHUNK", 16}, {"WGS_PER_CU", 1024}};  // a "wide" device: the planner splits
+  MlaPlan p1, p2;
+  run_and_check(b, split, 11, &p1);
+  EXPECT_GT(p1.num_merges, 0);
+  EXPECT_GT(p1.workspace_bytes, 0);
+  MlaOptions nosplit = split;
+  nosplit.max_splits = 1;
+  run_and_check(b, nosplit, 11, &p2);
+  EXPECT_EQ(p2.num_merges, 0);
+}
+
+TEST(MlaDecode, SingleBufferMatchesSplitBuffersBitwise) {
+  CLATTN_SEED_TRACE();
+  for (DType kv : {DType::BF16, DType::FP8_E4M3}) {
+    Batch b;
+    b.H = 16, b.P = 32, b.kv = {90, 33, 64}, b.qo = {1, 1, 1}, b.kvd = kv, b.od = DType::F32;
+    auto a = run_and_check(b, {}, 21);
+    b.single = true;
+    auto c = run_and_check(b, {}, 21);
+    EXPECT_EQ(a, c) << "single 576-wide buffer differs from split buffers (" << dtype_name(kv) << ")";
+  }
+}
+
+TEST(MlaExtend, RandomBatches) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2);
+  struct C { int P; DType kv, io; int H; bool causal, table, single; };
+  const C cases[] = {{16, DType::BF16, DType::F32, 8, true, false, false},
+                     {64, DType::F16, DType::BF16, 16, true, true, true},
+                     {1, DType::FP8_E4M3, DType::F16, 8, true, false, true},
+                     {32, DType::BF16, DType::F32, 16, false, false, false}};
+  int k = 0;
+  for (const C& c : cases) {
+    Batch b;
+    b.extend = true, b.P = c.P, b.kvd = c.kv, b.qd = b.od = c.io, b.H = c.H, b.causal = c.causal;
+    b.table = c.table, b.single = c.single;
+    b.kv_scale = c.kv == DType::FP8_E4M3 ? 0.25 : 1.0;
+    const int B = rng.uniform_int(1, 3);
+    for (int i = 0; i < B; ++i) {
+      const int prefix = rng.uniform_int(0, 70), q = rng.uniform_int(1, 9);
+      b.qo.push_back(q), b.kv.push_back(prefix + q);
+    }
+    run_and_check(b, {}, 200 + k++);
+  }
+}
+
+TEST(MlaExtend, DecodeRowsEqualDecode) {
+  // qo_len = 1 per request through extend must match decode (same kernel, no split).
+  CLATTN_SEED_TRACE();
+  Batch b;
+  b.H = 16, b.P = 16, b.kv = {40, 17}, b.qo = {1, 1}, b.od = DType::F32;
+  MlaOptions o;
+  o.max_splits = 1;
+  auto a = run_and_check(b, o, 31);
+  b.extend = true;
+  auto c = run_and_check(b, o, 31);
+  EXPECT_EQ(a, c);
+}
+
+// ---------------------------------------------------------------- append_latent
+TEST(MlaAppend, WritesSlotsWithConversion) {
+  CLATTN_SEED_TRACE();
+  struct C { DType src, dst; bool single; bool i64; float scale; int P; };
+  const C cases[] = {{DType::F32, DType::BF16, false, true, 1.0f, 16},
+                     {DType::BF16, DType::FP8_E4M3, true, false, 0.5f, 64},
+                     {DType::F16, DType::F16, false, false, 1.0f, 1}};
+  int k = 0;
+  for (const C& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.src)) + " -> " + dtype_name(c.dst) + (c.single ? " single" : " split"));
+    test::Rng rng(300 + k++);
+    const int T = 7, pages = 3;
+    MlaCache cache;
+    cache.num_pages = pages, cache.page_size = c.P, cache.dtype = c.dst, cache.single_buffer = c.single;
+    const size_t slots = size_t(pages) * c.P;
+    const size_t es = dtype_size(c.dst);
+    std::vector<uint8_t> sentinel_c(size_t(cache.ckv_required_bytes()), 0x11),
+        sentinel_k(size_t(std::max<int64_t>(1, cache.kpe_required_bytes())), 0x11);
+    DeviceBuffer ckc = test::upload(sentinel_c), kpc = test::upload(sentinel_k);
+    // Values up to 600 so fp8 (max 448 after /scale) saturates.
+    auto ckv = test::quantize(rng.vec(size_t(T) * Dc, -300, 300), c.src);
+    auto kpe = test::quantize(rng.vec(size_t(T) * Dr, -2, 2), c.src);
+    std::vector<int64_t> slots64(static_cast<size_t>(T));
+    std::vector<int> perm(slots);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng.gen);
+    for (int t = 0; t < T; ++t) slots64[t] = perm[t];
+    slots64[2] = -1;  // padding: skipped
+    std::vector<int32_t> slots32(slots64.begin(), slots64.end());
+    DeviceBuffer cb = test::upload(test::pack(ckv, c.src)), kb = test::upload(test::pack(kpe, c.src));
+    DeviceBuffer sb = c.i64 ? test::upload(slots64) : test::upload(slots32);
+    AppendLatentArgs a;
+    a.ckv = cb.get(), a.kpe = kb.get(), a.src_dtype = c.src, a.slot_mapping = sb.get();
+    a.slot_dtype = c.i64 ? DType::I64 : DType::I32, a.num_tokens = T;
+    a.slot_mapping_host = c.i64 ? static_cast<const void*>(slots64.data()) : slots32.data();
+    a.ckv_cache = ckc.get(), a.kpe_cache = c.single ? nullptr : kpc.get(), a.cache = cache, a.scale = c.scale;
+    append_latent(ctx(), a);
+    auto gc = test::download<uint8_t>(ckc, sentinel_c.size());
+    auto gk = test::download<uint8_t>(kpc, sentinel_k.size());
+    const int64_t row = c.single ? Dc + Dr : Dc;
+    for (int t = 0; t < T; ++t) {
+      if (slots64[t] < 0) continue;
+      const size_t s = size_t(slots64[t]);
+      std::vector<double> wc(ckv.begin() + t * Dc, ckv.begin() + (t + 1) * Dc);
+      std::vector<double> wk(kpe.begin() + t * Dr, kpe.begin() + (t + 1) * Dr);
+      auto pc = test::pack(wc, c.dst, c.scale), pk = test::pack(wk, c.dst, c.scale);
+      std::vector<uint8_t> hc(gc.begin() + s * row * es, gc.begin() + (s * row + Dc) * es);
+      EXPECT_EQ(hc, pc) << "ckv of token " << t << " at slot " << s;
+      const std::vector<uint8_t>& kbuf = c.single ? gc : gk;
+      const size_t ko = c.single ? (s * row + Dc) * es : s * Dr * es;
+      std::vector<uint8_t> hk(kbuf.begin() + ko, kbuf.begin() + ko + Dr * es);
+      EXPECT_EQ(hk, pk) << "kpe of token " << t << " at slot " << s;
+    }
+    // Slots nobody wrote keep the sentinel (the skipped token's slot included).
+    std::vector<bool> used(slots, false);
+    for (auto s : slots64)
+      if (s >= 0) used[size_t(s)] = true;
+    for (size_t s = 0; s < slots; ++s)
+      if (!used[s]) {
+        EXPECT_EQ(gc[s * row * es], 0x11) << "slot " << s << " written";
+        break;
+      }
+  }
+}
+
+// ---------------------------------------------------------------- rejected input
+TEST(MlaErrors, RejectedCallsLeaveOutputUntouched) {
+  CLATTN_SEED_TRACE();
+  Batch b;
+  b.H = 8, b.P = 16, b.kv = {20, 9}, b.qo = {1, 1}, b.od = DType::F32;
+  test::Rng rng(400);
+  Data d = make_data(b, rng);
+  Dev v = upload_data(d, b);
+  MlaOptions opt;
+  opt.num_heads = 8, opt.q_dtype = b.qd, opt.o_dtype = b.od, opt.sm_scale = 0.1f;
+  MlaBuffers mb = buffers(v, b);
+  auto before = test::download<uint8_t>(v.o, v.o.bytes());
+
+  MlaOptions o2 = opt;
+  o2.sm_scale = 0.0f;
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), d.csr, d.cache, o2); }, Status::InvalidArgument,
+                                 "sm_scale"));
+  o2 = opt, o2.num_heads = 0;
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), d.csr, d.cache, o2); }, Status::InvalidArgument,
+                                 "num_heads"));
+  o2 = opt, o2.q_dtype = DType::FP8_E4M3;
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), d.csr, d.cache, o2); }, Status::Unsupported, "q_dtype"));
+  o2 = opt, o2.params = {{"LANES", 5}};
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), d.csr, d.cache, o2); }, Status::InvalidArgument, "LANES"));
+  MlaCache c2 = d.cache;
+  c2.dtype = DType::I32;
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), d.csr, c2, opt); }, Status::Unsupported, "dtype"));
+  c2 = d.cache, c2.page_size = 12;
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), d.csr, c2, opt); }, Status::Unsupported, "page_size"));
+  PagedCsr bad = d.csr;
+  bad.kv_indices[0] = d.cache.num_pages + 5;
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), bad, d.cache, opt); }, Status::InvalidArgument,
+                                 "kv_indices"));
+  bad = d.csr, bad.qo_indptr = {0, 2, 3};
+  EXPECT_TRUE(test::throws_error([&] { mla_decode_plan(ctx(), bad, d.cache, opt); }, Status::InvalidArgument,
+                                 "exactly one"));
+  bad = d.csr, bad.qo_indptr = {0, 1, 12};  // request 1: 11 rows > 9 keys
+  EXPECT_TRUE(test::throws_error([&] { mla_extend_plan(ctx(), bad, d.cache, opt); }, Status::InvalidArgument, "qo"));
+
+  MlaPlan plan = mla_decode_plan(ctx(), d.csr, d.cache, opt);
+  MlaBuffers m2 = mb;
+  DeviceBuffer small(ctx(), 64);
+  m2.q_nope = small.get();
+  EXPECT_TRUE(test::throws_error([&] { mla_run(ctx(), plan, m2); }, Status::InvalidArgument, "q_nope"));
+  m2 = mb, m2.ckv = small.get();
+  EXPECT_TRUE(test::throws_error([&] { mla_run(ctx(), plan, m2); }, Status::InvalidArgument, "ckv"));
+  m2 = mb, m2.kv_scale = 0.0f;
+  EXPECT_TRUE(test::throws_error([&] { mla_run(ctx(), plan, m2); }, Status::InvalidArgument, "kv_scale"));
+  m2 = mb, m2.lse = small.get();
+  EXPECT_TRUE(test::throws_error([&] { mla_run(ctx(), plan, m2); }, Status::InvalidArgument, "lse"));
+  clFinish(ctx().cl_queue());
+  EXPECT_EQ(test::download<uint8_t>(v.o, v.o.bytes()), before) << "a rejected call wrote the output";
+
+  // append_latent: a host slot past the cache is rejected before anything is written.
+  std::vector<int32_t> slots = {0, d.cache.num_pages * d.cache.page_size};
+  DeviceBuffer sb = test::upload(slots);
+  DeviceBuffer src(ctx(), 2 * Dc * 4), srk(ctx(), 2 * Dr * 4);
+  AppendLatentArgs a;
+  a.ckv = src.get(), a.kpe = srk.get(), a.src_dtype = DType::F32, a.slot_mapping = sb.get(), a.slot_dtype = DType::I32;
+  a.num_tokens = 2, a.slot_mapping_host = slots.data(), a.ckv_cache = v.ckv.get(), a.kpe_cache = v.kpe.get();
+  a.cache = d.cache;
+  auto cbefore = test::download<uint8_t>(v.ckv, v.ckv.bytes());
+  EXPECT_TRUE(test::throws_error([&] { append_latent(ctx(), a); }, Status::InvalidArgument, "slot"));
+  EXPECT_EQ(test::download<uint8_t>(v.ckv, v.ckv.bytes()), cbefore);
+}
+
+}  // namespace
