@@ -190,7 +190,7 @@ Requests requests_from_csr(const PagedCsr& csr, const MlaCache& cache, const Mla
   r.kv_len.resize(size_t(B)), r.page_base.resize(size_t(B));
   for (int i = 0; i < B; ++i) r.kv_len[i] = csr.kv_len(i), r.page_base[i] = csr.kv_indptr[i];
   r.page_ids_needed = B ? csr.kv_indptr[size_t(B)] : 0;
-  check_qo_le_kv(r);
+  if (extend) check_qo_le_kv(r);
   return r;
 }
 
@@ -218,7 +218,7 @@ Requests requests_from_table(const PageTable& t, const MlaCache& cache, const Ml
   r.kv_len.resize(size_t(B)), r.page_base.resize(size_t(B));
   for (int i = 0; i < B; ++i) r.kv_len[i] = t.seq_lens[i], r.page_base[i] = int32_t(int64_t(i) * t.max_pages);
   r.page_ids_needed = int64_t(B) * t.max_pages;
-  check_qo_le_kv(r);
+  if (extend) check_qo_le_kv(r);
   return r;
 }
 

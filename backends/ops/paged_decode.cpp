@@ -78,6 +78,7 @@ struct KTile {
   int wg = 128, tpt = 8, gmax = 4, unroll = 4, load_bytes = 16, early_v = 1;
   bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
   int n_hblk = 1;
+  int unroll_hints = -1;  // -1: by device type (GPUs on, CPUs off)
   std::string source;     // parameter source, for logs
 };
 
@@ -137,6 +138,8 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   const int el = vec * ((nchunk + t.tpt - 1) / t.tpt);
   t.gmax = gb;
   while (t.gmax > 1 && t.gmax * el > qregs) t.gmax /= 2;
+  auto over_h = over.find("UNROLL_HINTS");
+  if (over_h != over.end()) t.unroll_hints = over_h->second ? 1 : 0;
   auto over_g = over.find("GMAX");
   if (over_g != over.end()) t.gmax = std::clamp(over_g->second, 1, 16);
   t.n_hblk = (group + t.gmax - 1) / t.gmax;
@@ -159,7 +162,7 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu)
       {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
       {"USE_PTX_SHFL", shfl ? "1" : "0"},
       // The device's compiler, not the vendor's parameters: CPU compilers get no unroll hints.
-      {"UNROLL_HINTS", cpu ? "0" : "1"}};
+      {"UNROLL_HINTS", t.unroll_hints >= 0 ? std::to_string(t.unroll_hints) : cpu ? "0" : "1"}};
   return rt::make_options(d);
 }
 

@@ -116,6 +116,34 @@ TEST(MlaAbsorb, ExtendAbsorbedEqualsUnabsorbed) {
   absorbed_vs_unabsorbed(b, 2);
 }
 
+// f16 GEMM against a host product (inputs f16-exact; f32 accumulation in CLBlast, f16 output).
+TEST(MlaAbsorb, HalfGemm) {
+  CLATTN_SEED_TRACE();
+  const int T = 3, H = 2, in = 16, out = 24;
+  test::Rng rng(5);
+  auto x = test::quantize(rng.vec(size_t(T) * H * in), DType::F16);
+  auto w = test::quantize(rng.vec(size_t(H) * in * out), DType::F16);
+  DeviceBuffer xb = test::upload(test::pack(x, DType::F16)), wb = test::upload(test::pack(w, DType::F16));
+  DeviceBuffer yb(ctx(), size_t(T) * H * out * 2);
+  AbsorbArgs a;
+  a.num_tokens = T, a.num_heads = H, a.in_dim = in, a.out_dim = out, a.dtype = DType::F16;
+  a.x = xb.get(), a.w = wb.get(), a.y = yb.get();
+  if (!ctx().profile().fp16) {
+    EXPECT_TRUE(test::throws_error([&] { mla_absorb(ctx(), a); }, Status::Unsupported, "cl_khr_fp16"));
+    return;
+  }
+  mla_absorb(ctx(), a);
+  auto got = test::unpack(test::download<uint8_t>(yb, size_t(T) * H * out * 2), DType::F16);
+  std::vector<double> want(size_t(T) * H * out, 0.0);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < H; ++h)
+      for (int o = 0; o < out; ++o)
+        for (int i = 0; i < in; ++i)
+          want[(size_t(t) * H + h) * out + o] += x[(size_t(t) * H + h) * in + i] * w[(size_t(h) * in + i) * out + o];
+  // f16 products/accumulation inside CLBlast's half kernel: allow a few f16 ulps of |sum|.
+  EXPECT_TRUE(test::all_close(got, want, 2e-2, 1e-2, "f16 absorb"));
+}
+
 TEST(MlaAbsorb, RejectsBadArguments) {
   AbsorbArgs a;
   a.num_tokens = 1, a.num_heads = 0, a.in_dim = 8, a.out_dim = 8;
