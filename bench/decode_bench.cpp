@@ -1,6 +1,8 @@
 // clattn-bench decode: paged decode throughput against the same-process streaming-read
 // limit. Bytes counted = the K and V bytes of every visible key (each read once) + q + o;
 // page ids and the split-K partials are not counted (they are the kernel's overhead).
+// Time = the harness's median of marker-to-marker device time (an idle device at each
+// start, so the host's enqueue latency of the first kernel is included).
 //
 //   clattn-bench decode                      the sweep (H100 targets)
 //   clattn-bench decode --quick              a small sweep for CPU devices (PoCL)
@@ -9,6 +11,7 @@
 //   clattn-bench decode --grid "UNROLL=2,4;QREGS=64,128"     every combination, per case
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
@@ -16,6 +19,7 @@
 
 #include "bench/bench.hpp"
 #include "clattn/ops.hpp"
+#include "runtime/kernel_sources.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -88,7 +92,7 @@ void fill_pattern(const Context& ctx, cl_mem m, size_t bytes, uint32_t seed) {
   if (bytes > n) clEnqueueFillBuffer(ctx.cl_queue(), m, pat, 1, n, bytes - n, 0, nullptr, nullptr);
 }
 
-void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>& params) {
+void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>& params, bool verbose_build) {
   Context& ctx = h.ctx();
   PagedKV cache;
   cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D, cache.layout = c.layout,
@@ -135,7 +139,38 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   DecodeBuffers b;
   b.q = q.get(), b.k_cache = k.get(), b.v_cache = v.get(), b.page_ids = pid.get(), b.o = o.get();
   b.lse = lse.get(), b.workspace = plan.workspace_bytes ? ws.get() : nullptr;
-  double ms = h.time_ms([&] { decode_run(ctx, plan, b); });
+  const double ms = h.time_ms([&] { decode_run(ctx, plan, b); });
+  {
+    // Profiled duration of the last command (the decode kernel, or the merge pass of a
+    // split plan): with the marker-bracketed time above it shows the launch overheads.
+    cl_event ev = nullptr;
+    Enqueue e;
+    e.event = &ev;
+    decode_run(ctx, plan, b, e);
+    clWaitForEvents(1, &ev);
+    cl_ulong s0 = 0, s1 = 0;
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof s0, &s0, nullptr);
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof s1, &s1, nullptr);
+    clReleaseEvent(ev);
+    std::printf("#   %s kernel: %.1f us of %.1f us\n", plan.num_merges ? "merge" : "decode", double(s1 - s0) * 1e-3,
+                ms * 1e3);
+  }
+  if (verbose_build) {
+    // Rebuild the plan's kernel with the compiler's verbose flag (NVIDIA: registers, spills).
+    std::string src = rt::kernel_source("paged_decode.cl");
+    const char* sp = src.c_str();
+    cl_int err = 0;
+    cl_program pr = clCreateProgramWithSource(ctx.cl_ctx(), 1, &sp, nullptr, &err);
+    cl_device_id dev = ctx.cl_device();
+    std::string opts = plan.kernel_options + (ctx.profile().vendor == "nvidia" ? " -cl-nv-verbose" : "");
+    clBuildProgram(pr, 1, &dev, opts.c_str(), nullptr, nullptr);
+    size_t n = 0;
+    clGetProgramBuildInfo(pr, dev, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+    std::string log(n, '\0');
+    clGetProgramBuildInfo(pr, dev, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+    clReleaseProgram(pr);
+    std::printf("#   build log [%s]:\n%s\n", opts.c_str(), log.c_str());
+  }
   const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
@@ -157,7 +192,7 @@ void register_decode(CLI::App& app, Harness& h) {
     DecodeCase c;
     std::string kv = "bf16", q = "bf16", layout = "nhd", meta = "csr", grid;
     std::vector<std::string> params;
-    bool quick = false, custom = false, with_fp8 = true;
+    bool quick = false, custom = false, verbose_build = false;
   };
   auto o = std::make_shared<Opts>();
   auto shape_opt = [&](const char* name, int& dst, const char* help) {
@@ -178,6 +213,7 @@ void register_decode(CLI::App& app, Harness& h) {
   cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
   cmd->add_option("--grid", o->grid, "parameter grid 'A=1,2;B=3,4': every combination per case");
   cmd->add_flag("--quick", o->quick, "small sweep for CPU devices");
+  cmd->add_flag("--verbose-build", o->verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->callback([o, &h] {
     DecodeCase base = o->c;
     base.kv = parse_dtype(o->kv);
@@ -213,7 +249,7 @@ void register_decode(CLI::App& app, Harness& h) {
       for (auto& g : grid) {
         auto params = fixed;
         for (auto& kv : g) params[kv.first] = kv.second;
-        run_case(h, c, params);
+        run_case(h, c, params, o->verbose_build);
       }
   });
 }

@@ -17,7 +17,8 @@
 // order, so the two give bit-identical sums and the PoCL runs cover the NVIDIA math.
 //
 // Build options (-D): HEAD_DIM, KV_DT (dtype code), GMAX (query heads per group block),
-// TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, EARLY_V (issue V loads with K).
+// TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, EARLY_V (issue V loads with K),
+// UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
 
@@ -72,10 +73,40 @@
 #define WORD_ELEM WORD_ELEM_BF16
 #elif KV_DT == DT_E4M3
 #define KV_ESIZE 1
-#define WORD_ELEM WORD_ELEM_E4M3
 #else
 #define KV_ESIZE 1
+#endif
+
+// fp8: with FP8_FAST the rows are read raw (common.clh: value * 2^-RAW_EXP). The
+// power of two goes half into q and half onto each score (so neither q nor the products
+// leave the normal f32 range), and whole onto the softmax weights before they multiply V.
+#ifndef FP8_FAST
+#define FP8_FAST 0
+#endif
+#if KV_DT == DT_E4M3 || KV_DT == DT_E5M2
+#if FP8_FAST
+#define RAW_FP8 1
+#if KV_DT == DT_E4M3
+#define WORD_ELEM WORD_ELEM_E4M3_RAW
+#define RAW_HALF 0x1p60f
+#define RAW_FULL 0x1p120f
+#else
+#define WORD_ELEM WORD_ELEM_E5M2_RAW
+#define RAW_HALF 0x1p56f
+#define RAW_FULL 0x1p112f
+#endif
+#else
+#if KV_DT == DT_E4M3
+#define WORD_ELEM WORD_ELEM_E4M3
+#else
 #define WORD_ELEM WORD_ELEM_E5M2
+#endif
+#endif
+#endif
+#ifndef RAW_FP8
+#define RAW_FP8 0
+#define RAW_HALF 1.0f
+#define RAW_FULL 1.0f
 #endif
 
 #define LOAD_WORDS (LOAD_BYTES / 4)
@@ -194,7 +225,7 @@ UNROLL_LOOP
         float x = 0.0f;
         const bool in_row = FULL_CHUNKS || c < NCHUNK;
         if (g < ng && in_row)
-          x = load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + c * VEC + e, q_dt) * q_scale;
+          x = load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + c * VEC + e, q_dt) * q_scale * RAW_HALF;
         qr[g][j * VEC + e] = x;
       }
     }
@@ -211,17 +242,30 @@ UNROLL_LOOP
   }
 
   const int ntiles = (end - begin + TILE - 1) / TILE;
+  // Page ids of the lane's tokens in the current tile; the next tile's are loaded one tile
+  // ahead so the K/V loads never wait on them. Tokens past the end re-read the first key's
+  // row (always valid) and are masked.
+  int pid[UNROLL];
+UNROLL_LOOP
+  for (int u = 0; u < UNROLL; ++u) {
+    const int tok = begin + u * NSLOT + slot;
+    const int ls = tok_off + (tok < end ? tok : begin);
+    pid[u] = ntiles > 0 ? page_ids[page_base + (ls >> log2_page)] : 0;
+  }
   for (int it = 0; it < ntiles; ++it) {
     const int tbase = begin + it * TILE;
     size_t roff[UNROLL];
     bool valid[UNROLL];
+    int pid_next[UNROLL];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       const int tok = tbase + u * NSLOT + slot;
       valid[u] = tok < end;
-      const int ls = tok_off + (valid[u] ? tok : begin);  // invalid: re-read a real row
-      const int page = page_ids[page_base + (ls >> log2_page)];
-      roff[u] = (size_t)((long)page * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+      const int ls = tok_off + (valid[u] ? tok : begin);
+      roff[u] = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+      const int tok_n = tok + TILE;
+      const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
+      pid_next[u] = page_ids[page_base + (ls_n >> log2_page)];
     }
     uint kw[UNROLL][NCH * LOAD_WORDS];
 UNROLL_LOOP
@@ -251,7 +295,7 @@ UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
 UNROLL_LOOP
       for (int g = 0; g < GMAX; ++g) {
-        float x = s[u * GMAX + g];
+        float x = s[u * GMAX + g] * RAW_HALF;
         if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
         s[u * GMAX + g] = valid[u] ? x : CLATTN_NEG_INF;
       }
@@ -271,7 +315,7 @@ UNROLL_LOOP
       for (int u = 0; u < UNROLL; ++u) {
         const float x = s[u * GMAX + g];
         const float p = x == CLATTN_NEG_INF ? 0.0f : exp2(x - mnew);
-        s[u * GMAX + g] = p;
+        s[u * GMAX + g] = p * RAW_FULL;  // V rows are raw fp8 too (RAW_FULL = 1 otherwise)
         lsum += p;
       }
       lrun[g] = lsum;
@@ -283,6 +327,8 @@ UNROLL_LOOP
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
 #endif
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) pid[u] = pid_next[u];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       if (valid[u]) {

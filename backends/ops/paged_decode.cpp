@@ -50,6 +50,10 @@ using detail::DecodePlanState;
 constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
 constexpr int64_t kPlanVersion = 1;
 
+// Parts one request may be split into: the merge pass keeps their weights in local memory
+// (MERGE_MAXP in merge_state.cl).
+constexpr int kMaxMergeParts = 256;
+
 bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 int pow2_ceil(int64_t x) {
   int p = 1;
@@ -79,12 +83,21 @@ struct KTile {
   bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
   int n_hblk = 1;
   int unroll_hints = -1;  // -1: by device type (GPUs on, CPUs off)
+  int fp8_fast = -1;      // -1: when the device keeps f32 denormals
   std::string source;     // parameter source, for logs
 };
 
 struct SplitParams {
   int wgs_per_cu = 4, min_chunk = 256, max_splits = 64, det_chunk = 1024;
 };
+
+// Local memory the kernel declares (mirrors LMEM_FLOATS in paged_decode.cl).
+size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
+  size_t nslot = size_t(t.wg / t.tpt);
+  size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
+  size_t merge = nslot * head_dim + 2 * nslot * t.gmax;
+  return std::max(scr, merge) * 4;
+}
 
 int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
   auto it = over.find(name);
@@ -102,6 +115,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.early_v = param(e, over, "EARLY_V") ? 1 : 0;
   t.ptx_shfl = param(e, over, "PTX_SHFL") != 0;
   const int qregs = std::max(1, param(e, over, "QREGS"));
+  const int qregs_max = std::max(qregs, param(e, over, "QREGS_MAX"));
   const int gcap = std::clamp(param(e, over, "GMAX_CAP"), 1, 16);
   sp->wgs_per_cu = std::max(1, param(e, over, "WGS_PER_CU"));
   sp->min_chunk = std::max(1, param(e, over, "MIN_CHUNK"));
@@ -137,32 +151,41 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   if (!is_pow2(t.tpt)) rt::invalid("decode parameter TPT = " + std::to_string(t.tpt) + " is not a power of two");
   const int el = vec * ((nchunk + t.tpt - 1) / t.tpt);
   t.gmax = gb;
-  while (t.gmax > 1 && t.gmax * el > qregs) t.gmax /= 2;
+  while (t.gmax > 1 && t.gmax * el > qregs_max) t.gmax /= 2;
   auto over_h = over.find("UNROLL_HINTS");
   if (over_h != over.end()) t.unroll_hints = over_h->second ? 1 : 0;
+  auto over_f = over.find("FP8_FAST");
+  if (over_f != over.end()) t.fp8_fast = over_f->second ? 1 : 0;
   auto over_g = over.find("GMAX");
   if (over_g != over.end()) t.gmax = std::clamp(over_g->second, 1, 16);
   t.n_hblk = (group + t.gmax - 1) / t.gmax;
+  // The final merge keeps one head row per token slot in local memory: widen the slots
+  // (fewer of them) until the tile fits the device's local memory (at most 32 KiB, so
+  // several groups still share a compute unit).
+  const size_t budget = std::min<size_t>(32768, prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : 32768);
+  while (local_bytes(t, c.head_dim, false) > budget && t.tpt < tpt_max && over_tpt == over.end()) t.tpt *= 2;
+  while (local_bytes(t, c.head_dim, false) > budget && t.wg > 32 && t.wg > t.tpt) t.wg /= 2;
   return t;
 }
 
-// Local memory the kernel declares (mirrors LMEM_FLOATS in paged_decode.cl).
-size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
-  size_t nslot = size_t(t.wg / t.tpt);
-  size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
-  size_t merge = nslot * head_dim + 2 * nslot * t.gmax;
-  return std::max(scr, merge) * 4;
-}
-
-std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu) {
+std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu, bool denorms) {
+  // Unroll hints only where the per-lane arrays can live in registers: CPU compilers keep
+  // them on the stack anyway (and spend most of a cold build unrolling), and a GPU tile
+  // with more than 256 floats of q per lane (e.g. the CPU tile forced onto a GPU) spills.
+  const int vec = t.load_bytes / int(dtype_size(c.dtype));
+  const int el = vec * ((c.head_dim / vec + t.tpt - 1) / t.tpt);
+  const bool hints = t.unroll_hints >= 0 ? t.unroll_hints != 0 : (!cpu && t.gmax * el <= 256);
   std::map<std::string, std::string> d = {
       {"HEAD_DIM", std::to_string(c.head_dim)}, {"KV_DT", std::to_string(int(c.dtype))},
       {"GMAX", std::to_string(t.gmax)},         {"TPT", std::to_string(t.tpt)},
       {"WGSIZE", std::to_string(t.wg)},         {"UNROLL", std::to_string(t.unroll)},
       {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
       {"USE_PTX_SHFL", shfl ? "1" : "0"},
-      // The device's compiler, not the vendor's parameters: CPU compilers get no unroll hints.
-      {"UNROLL_HINTS", t.unroll_hints >= 0 ? std::to_string(t.unroll_hints) : cpu ? "0" : "1"}};
+      {"UNROLL_HINTS", hints ? "1" : "0"}};
+  // fp8 rows decoded by bit moves through f32 denormals (exact only where the device keeps
+  // them); elsewhere the exact select-based decode.
+  if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
+    d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);
 }
 
@@ -284,15 +307,18 @@ void check_options(const PagedKV& cache, const DecodeOptions& opt) {
 // and the device can run it; the local-memory butterfly otherwise or if it fails to build).
 void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cache, DecodePlanState& st,
                    DecodePlan& plan) {
+  cl_device_fp_config fp = 0;
+  clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
+  const bool denorms = (fp & CL_FP_DENORM) != 0;
   std::vector<ops::Candidate> cands;
   if (tile.ptx_shfl && tile.tpt > 1) {
     std::string why;
     if (params::variant_available(c.profile, "nv_ptx_shfl", &why))
-      cands.push_back({"nv_ptx_shfl", build_options(tile, cache, true, c.profile.is_cpu)});
+      cands.push_back({"nv_ptx_shfl", build_options(tile, cache, true, c.profile.is_cpu, denorms)});
     else
       rt::log().debug("decode: nv_ptx_shfl not available ({}); using the generic local-memory butterfly", why);
   }
-  cands.push_back({"generic", build_options(tile, cache, false, c.profile.is_cpu)});
+  cands.push_back({"generic", build_options(tile, cache, false, c.profile.is_cpu, denorms)});
   for (size_t i = 0; i < cands.size(); ++i) {
     bool shfl = cands[i].variant == "nv_ptx_shfl";
     size_t lb = local_bytes(tile, cache.head_dim, shfl);
@@ -354,7 +380,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   cfg.units_per_item = int64_t(cache.num_kv_heads) * tile.n_hblk;
   cfg.max_concurrent = int64_t(std::max(1u, c.profile.compute_units)) * sp.wgs_per_cu;
   cfg.min_chunk = sp.min_chunk;
-  cfg.max_splits = opt.max_splits ? opt.max_splits : sp.max_splits;
+  cfg.max_splits = std::min(kMaxMergeParts, opt.max_splits ? opt.max_splits : sp.max_splits);
   cfg.align = std::max(16, (tile.wg / tile.tpt) * tile.unroll);
   cfg.deterministic = opt.deterministic;
   cfg.fixed_chunk = opt.split_tokens ? opt.split_tokens : sp.det_chunk;

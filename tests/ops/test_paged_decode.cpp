@@ -386,6 +386,32 @@ TEST(PagedDecode, ButterflyAndHeadBlocksInEveryRun) {
   EXPECT_DECODE_OK(b, r);
 }
 
+TEST(PagedDecode, Fp8FastAndExactDecodeAgree) {
+  // FP8_FAST reads fp8 rows through f32 denormals (bit moves, powers of two folded into q
+  // and the softmax weights); FP8_FAST=0 is the exact select-based decode. Small scales put
+  // many stored values among the fp8 subnormals.
+  CLATTN_SEED_TRACE();
+  for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2}) {
+    Case c;
+    c.D = 64, c.G = 2, c.Hkv = 2, c.P = 32, c.kv = kv, c.od = DType::F32;
+    c.lens = {5, 130, 401};
+    c.k_scale = kv == DType::FP8_E4M3 ? 4.0 : 0.001;
+    c.v_scale = kv == DType::FP8_E4M3 ? 8.0 : 0.0005;
+    c.sinks = true;
+    Batch b = build(c, 350 + int(kv));
+    std::vector<uint8_t> prev;
+    for (int fast : {0, 1}) {
+      DecodeOptions o = options_of(b);
+      o.params = {{"FP8_FAST", fast}};
+      DevRun r = run(b, o);
+      EXPECT_DECODE_OK(b, r);
+      EXPECT_NE(r.plan.kernel_options.find("-DFP8_FAST=" + std::to_string(fast)), std::string::npos);
+      if (!prev.empty()) EXPECT_TRUE(test::all_close(r.o_vals(), test::unpack(prev, DType::F32), 1e-6, 1e-5, "fast"));
+      prev = r.o_bytes;
+    }
+  }
+}
+
 TEST(PagedDecode, SplitAndNoSplitAgree) {
   CLATTN_SEED_TRACE();
   Case c;
