@@ -56,7 +56,9 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
   std::string limit_desc;
   if (limit_kind == "stream_read") {
     pct = 100.0 * gbps / L.stream_read_gbps;
-    limit_desc = "% of stream-read " + std::to_string(int(L.stream_read_gbps)) + " GB/s";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%% of stream-read %.1f GB/s", L.stream_read_gbps);
+    limit_desc = buf;
   }
   std::printf("%-10s %-48s %9.3f ms %9.1f GB/s %8.2f TFLOP/s %6.1f%s\n", op.c_str(), shape.c_str(), ms, gbps, tflops,
               pct, limit_desc.empty() ? "" : (" " + limit_desc).c_str());

@@ -25,7 +25,7 @@ Limits measure_limits(const Context& ctx, std::size_t bytes) {
 
   params::Entry e = params::lookup(p, "stream_read");
   size_t wg = std::min<size_t>(size_t(e.get("WG")), p.max_work_group_size);
-  auto prog = c.programs.get("stream_read.cl", rt::make_options({}));
+  auto prog = c.programs.get("stream_read.cl", rt::make_options({{"CONTIGUOUS", std::to_string(e.get_or("CONTIGUOUS", 0))}}));
   auto& k = prog->kernel("stream_read");
   wg = std::min(wg, k.max_work_group_size(c.device));
   size_t gws = size_t(std::max(1u, p.compute_units)) * size_t(e.get("WGS_PER_CU")) * wg;
@@ -45,7 +45,8 @@ Limits measure_limits(const Context& ctx, std::size_t bytes) {
     clReleaseEvent(ev);
     if (it) L.stream_read_gbps = std::max(L.stream_read_gbps, double(bytes) / (ms * 1e6));
   }
-  L.method = "best of 5: clEnqueueCopyBuffer (2x bytes) and a float4 grid-stride read kernel (" +
+  L.method = std::string("best of 5: clEnqueueCopyBuffer (2x bytes) and a float4 ") +
+             (e.get_or("CONTIGUOUS", 0) ? "contiguous-block" : "grid-stride") + " read kernel (" +
              std::to_string(gws / wg) + " x " + std::to_string(wg) + " work-items) over " +
              std::to_string(bytes >> 20) + " MiB, OpenCL profiling events";
   return L;
