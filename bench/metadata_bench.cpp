@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 
+#include "backends/planner/split_kv.hpp"
 #include "bench/bench.hpp"
 
 namespace clattn::bench {
@@ -116,8 +117,8 @@ void run(Harness& h, const Options& o) {
       "profiling markers (median of %d after %d warm-up)\n",
       h.iters, h.warmup);
   std::printf("# bar: FlashInfer's host plan, tens of us at B = 256 (it builds no page indices)\n");
-  std::printf("%-5s %-4s %-10s %8s | %10s %10s %10s %10s %11s |", "B", "P", "ctx", "pages", "csr", "table", "slots",
-              "val_csr", "val_batch");
+  std::printf("%-5s %-4s %-10s %8s | %10s %10s %10s %10s %11s %9s |", "B", "P", "ctx", "pages", "csr", "table", "slots",
+              "val_csr", "val_batch", "split_kv");
   if (o.device) std::printf(" %10s %10s %10s %10s", "dev_csr", "dev_table", "dev_slots", "enqueue");
   std::printf("   (microseconds)\n");
   std::fflush(stdout);
@@ -143,8 +144,17 @@ void run(Harness& h, const Options& o) {
         double t_slots = host_us([&] { build_slot_mapping(b, slots_out); }, o.max_reps);
         double t_vcsr = host_us([&] { validate(csr, cache, hb.seq.data()); }, o.max_reps);
         double t_vbatch = host_us([&] { validate(b, cache); }, o.max_reps);
-        std::printf("%-5d %-4d %-10s %8d | %10.1f %10.1f %10.1f %10.1f %11.1f |", B, P, cx.name, csr.kv_indptr.back(),
-                    t_csr, t_table, t_slots, t_vcsr, t_vbatch);
+        // The decode split-K planner on the same batch, H100-like device (132 CUs x 4
+        // resident work-groups, 8 KV heads per request), as decode_plan runs it.
+        std::vector<int32_t> kbeg(static_cast<size_t>(B), 0), kend(static_cast<size_t>(B), 0);
+        for (int i = 0; i < B; ++i) kend[size_t(i)] = csr.kv_len(i);
+        planner::SplitKVConfig scfg;
+        scfg.units_per_item = 8;
+        scfg.max_concurrent = 132 * 4;
+        double t_split = host_us([&] { planner::plan_split_kv(kbeg.data(), kend.data(), B, scfg); }, o.max_reps);
+        std::printf("%-5d %-4d %-10s %8d | %10.1f %10.1f %10.1f %10.1f %11.1f %9.1f |", B, P, cx.name,
+                    csr.kv_indptr.back(), t_csr, t_table, t_slots, t_vcsr, t_vbatch, t_split);
+        json_row(h, c, "plan_split_kv", "host", t_split);
         json_row(h, c, "build_csr", "host", t_csr);
         json_row(h, c, "build_page_table", "host", t_table);
         json_row(h, c, "build_slot_mapping", "host", t_slots);
