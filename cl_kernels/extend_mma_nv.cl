@@ -1,11 +1,35 @@
-// Extend / prefill attention on NVIDIA tensor cores: inline PTX mma.sync m16n8k16
-// (f16 or bf16 inputs, f32 accumulation) inside OpenCL C. FlashAttention-2 layout: a
-// work-group of WARPS warps covers 16 * WARPS packed query rows (tokens x GQA group, as in
-// extend.cl), each warp 16 rows; per KEYS-key step the group stages K and V tiles in local
-// memory as 16-bit values ([key][HEAD_DIM + 8], padded so fragment reads hit 32 distinct
-// banks), every warp computes S = Q K^T with its Q fragments held in registers, applies
-// the masks, runs the online softmax in registers (row max / sum across the 4 lanes of a
-// row with shfl.sync), rounds P to the MMA type and accumulates O += P V in f32 registers.
+// Extend / prefill attention on NVIDIA tensor cores: inline PTX mma.sync m16n8k16 (f16 or
+// bf16 inputs, f32 accumulation) inside OpenCL C, FlashAttention-2 structure (Dao 2023).
+//
+// A work-group of WARPS warps covers 16 * WARPS packed query rows (tokens x GQA group, as in
+// extend.cl), each warp 16 rows whose Q fragments stay in registers (pre-multiplied by the
+// score scale) for the whole KV loop. Per KEYS-key tile every warp computes S = Q K^T with
+// mma.sync, masks (boundary tiles only), runs the online softmax in registers (row max over
+// the 4 lanes of a row with shfl.sync, row sums by one extra mma against a ones column, O
+// rescaled only when some row max of the warp moved), rounds P to the MMA type and
+// accumulates O += P V in f32 registers. Warps whose rows see none of a tile skip it (causal).
+//
+// Pipeline (one K and one V tile in local memory, 2 barriers per tile): global loads go into
+// registers a whole tile before they are stored to local memory, so their latency hides
+// behind that tile's math (with 8 warps per group the next K tile and the next V tile are
+// 16 registers each):
+//   S(j), softmax | Vregs -> Vt | roff(j+2) | barrier | Kregs -> Ks, load V(j+1), load K(j+2)
+//   | O += P V(j) | barrier
+// roff[2][KEYS] holds key row offsets (one page-id lookup per key, loaded one tile ahead).
+//
+// Local layouts (conflict-free 128-bit fragment reads, no ldmatrix):
+// - Ks [KEYS][KRS words], K rows as stored. S's logical k index is permuted (the same way
+//   for Q and K, which leaves Q K^T unchanged): within each 32-dim group c, lane t's k
+//   indices {2t, 2t+1, 2t+8, 2t+9} of k-steps 2c and 2c+1 are dims 32c + 8t + 0..7, so one
+//   16-byte read of row (8j + g) at dims 32c + 8t gives b0, b1 of both k-steps. Rows are
+//   swizzled (chunk index ^ 4 on odd rows) when a row is a multiple of 8 chunks, else
+//   padded to KRS = 16 mod 32 words (D = 80, 96; D = 80's last 16 dims are one k-step).
+// - Vt [HEAD_DIM][KEYS / 2 words]: V transposed, word = (V[2p][d], V[2p+1][d]) for key pair
+//   p, with key pair p = 16c + t + 4m stored at word 16c + 4t + m, so one 16-byte read of
+//   row (8n + g) gives b0, b1 of the P V k-steps 2c and 2c + 1. Segments (16 bytes) are
+//   XOR-swizzled by row (VSW) so that both the reads and the transposing staging stores are
+//   conflict-free; the transpose is done in registers (prmt) by lanes that each load 8 keys
+//   x VD dims (VD = 8 or 4; 8 lanes read 16 * VD contiguous bytes of a row).
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point
 // type"): lane = 4 * g + t (g = groupID 0..7, t = threadID_in_group 0..3).
@@ -13,13 +37,11 @@
 //     a0 = A[g][2t..2t+1], a1 = A[g+8][2t..2t+1], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
 //   B 16x8 "col" (k x n), 2 x .b32: b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
 //   C/D 16x8 f32: c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
-// S = Q K^T: B[k = d][n = key] = K[key][d], so b0 is one 32-bit word of K's row (or
-// ldmatrix, non-transposed). O += P V: B[k = key][n = d] = V[key][d]: two 16-bit values
-// of different keys (or ldmatrix .trans). P's A fragment is the C fragment of two
-// adjacent 8-key n-tiles, so P never leaves registers.
+// P's A fragment is the C fragment of two adjacent 8-key n-tiles, so P never leaves
+// registers.
 //
 // KV dtypes f16/bf16 are staged as stored; fp8 (e4m3/e5m2) is decoded to f16 exactly;
-// k_scale/v_scale are folded into the score scale and the output. f32 KV uses extend.cl.
+// k_scale is folded into q_scale (host), v_scale into the output. f32 KV uses extend.cl.
 #include "common.clh"
 
 #ifndef HEAD_DIM
@@ -37,30 +59,57 @@
 #ifndef MMA_BF16
 #define MMA_BF16 0
 #endif
-#ifndef USE_LDMATRIX
-#define USE_LDMATRIX 0
-#endif
 
 #define WGSZ (32 * WARPS)
-#define KSTR (HEAD_DIM + 8)  // halves per staged row
-#define KSTRW (KSTR / 2)     // 32-bit words per staged row
-#define DK (HEAD_DIM / 16)   // k-steps of S = Q K^T
-#define NT (KEYS / 8)        // 8-key n-tiles of S
-#define DN (HEAD_DIM / 8)    // 8-column n-tiles of O
-#define CPR (HEAD_DIM / 8)   // 8-element chunks per K/V row
+#define DK (HEAD_DIM / 16)                  // k-steps of S = Q K^T
+#define NG ((DK + 1) / 2)                   // 32-dim groups of a K row (last: 16 dims if DK is odd)
+#define NT (KEYS / 8)                       // 8-key n-tiles of S
+#define DN (HEAD_DIM / 8)                   // 8-dim n-tiles of O
+#define CPR (HEAD_DIM / 8)                  // 16-byte chunks (8 values) per K/V row
+#define KSWZ (CPR % 8 == 0)                 // Ks rows swizzled, else padded
+#define KRS (HEAD_DIM / 2 + (KSWZ ? 0 : (48 - (HEAD_DIM / 2) % 32) % 32))  // words per Ks row
+#define KRQ (KRS / 4)                       // 16-byte chunks per Ks row
+#define VRQ (KEYS / 8)                      // 16-byte segments per Vt row
+#define VXM (KEYS >= 64 ? 7 : 3)            // Vt segment swizzle mask
+#define KIT ((KEYS * CPR + WGSZ - 1) / WGSZ)  // K chunks staged per work-item
+// V staging: a lane transposes 8 keys x VD dims (VD = 8, or 4 when that spreads the tile
+// over more warps and halves the registers in flight).
+#ifndef VD
+#define VD ((KEYS / 32) * ((CPR + 7) / 8) >= WARPS ? 8 : 4)
+#endif
+#define VH ((HEAD_DIM / VD + 7) / 8)          // (8 * VD)-dim slices of a V row
+#define NVI ((KEYS / 32) * VH)                // V staging items (one warp each: 32 keys x 8 VD dims)
+// Vt segment swizzle of row d: reads (rows 8n+g, 8n+g+1 in one phase) and staging stores
+// (rows VD*q + i for 8 consecutive q in one phase) both hit 8 distinct 16-byte bank groups.
+#define VSW(d) ((KEYS >= 64 ? ((d) & 1) << 2 : 0) ^ (((d) / VD) & VXM))
+#define VIT ((NVI + WARPS - 1) / WARPS)       // V staging items per warp
+#define KDIV (WGSZ % CPR == 0 && (KEYS * CPR) % WGSZ == 0)  // K staging: fixed chunk per work-item
+#define RSTEP (WGSZ / CPR)                    // keys between a work-item's K chunks (KDIV)
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
-#if (HEAD_DIM % 16) || (KEYS % 16)
-#error "extend_mma_nv.cl: HEAD_DIM and KEYS must be multiples of 16"
+#if (HEAD_DIM % 16) || (KEYS % 32)
+#error "extend_mma_nv.cl: HEAD_DIM must be a multiple of 16 and KEYS of 32"
 #endif
+#if WGSZ < KEYS
+#error "extend_mma_nv.cl: KEYS must not exceed the work-group size (one row offset per work-item)"
+#endif
+#if (DK % 2) && KSWZ
+#error "extend_mma_nv.cl: odd k-step count needs the padded K layout"
+#endif
+
+// ---- PTX helpers (begin) -------------------------------------------------------------
+// Everything warp-synchronous or PTX-specific is in this section.
+#define PTX_SCRATCH
 
 #if MMA_BF16
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 #define CVT_OP "cvt.rn.bf16x2.f32"
+#define ONE2 0x3F803F80u
 #else
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #define CVT_OP "cvt.rn.f16x2.f32"
+#define ONE2 0x3C003C00u
 #endif
 
 #define MMA(c, a0, a1, a2, a3, b0, b1)                                                          \
@@ -74,40 +123,56 @@ inline uint pack2(float lo, float hi) {
   asm(CVT_OP " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-// Two f32 -> f16x2 (fp8 staging is always f16).
 inline uint pack2_f16(float lo, float hi) {
   uint r;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-
+inline uint pack2_bf16(float lo, float hi) {
+  uint r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Bytes of {b, a} picked by sel (prmt.b32): 0x5410 = (a.lo, b.lo), 0x7632 = (a.hi, b.hi).
+inline uint prmt(uint a, uint b, uint sel) {
+  uint r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+// f16x2 bits -> two f32.
+inline void unpack2_f16(uint w, float* lo, float* hi) {
+  float a, b;
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(a), "=f"(b) : "r"(w));
+  *lo = a, *hi = b;
+}
+inline float ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 inline float shfl_xor(float v, int m) {
   float o;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
   return o;
 }
-
-#ifndef SMEM_CVTA
-#define SMEM_CVTA 0
-#endif
-// Shared-window address of a __local pointer (what .shared instructions take). SMEM_CVTA=1
-// for compilers whose pointer-to-integer conversion yields a generic address.
-inline uint smem_addr(__local const void* p) {
-#if SMEM_CVTA
-  ulong r;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(r) : "l"((ulong)(size_t)p));
-  return (uint)r;
-#else
-  return (uint)(size_t)p;
-#endif
+// 1 when p != 0 on any lane of the warp (warp-uniform).
+inline int warp_any(int p) {
+  int r;
+  asm volatile("{ .reg .pred vp1, vp2; setp.ne.s32 vp1, %1, 0; vote.sync.any.pred vp2, vp1, 0xffffffff; "
+               "selp.s32 %0, 1, 0, vp2; }"
+               : "=r"(r)
+               : "r"(p));
+  return r;
 }
+#define WARP_VISIBLE(x) (x)
+// ---- PTX helpers (end) ---------------------------------------------------------------
 
 // 8 stored KV values at element i as 8 x 16-bit MMA values (uint4).
 inline uint4 load_kv8(__global const void* p, long i) {
 #if KV_DT == DT_F16 || KV_DT == DT_BF16
-  return vload4(0, (__global const uint*)((__global const ushort*)p + i));
+  return *(__global const uint4*)((__global const ushort*)p + i);  // 16-byte aligned (host checks strides)
 #else
-  uint2 w = vload2(0, (__global const uint*)((__global const uchar*)p + i));
+  const uint2 w = *(__global const uint2*)((__global const uchar*)p + i);
 #if KV_DT == DT_E4M3
 #define FP8F(x, s) e4m3_bits_to_float(((x) >> (s)) & 0xffu)
 #else
@@ -119,6 +184,44 @@ inline uint4 load_kv8(__global const void* p, long i) {
 #endif
 }
 
+// 64 custom-mask bits starting at bit `bit` (little bit order), bytes at or past `end` read
+// as 0 (they only hold keys past kv_len, which the causal/length test already hides).
+inline ulong mask_bits(__global const uchar* mask, long end, long bit) {
+  const long b0 = bit >> 3;
+  const int sh = (int)(bit & 7);
+  ulong lo = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (b0 + i < end) lo |= (ulong)mask[b0 + i] << (8 * i);
+  const ulong b8 = b0 + 8 < end ? (ulong)mask[b0 + 8] : 0;
+  return sh ? (lo >> sh) | (b8 << (64 - sh)) : lo;
+}
+
+// 4 stored KV values at element i as 4 x 16-bit MMA values (uint2).
+inline uint2 load_kv4(__global const void* p, long i) {
+#if KV_DT == DT_F16 || KV_DT == DT_BF16
+  return *(__global const uint2*)((__global const ushort*)p + i);
+#else
+  const uint w = *(__global const uint*)((__global const uchar*)p + i);
+#if KV_DT == DT_E4M3
+#define FP8F(x, s) e4m3_bits_to_float(((x) >> (s)) & 0xffu)
+#else
+#define FP8F(x, s) e5m2_bits_to_float(((x) >> (s)) & 0xffu)
+#endif
+  return (uint2)(pack2_f16(FP8F(w, 0), FP8F(w, 8)), pack2_f16(FP8F(w, 16), FP8F(w, 24)));
+#undef FP8F
+#endif
+}
+#if VD == 8
+#define VDVEC uint4
+#define LOAD_VD load_kv8
+#define VW_SET(A_, X_) (A_)[0] = (X_).x, (A_)[1] = (X_).y, (A_)[2] = (X_).z, (A_)[3] = (X_).w
+#else
+#define VDVEC uint2
+#define LOAD_VD load_kv4
+#define VW_SET(A_, X_) (A_)[0] = (X_).x, (A_)[1] = (X_).y
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     __global const void* q, int q_dt, __global const void* k, __global const void* v,
     __global const int* page_ids, __global const int* table, __global void* o, int o_dt,
@@ -126,8 +229,10 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     __global const uchar* mask, int has_mask, int Hq, int G, int paged, int page_size,
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
     float inv_cap, float v_scale, int causal, int window_left) {
-  __local uint ks[KEYS * KSTRW];
-  __local uint vs[KEYS * KSTRW];
+  __local uint4 ks[KEYS * KRQ];
+  __local uint4 vt[HEAD_DIM * VRQ];
+  __local long roff[2 * KEYS];  // key row offsets of two tiles (buffer = tile index & 1)
+  PTX_SCRATCH
 
   const int tid = get_local_id(0);
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -145,28 +250,52 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   const int tok_lo = pr_lo / G, tok_hi = pr_hi / G;
   const int qpos_lo = shift + tok_lo, qpos_hi = shift + tok_hi;
 
-  // Q fragments, converted to the MMA type (exact for q already in that type).
+  // Q fragments times the score scale, in the MMA type, in S's permuted k order: dims
+  // d0 .. d0 + 3 of each k-step (all loads issued before any conversion).
   uint qa[DK][4];
   {
     const size_t qlo = ((size_t)(qo_start + tok_lo) * Hq + kvh * G + pr_lo % G) * HEAD_DIM;
     const size_t qhi = ((size_t)(qo_start + tok_hi) * Hq + kvh * G + pr_hi % G) * HEAD_DIM;
+#define QD0(kk) (32 * ((kk) >> 1) + (2 * ((kk) >> 1) + 1 < DK ? 8 * t + 4 * ((kk) & 1) : 4 * t))
+    if (q_dt == DT_F16 || q_dt == DT_BF16) {
+      uint2 xl[DK], xh[DK];
 #pragma unroll
-    for (int kk = 0; kk < DK; ++kk) {
-      const int d0 = 16 * kk + 2 * t;
-      float x0 = 0.f, x1 = 0.f, x2 = 0.f, x3 = 0.f, y0 = 0.f, y1 = 0.f, y2 = 0.f, y3 = 0.f;
-      if (ok_lo) {
-        x0 = load_elem(q, qlo + d0, q_dt), x1 = load_elem(q, qlo + d0 + 1, q_dt);
-        x2 = load_elem(q, qlo + d0 + 8, q_dt), x3 = load_elem(q, qlo + d0 + 9, q_dt);
+      for (int kk = 0; kk < DK; ++kk) {
+        xl[kk] = ok_lo ? *(__global const uint2*)((__global const ushort*)q + qlo + QD0(kk)) : (uint2)(0u);
+        xh[kk] = ok_hi ? *(__global const uint2*)((__global const ushort*)q + qhi + QD0(kk)) : (uint2)(0u);
       }
-      if (ok_hi) {
-        y0 = load_elem(q, qhi + d0, q_dt), y1 = load_elem(q, qhi + d0 + 1, q_dt);
-        y2 = load_elem(q, qhi + d0 + 8, q_dt), y3 = load_elem(q, qhi + d0 + 9, q_dt);
+#pragma unroll
+      for (int kk = 0; kk < DK; ++kk) {
+        float x[4], y[4];
+        if (q_dt == DT_F16) {
+          unpack2_f16(xl[kk].x, &x[0], &x[1]), unpack2_f16(xl[kk].y, &x[2], &x[3]);
+          unpack2_f16(xh[kk].x, &y[0], &y[1]), unpack2_f16(xh[kk].y, &y[2], &y[3]);
+        } else {
+          x[0] = as_float(xl[kk].x << 16), x[1] = as_float(xl[kk].x & 0xffff0000u);
+          x[2] = as_float(xl[kk].y << 16), x[3] = as_float(xl[kk].y & 0xffff0000u);
+          y[0] = as_float(xh[kk].x << 16), y[1] = as_float(xh[kk].x & 0xffff0000u);
+          y[2] = as_float(xh[kk].y << 16), y[3] = as_float(xh[kk].y & 0xffff0000u);
+        }
+        qa[kk][0] = pack2(x[0] * q_scale, x[1] * q_scale);
+        qa[kk][1] = pack2(y[0] * q_scale, y[1] * q_scale);
+        qa[kk][2] = pack2(x[2] * q_scale, x[3] * q_scale);
+        qa[kk][3] = pack2(y[2] * q_scale, y[3] * q_scale);
       }
-      qa[kk][0] = pack2(x0, x1);
-      qa[kk][1] = pack2(y0, y1);
-      qa[kk][2] = pack2(x2, x3);
-      qa[kk][3] = pack2(y2, y3);
+    } else {  // f32
+      float4 xl[DK], xh[DK];
+#pragma unroll
+      for (int kk = 0; kk < DK; ++kk) {
+        xl[kk] = ok_lo ? *(__global const float4*)((__global const float*)q + qlo + QD0(kk)) : (float4)(0.f);
+        xh[kk] = ok_hi ? *(__global const float4*)((__global const float*)q + qhi + QD0(kk)) : (float4)(0.f);
+      }
+#pragma unroll
+      for (int kk = 0; kk < DK; ++kk) {
+        const float4 x = xl[kk] * q_scale, y = xh[kk] * q_scale;
+        qa[kk][0] = pack2(x.x, x.y), qa[kk][1] = pack2(y.x, y.y);
+        qa[kk][2] = pack2(x.z, x.w), qa[kk][3] = pack2(y.z, y.w);
+      }
     }
+#undef QD0
   }
 
   // Key range of the whole group (uniform: every warp joins every barrier) and of this warp.
@@ -177,175 +306,310 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   const int w_first_pos = shift + wrow0 / G, w_last_pos = shift + max(w_last, wrow0) / G;
   const int w_end = wrow0 >= nrows ? kv_begin : (causal ? min(kv_len, w_last_pos + 1) : kv_len);
   const int w_begin = window_left >= 0 ? max(0, w_first_pos - window_left) : 0;
+  const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + KEYS - 1) / KEYS : 0;
+  // Visible keys of this lane's rows: [kmin, kmax] (then the custom mask, if any).
+  const int kmax_lo = causal ? min(kv_len - 1, qpos_lo) : kv_len - 1;
+  const int kmax_hi = causal ? min(kv_len - 1, qpos_hi) : kv_len - 1;
+  const int kmin_lo = window_left >= 0 ? qpos_lo - window_left : 0;
+  const int kmin_hi = window_left >= 0 ? qpos_hi - window_left : 0;
+  const long mask_end = mask_off + ((long)qo_len * kv_len + 7) / 8;  // end of this request's bytes
+
+  // Per-lane fragment read positions (16-byte units). Ks: row g, dims 32c + 8t, with the
+  // odd-row swizzle folded into one base for even and one for odd groups c.
+  // (Pointers, so that every fragment read is a base register plus an immediate.)
+  const int kx = KSWZ ? (g & 1) << 2 : 0;
+  __local const uint4* const kp_even = ks + (g * KRQ + t + kx);
+  __local const uint4* const kp_odd = ks + (g * KRQ + t - kx);
+  __local const uint2* const kp_tail = (__local const uint2*)ks + (g * (KRS / 2) + t);
+  // Vt: row g, segment (4c + t) ^ VSW(8n + g) = vp[((4c) ^ (8n / VD)) & VXM] + ((4c) & ~VXM).
+  __local const uint4* vp[VXM + 1];
+  {
+    const int X = (KEYS >= 64 ? t ^ ((g & 1) << 2) : t) ^ (g / VD);
+#pragma unroll
+    for (int i = 0; i <= VXM; ++i) vp[i] = vt + (g * VRQ + (X ^ i));
+  }
+
+  // Staging roles. K: chunk it = tid + WGSZ * m -> key it / CPR, chunk it % CPR (coalesced).
+  // V: warp item vi = warp + WARPS * m -> 32-key group c, (8 VD)-dim slice h; lane -> 8 keys
+  // 32c + 2 * vt4 + {0,1,8,9,16,17,24,25}, dims VD*q .. VD*q+VD-1 (q = 8h + (lane & 7)).
+  // All addresses are per-thread bases plus compile-time offsets (no per-tile index math,
+  // nothing for the compiler to hoist into extra registers).
+  const int vt4 = lane >> 3;
+  uint4 kreg[KIT];
+  uint vw[VIT][8][VD / 2];
+#if KDIV
+  // RSTEP keys apart per m; the swizzle bit of key r0 + m * RSTEP alternates with m when
+  // RSTEP is odd.
+  const int kr0 = tid / CPR, kc0 = tid % CPR;
+  __local uint4* const kst_e = ks + kr0 * KRQ + (KSWZ ? kc0 ^ ((kr0 & 1) << 2) : kc0);
+  __local uint4* const kst_o = ks + kr0 * KRQ + (KSWZ ? kc0 ^ (((kr0 + 1) & 1) << 2) : kc0);
+  const int kgo = 8 * kc0;
+#endif
+  int vro[VIT];
+  __local uint4* vst_e[VIT];
+  __local uint4* vst_o[VIT];
+  int vgo[VIT];
+  bool vok[VIT];
+#pragma unroll
+  for (int m = 0; m < VIT; ++m) {
+    const int vi = warp + WARPS * m;
+    const int c = vi / VH, qc = 8 * (vi % VH) + (lane & 7);
+    vok[m] = (NVI % WARPS == 0 || vi < NVI) && qc < HEAD_DIM / VD;
+    const int y = (4 * c + vt4) ^ (qc & VXM);  // segment of rows VD*qc + even i
+    vro[m] = vok[m] ? 32 * c + 2 * vt4 : 0;
+    vst_e[m] = vt + VD * qc * VRQ + y;
+    vst_o[m] = vt + VD * qc * VRQ + (KEYS >= 64 ? y ^ 4 : y);
+    vgo[m] = VD * qc;
+  }
 
   float oacc[DN][4];
 #pragma unroll
   for (int n = 0; n < DN; ++n) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
-  float m_lo = CLATTN_NEG_INF, m_hi = CLATTN_NEG_INF, l_lo = 0.f, l_hi = 0.f;
+  float lsum[4] = {0.f, 0.f, 0.f, 0.f};  // row sums of P (lsum[0] = row g, lsum[2] = row g + 8)
+  float m_lo = CLATTN_NEG_INF, m_hi = CLATTN_NEG_INF;
 
-  for (int k0 = kv_begin; k0 < kv_end; k0 += KEYS) {
-    barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with the previous tiles
-    // Stage K and V: 16-byte chunks, consecutive lanes along a row (coalesced reads,
-    // conflict-free 16-byte local stores); keys past kv_end are zero (never NaN).
-    for (int c = tid; c < KEYS * CPR; c += WGSZ) {
-      const int kr = c / CPR, d = (c % CPR) * 8, key = k0 + kr;
-      uint4 kx = (uint4)(0u), vx = (uint4)(0u);
-      if (key < kv_end) {
-        long ro;
-        if (paged) {
-          const int tt = key + tok_off;
-          ro = (long)page_ids[base + tt / page_size] * stride_page + (long)(tt % page_size) * stride_token;
-        } else {
-          ro = (long)(base + key) * stride_token;
-        }
-        ro += (long)kvh * stride_head + d;
-        kx = load_kv8(k, ro);
-        vx = load_kv8(v, ro);
-      }
-      vstore4(kx, 0, ks + kr * KSTRW + d / 2);
-      vstore4(vx, 0, vs + kr * KSTRW + d / 2);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (k0 >= w_end || k0 + KEYS <= w_begin) continue;  // nothing visible to this warp
-
-    // S = Q K^T (16 x KEYS per warp), f32.
-    float s[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#if USE_LDMATRIX
-    {
-      // x4: matrices (keys 8j.., d 16kk), (8j.., 16kk+8), (8j+8.., 16kk), (8j+8.., 16kk+8).
-      const int mi = lane >> 3, rr = lane & 7;
-      const uint a_base = smem_addr(ks + ((mi >> 1) * 8 + rr) * KSTRW + (mi & 1) * 4);
-#pragma unroll
-      for (int j = 0; j < NT; j += 2) {
-#pragma unroll
-        for (int kk = 0; kk < DK; ++kk) {
-          uint b0, b1, b2, b3;
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                       : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
-                       : "r"(a_base + (uint)((j * 8 * KSTRW + kk * 8) * 4)));
-          MMA(s[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b0, b1);
-          MMA(s[j + 1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b2, b3);
-        }
-      }
-    }
-#else
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      __local const uint* kr = ks + (8 * j + g) * KSTRW + t;
-#pragma unroll
-      for (int kk = 0; kk < DK; ++kk) MMA(s[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kr[8 * kk], kr[8 * kk + 4]);
-    }
-#endif
-
-    // Scale (log2 domain), soft cap, masks.
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[j][e] * q_scale;
-        if (cap_log2 > 0.f) x = cap_log2 * tanh(x * inv_cap);
-        s[j][e] = x;
-      }
-    const bool need_mask = has_mask || k0 + KEYS > kv_len || (causal && k0 + KEYS - 1 > w_first_pos) ||
-                           (window_left >= 0 && k0 < w_last_pos - window_left);
-    if (need_mask) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = k0 + 8 * j + 2 * t + (e & 1);
-          const bool hi = e >= 2;
-          const int qp = hi ? qpos_hi : qpos_lo;
-          const bool ok = hi ? ok_hi : ok_lo;
-          bool vis = key < kv_len;
-          if (causal) vis = vis && key <= qp;
-          if (window_left >= 0) vis = vis && key >= qp - window_left;
-          if (has_mask && vis && ok) {
-            const long bit = (long)(hi ? tok_hi : tok_lo) * kv_len + key;
-            vis = (mask[mask_off + bit / 8] >> (bit % 8)) & 1;
-          }
-          if (!vis) s[j][e] = CLATTN_NEG_INF;
-        }
-    }
-
-    // Online softmax: row max over the tile (4 lanes share a row).
-    float mx_lo = m_lo, mx_hi = m_hi;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      mx_lo = fmax(mx_lo, fmax(s[j][0], s[j][1]));
-      mx_hi = fmax(mx_hi, fmax(s[j][2], s[j][3]));
-    }
-    mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 1));
-    mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 2));
-    mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 1));
-    mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 2));
-    const float alpha_lo = m_lo == mx_lo ? 1.f : native_exp2(m_lo - mx_lo);
-    const float alpha_hi = m_hi == mx_hi ? 1.f : native_exp2(m_hi - mx_hi);
-    m_lo = mx_lo, m_hi = mx_hi;
-    const float sub_lo = mx_lo == CLATTN_NEG_INF ? 0.f : mx_lo;
-    const float sub_hi = mx_hi == CLATTN_NEG_INF ? 0.f : mx_hi;
-    float sum_lo = 0.f, sum_hi = 0.f;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      s[j][0] = native_exp2(s[j][0] - sub_lo), s[j][1] = native_exp2(s[j][1] - sub_lo);
-      s[j][2] = native_exp2(s[j][2] - sub_hi), s[j][3] = native_exp2(s[j][3] - sub_hi);
-      sum_lo += s[j][0] + s[j][1];
-      sum_hi += s[j][2] + s[j][3];
-    }
-    l_lo = l_lo * alpha_lo + sum_lo;
-    l_hi = l_hi * alpha_hi + sum_hi;
-#pragma unroll
-    for (int n = 0; n < DN; ++n) {
-      oacc[n][0] *= alpha_lo, oacc[n][1] *= alpha_lo;
-      oacc[n][2] *= alpha_hi, oacc[n][3] *= alpha_hi;
-    }
-
-    // O += P V: P (rounded to the MMA type) straight from the S fragments.
-#pragma unroll
-    for (int kc = 0; kc < KEYS / 16; ++kc) {
-      const uint pa0 = pack2(s[2 * kc][0], s[2 * kc][1]);
-      const uint pa1 = pack2(s[2 * kc][2], s[2 * kc][3]);
-      const uint pa2 = pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      const uint pa3 = pack2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-#if USE_LDMATRIX
-      // x4 .trans: matrices (keys 16kc.., d 8n), (16kc+8.., 8n), (16kc.., 8n+8), (16kc+8.., 8n+8).
-      const int mi = lane >> 3, rr = lane & 7;
-      const uint v_base = smem_addr(vs + (16 * kc + (mi & 1) * 8 + rr) * KSTRW + (mi >> 1) * 4);
-#pragma unroll
-      for (int n = 0; n < DN; n += 2) {
-        uint b0, b1, b2, b3;
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
-                     : "r"(v_base + (uint)(n * 4 * 4)));
-        MMA(oacc[n], pa0, pa1, pa2, pa3, b0, b1);
-        MMA(oacc[n + 1], pa0, pa1, pa2, pa3, b2, b3);
-      }
-#else
-      __local const ushort* vh = (__local const ushort*)vs;
-#pragma unroll
-      for (int n = 0; n < DN; ++n) {
-        const int d = 8 * n + g, kr = 16 * kc + 2 * t;
-        const uint b0 = (uint)vh[kr * KSTR + d] | ((uint)vh[(kr + 1) * KSTR + d] << 16);
-        const uint b1 = (uint)vh[(kr + 8) * KSTR + d] | ((uint)vh[(kr + 9) * KSTR + d] << 16);
-        MMA(oacc[n], pa0, pa1, pa2, pa3, b0, b1);
-      }
-#endif
-    }
+  // Key row offsets: work-item tid < KEYS owns key tid of every tile. Its page id is loaded
+  // one tile before the offset is needed (PF_LOAD), so no page-table latency sits in front
+  // of a barrier; PF_STORE writes the offset (-1 past kv_end) into roff buffer (T & 1).
+  int pf_page = 0, pf_slot = 0;
+#define PF_LOAD(T)                                                                              \
+  if (tid < KEYS) {                                                                             \
+    const int key_ = kv_begin + (T) * KEYS + tid;                                               \
+    if (paged && key_ < kv_end) {                                                               \
+      const int tt_ = key_ + tok_off;                                                           \
+      pf_slot = tt_ % page_size;                                                                \
+      pf_page = page_ids[base + tt_ / page_size];                                               \
+    }                                                                                           \
+  }
+#define PF_STORE(T)                                                                             \
+  if (tid < KEYS) {                                                                             \
+    const int key_ = kv_begin + (T) * KEYS + tid;                                               \
+    long ro_ = -1;                                                                              \
+    if (key_ < kv_end)                                                                          \
+      ro_ = (paged ? (long)pf_page * stride_page + (long)pf_slot * stride_token                 \
+                   : (long)(base + key_) * stride_token) + (long)kvh * stride_head;             \
+    roff[((T) & 1) * KEYS + tid] = ro_;                                                         \
   }
 
-  // Row sums across the 4 lanes of a row, sinks, normalisation, stores.
-  l_lo += shfl_xor(l_lo, 1);
-  l_lo += shfl_xor(l_lo, 2);
-  l_hi += shfl_xor(l_hi, 1);
-  l_hi += shfl_xor(l_hi, 2);
+#if KDIV
+#define LOAD_K(B)                                                                               \
+  {                                                                                             \
+    __local const long* kro_ = roff + (B) * KEYS + kr0;                                         \
+    _Pragma("unroll") for (int m_ = 0; m_ < KIT; ++m_) {                                        \
+      const long ro_ = kro_[m_ * RSTEP];                                                        \
+      kreg[m_] = ro_ >= 0 ? load_kv8(k, ro_ + kgo) : (uint4)(0u);                               \
+    }                                                                                           \
+  }
+#define STORE_K()                                                                               \
+  _Pragma("unroll") for (int m_ = 0; m_ < KIT; ++m_)                                            \
+    (((m_ * RSTEP) & 1) ? kst_o : kst_e)[m_ * RSTEP * KRQ] = kreg[m_];
+#else
+#define LOAD_K(B)                                                                               \
+  _Pragma("unroll") for (int m_ = 0; m_ < KIT; ++m_) {                                          \
+    const int it_ = tid + WGSZ * m_;                                                            \
+    kreg[m_] = (uint4)(0u);                                                                     \
+    if (it_ < KEYS * CPR) {                                                                     \
+      const long ro_ = roff[(B) * KEYS + it_ / CPR];                                            \
+      if (ro_ >= 0) kreg[m_] = load_kv8(k, ro_ + 8 * (it_ % CPR));                              \
+    }                                                                                           \
+  }
+#define STORE_K()                                                                               \
+  _Pragma("unroll") for (int m_ = 0; m_ < KIT; ++m_) {                                          \
+    const int it_ = tid + WGSZ * m_;                                                            \
+    if (it_ < KEYS * CPR) {                                                                     \
+      const int r_ = it_ / CPR, c_ = it_ % CPR;                                                 \
+      ks[r_ * KRQ + (KSWZ ? c_ ^ ((r_ & 1) << 2) : c_)] = kreg[m_];                             \
+    }                                                                                           \
+  }
+#endif
+
+#define LOAD_V(B)                                                                               \
+  _Pragma("unroll") for (int m_ = 0; m_ < VIT; ++m_) {                                          \
+    __local const long* vro_ = roff + (B) * KEYS + vro[m_];                                     \
+    _Pragma("unroll") for (int j_ = 0; j_ < 8; ++j_) {                                          \
+      VDVEC x_ = (VDVEC)(0u);                                                                   \
+      if (vok[m_]) {                                                                            \
+        const long ro_ = vro_[8 * (j_ >> 1) + (j_ & 1)];                                        \
+        if (ro_ >= 0) x_ = LOAD_VD(v, ro_ + vgo[m_]);                                           \
+      }                                                                                         \
+      VW_SET(vw[m_][j_], x_);                                                                   \
+    }                                                                                           \
+  }
+
+// Row VD*q + i of Vt gets key pairs (32c + 2 vt4 + 8 mm, +1) of dim VD*q + i, mm = 0..3.
+#define STORE_V()                                                                               \
+  _Pragma("unroll") for (int m_ = 0; m_ < VIT; ++m_) {                                          \
+    if (vok[m_]) {                                                                              \
+      _Pragma("unroll") for (int i_ = 0; i_ < VD; ++i_) {                                       \
+        const uint sel_ = (i_ & 1) ? 0x7632u : 0x5410u;                                         \
+        ((i_ & 1) ? vst_o[m_] : vst_e[m_])[i_ * VRQ] =                                          \
+            (uint4)(prmt(vw[m_][0][i_ >> 1], vw[m_][1][i_ >> 1], sel_),                         \
+                    prmt(vw[m_][2][i_ >> 1], vw[m_][3][i_ >> 1], sel_),                         \
+                    prmt(vw[m_][4][i_ >> 1], vw[m_][5][i_ >> 1], sel_),                         \
+                    prmt(vw[m_][6][i_ >> 1], vw[m_][7][i_ >> 1], sel_));                        \
+      }                                                                                         \
+    }                                                                                           \
+  }
+
+  // Pipeline. Entering iteration j: Ks = K(j) (visible), kreg = K(j+1) and vw = V(j) in
+  // flight, roff buffer (j+1)&1 = tile j+1, pf = page ids of tile j+2.
+  //   S(j), softmax | vw -> Vt | roff(j+2), pf <- tile j+3 | barrier
+  //   | kreg -> Ks, load V(j+1), load K(j+2) | O += P V(j) | barrier
+  // Every load has a whole tile of math to arrive; two barriers per tile.
+  if (ntiles > 0) {
+    PF_LOAD(0);
+    PF_STORE(0);
+    if (ntiles > 1) {
+      PF_LOAD(1);
+      PF_STORE(1);
+    }
+    if (ntiles > 2) PF_LOAD(2);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    LOAD_K(0);
+    STORE_K();
+    LOAD_V(0);
+    if (ntiles > 1) LOAD_K(1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+  for (int it = 0; it < ntiles; ++it) {
+    const int k0 = kv_begin + it * KEYS;
+    const bool has_next = it + 1 < ntiles;
+    const bool vis = WARP_VISIBLE(!(k0 >= w_end || k0 + KEYS <= w_begin));  // warp-uniform
+
+    // S = Q K^T (16 x KEYS per warp, log2 domain: Q carries the scale), masks, softmax.
+    uint pa[KEYS / 16][4];
+    if (vis) {
+      float s[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int c = 0; c < NG; ++c) {
+          if (2 * c + 1 < DK) {
+            const uint4 b = ((c & 1) ? kp_odd : kp_even)[8 * j * KRQ + 4 * c];
+            MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);
+            MMA(s[j], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], b.z, b.w);
+          } else {  // last 16 dims when DK is odd (padded layout): words 16c + 2t of row g
+            const uint2 b = kp_tail[8 * j * (KRS / 2) + 8 * c];
+            MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);
+          }
+        }
+      }
+
+      if (cap_log2 > 0.f) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[j][e] = cap_log2 * tanh(s[j][e] * inv_cap);
+      }
+      const bool need_mask = has_mask || k0 + KEYS > kv_len || (causal && k0 + KEYS - 1 > w_first_pos) ||
+                             (window_left >= 0 && k0 < w_last_pos - window_left);
+      if (need_mask) {
+        // Column 8j + 2t + (e & 1) of the tile is visible to a row iff it lies in the row's
+        // [kmin, kmax] (relative to this lane's first column) and its custom-mask bit is set.
+        const int kb = k0 + 2 * t;
+        const int rmin_lo = kmin_lo - kb, rmax_lo = kmax_lo - kb, rmin_hi = kmin_hi - kb, rmax_hi = kmax_hi - kb;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = 8 * j + (e & 1);
+            const bool in = e < 2 ? (c >= rmin_lo && c <= rmax_lo) : (c >= rmin_hi && c <= rmax_hi);
+            if (!in) s[j][e] = CLATTN_NEG_INF;
+          }
+        if (has_mask) {
+          ulong mb_lo[(KEYS + 63) / 64], mb_hi[(KEYS + 63) / 64];
+#pragma unroll
+          for (int h = 0; h < (KEYS + 63) / 64; ++h) {
+            mb_lo[h] = ok_lo ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_lo * kv_len + kb + 64 * h) : 0;
+            mb_hi[h] = ok_hi ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_hi * kv_len + kb + 64 * h) : 0;
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int c = 8 * j + (e & 1);
+              const ulong mb = e < 2 ? mb_lo[c / 64] : mb_hi[c / 64];
+              if (!((mb >> (c % 64)) & 1)) s[j][e] = CLATTN_NEG_INF;
+            }
+        }
+      }
+
+      // Online softmax: row max over the tile (4 lanes share a row).
+      float tl[NT], th[NT];  // tree reductions: short dependency chains
+#pragma unroll
+      for (int j = 0; j < NT; ++j) tl[j] = fmax(s[j][0], s[j][1]), th[j] = fmax(s[j][2], s[j][3]);
+#pragma unroll
+      for (int lv = 1; lv < NT; lv *= 2)
+#pragma unroll
+        for (int j = 0; j < NT; j += 2 * lv) tl[j] = fmax(tl[j], tl[j + lv]), th[j] = fmax(th[j], th[j + lv]);
+      float mx_lo = fmax(m_lo, tl[0]), mx_hi = fmax(m_hi, th[0]);
+      mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 1));
+      mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 1));
+      mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 2));
+      mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 2));
+      const float alpha_lo = m_lo == mx_lo ? 1.f : ex2(m_lo - mx_lo);
+      const float alpha_hi = m_hi == mx_hi ? 1.f : ex2(m_hi - mx_hi);
+      m_lo = mx_lo, m_hi = mx_hi;
+      const float sub_lo = mx_lo == CLATTN_NEG_INF ? 0.f : mx_lo;
+      const float sub_hi = mx_hi == CLATTN_NEG_INF ? 0.f : mx_hi;
+#pragma unroll
+      for (int kc = 0; kc < KEYS / 16; ++kc) {
+        pa[kc][0] = pack2(ex2(s[2 * kc][0] - sub_lo), ex2(s[2 * kc][1] - sub_lo));
+        pa[kc][1] = pack2(ex2(s[2 * kc][2] - sub_hi), ex2(s[2 * kc][3] - sub_hi));
+        pa[kc][2] = pack2(ex2(s[2 * kc + 1][0] - sub_lo), ex2(s[2 * kc + 1][1] - sub_lo));
+        pa[kc][3] = pack2(ex2(s[2 * kc + 1][2] - sub_hi), ex2(s[2 * kc + 1][3] - sub_hi));
+      }
+      if (warp_any(alpha_lo != 1.f || alpha_hi != 1.f)) {
+#pragma unroll
+        for (int n = 0; n < DN; ++n) {
+          oacc[n][0] *= alpha_lo, oacc[n][1] *= alpha_lo;
+          oacc[n][2] *= alpha_hi, oacc[n][3] *= alpha_hi;
+        }
+        lsum[0] *= alpha_lo, lsum[1] *= alpha_lo;
+        lsum[2] *= alpha_hi, lsum[3] *= alpha_hi;
+      }
+    }
+
+    STORE_V();  // every warp finished reading Vt(j-1) before the previous barrier
+    if (it + 2 < ntiles) {
+      PF_STORE(it + 2);  // buffer it & 1: its last readers (loads of tile it) ran before the previous barrier
+      if (it + 3 < ntiles) PF_LOAD(it + 3);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);  // Vt(j), roff(j+2) visible; every warp is done with Ks(j)
+    if (has_next) {
+      STORE_K();
+      LOAD_V((it + 1) & 1);
+      if (it + 2 < ntiles) LOAD_K(it & 1);
+    }
+
+    // O += P V (P rounded to the MMA type), row sums of P by an mma against ones.
+    if (vis) {
+#pragma unroll
+      for (int kc = 0; kc < KEYS / 16; ++kc) MMA(lsum, pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], ONE2, ONE2);
+#pragma unroll
+      for (int n = 0; n < DN; ++n) {
+#pragma unroll
+        for (int c = 0; c < KEYS / 32; ++c) {
+          const uint4 b = vp[((4 * c) ^ (8 * n / VD)) & VXM][8 * n * VRQ + ((4 * c) & ~VXM)];
+          MMA(oacc[n], pa[2 * c][0], pa[2 * c][1], pa[2 * c][2], pa[2 * c][3], b.x, b.y);
+          MMA(oacc[n], pa[2 * c + 1][0], pa[2 * c + 1][1], pa[2 * c + 1][2], pa[2 * c + 1][3], b.z, b.w);
+        }
+      }
+    }
+
+    barrier(CLK_LOCAL_MEM_FENCE);  // Ks(j+1) visible; every warp is done with Vt(j)
+  }
+
+  // Sinks, normalisation, stores. lsum[0] (= lsum[1]) and lsum[2] are complete row sums.
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const bool ok = hh ? ok_hi : ok_lo;
     if (!ok) continue;
     const int pr = hh ? pr_hi : pr_lo, tok = hh ? tok_hi : tok_lo;
-    float m = hh ? m_hi : m_lo, l = hh ? l_hi : l_lo, alpha = 1.f;
+    float m = hh ? m_hi : m_lo, l = hh ? lsum[2] : lsum[0], alpha = 1.f;
     const int h = kvh * G + pr % G;
     if (has_sinks) {
       const float sk = sinks[h] * LOG2E;
@@ -356,11 +620,24 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }
     const float inv = l > 0.f ? alpha * v_scale / l : 0.f;
     const size_t orow = (size_t)(qo_start + tok) * Hq + h;
+    if (o_dt == DT_F16 || o_dt == DT_BF16) {
+      __global uint* o32 = (__global uint*)o + orow * (HEAD_DIM / 2) + t;
 #pragma unroll
-    for (int n = 0; n < DN; ++n) {
-      const size_t col = orow * HEAD_DIM + 8 * n + 2 * t;
-      store_elem(o, col, o_dt, oacc[n][2 * hh] * inv);
-      store_elem(o, col + 1, o_dt, oacc[n][2 * hh + 1] * inv);
+      for (int n = 0; n < DN; ++n) {
+        const float a = oacc[n][2 * hh] * inv, b = oacc[n][2 * hh + 1] * inv;
+        o32[4 * n] = o_dt == DT_F16 ? pack2_f16(a, b) : pack2_bf16(a, b);
+      }
+    } else if (o_dt == DT_F32) {
+      __global float2* o64 = (__global float2*)o + orow * (HEAD_DIM / 2) + t;
+#pragma unroll
+      for (int n = 0; n < DN; ++n) o64[4 * n] = (float2)(oacc[n][2 * hh] * inv, oacc[n][2 * hh + 1] * inv);
+    } else {
+#pragma unroll
+      for (int n = 0; n < DN; ++n) {
+        const size_t col = orow * HEAD_DIM + 8 * n + 2 * t;
+        store_elem(o, col, o_dt, oacc[n][2 * hh] * inv);
+        store_elem(o, col + 1, o_dt, oacc[n][2 * hh + 1] * inv);
+      }
     }
     if (has_lse && t == 0) lse[orow] = l > 0.f ? (m + log2(l)) * LN2 : CLATTN_NEG_INF;
   }

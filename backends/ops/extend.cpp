@@ -215,7 +215,13 @@ struct Tile {
 size_t generic_local_bytes(int rows, int keys, int d) {
   return (size_t(rows) * d + size_t(keys) * (d + 1) + size_t(rows) * keys) * 4 + size_t(keys) * 8;
 }
-size_t mma_local_bytes(int keys, int d) { return size_t(keys) * (d + 8) * 2 * 2; }
+// extend_mma_nv.cl: Ks [keys][KRS words] (rows swizzled when d/8 is a multiple of 8, else
+// padded to 16 mod 32 words), Vt [d][keys/2 words], key row offsets of two tiles [2][keys] (long).
+size_t mma_local_bytes(int keys, int d) {
+  const int half = d / 2;
+  const int krs = (d / 8) % 8 == 0 ? half : half + (48 - half % 32) % 32;
+  return size_t(keys) * krs * 4 + size_t(d) * (keys / 2) * 4 + size_t(keys) * 2 * 8;
+}
 
 int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
   auto it = over.find(name);
@@ -249,19 +255,23 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       const int warps = std::clamp(param(e, over, "MMA_WARPS"), 1, 8);
       t.wg = 32 * warps, t.rows = 16 * warps;
       t.keys = param(e, over, "MMA_KEYS");
-      if (t.keys != 16 && t.keys != 32 && t.keys != 64 && t.keys != 128)
-        rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 16, 32, 64 or 128");
-      while (t.keys > 16 && mma_local_bytes(t.keys, kv.head_dim) > lmax) t.keys /= 2;
-      const bool bf16 = kv.dtype == DType::BF16;
-      std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)},
-                                              {"KV_DT", to_string(int(kv.dtype))},
-                                              {"WARPS", to_string(warps)},
-                                              {"KEYS", to_string(t.keys)},
-                                              {"USE_LDMATRIX", param(e, over, "MMA_LDMATRIX") ? "1" : "0"},
-                                              {"SMEM_CVTA", e.get_or("MMA_SMEM_CVTA", 0) ? "1" : "0"},
-                                              {"MMA_BF16", bf16 ? "1" : "0"}};
-      t.options = rt::make_options(d);
-      out.push_back(t);
+      if (t.keys != 32 && t.keys != 64 && t.keys != 128)
+        rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 32, 64 or 128");
+      // keys <= work-items: the kernel gives each key's row offset to one work-item
+      while (t.keys > 32 && (t.keys > t.wg || mma_local_bytes(t.keys, kv.head_dim) > lmax)) t.keys /= 2;
+      if (mma_local_bytes(t.keys, kv.head_dim) > lmax) {
+        *why_not_mma = "tensor-core tiles need " + to_string(mma_local_bytes(t.keys, kv.head_dim)) +
+                       " bytes of local memory, device has " + to_string(lmax);
+      } else {
+        const bool bf16 = kv.dtype == DType::BF16;
+        std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)},
+                                                {"KV_DT", to_string(int(kv.dtype))},
+                                                {"WARPS", to_string(warps)},
+                                                {"KEYS", to_string(t.keys)},
+                                                {"MMA_BF16", bf16 ? "1" : "0"}};
+        t.options = rt::make_options(d);
+        out.push_back(t);
+      }
     }
   }
 

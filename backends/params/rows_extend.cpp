@@ -11,31 +11,28 @@
 //   MMA        1: prefer the tensor-core kernel where variant_available() says the device
 //              runs it (NVIDIA inline PTX, compute capability >= 8.0), else generic (logged)
 //   MMA_WARPS  warps per group, 16 packed query rows each (FlashAttention-2 layout)
-//   MMA_KEYS   keys per step; K and V tiles of MMA_KEYS x (D + 8) halves each (halved
-//              while they exceed the device's local memory)
-//   MMA_LDMATRIX 1: fragments from local memory with ldmatrix(.trans) x4 (faults on the H100
-//                with NVIDIA's OpenCL today, see the nvidia row); 0: 32/16-bit local loads
-//   MMA_SMEM_CVTA (optional, default 0) ldmatrix address form, see extend_mma_nv.cl
+//   MMA_KEYS   keys per tile (32, 64 or 128); local memory = K tile (KEYS x D halves, rows
+//              padded for D = 80) + transposed V tile (D x KEYS halves) + KEYS row offsets
+//              (halved while it exceeds the device's local memory; below 32 -> generic)
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
 const std::vector<Row>& rows_extend() {
   static const std::vector<Row> rows = {
       {"extend", Level::Generic, "", "*",
-       {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_LDMATRIX", 0}},
+       {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}},
        "variant generic: 128 work-items (4 warps / 2 wave64), 16 rows x 8 lanes, 32-key steps: 27 KB of local "
        "memory at D=128, inside OpenCL's 32 KB minimum; not tuned"},
       {"extend", Level::Generic, "", "d256", {{"KEYS", 16}, {"MMA_KEYS", 32}},
        "variant generic: 16-key steps keep D=256 at 34 KB of local memory (48 KB on NVIDIA, 64 KB on AMD/Intel)"},
       {"extend", Level::Vendor, "nvidia", "*",
-       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}, {"MMA_LDMATRIX", 0}},
-       "variant nv_mma_sync: FlashAttention-2 (Dao 2023) layout, 4 warps x 16 rows, 64-key K/V tiles = 34 KB "
-       "at D=128 within the 48 KB OpenCL local limit (DEVICE.md); mma.sync m16n8k16 f32 accumulate "
-       "(PTX ISA 8.x, warp-level matrix fragments). MMA_LDMATRIX 0: the ldmatrix path faulted on the H100 "
-       "(driver 580, CL_INVALID_COMMAND_QUEUE) with either shared-address form, the plain-load path passed the "
-       "extend suite there. Generic fallback: 32 rows x 4 lanes, 37 KB"},
+       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 8}, {"MMA_KEYS", 64}},
+       "variant nv_mma_sync: FlashAttention-2 (Dao 2023) layout, 8 warps x 16 rows, 64-key K and transposed-V "
+       "tiles = 33 KB at D=128 within the 48 KB OpenCL local limit (DEVICE.md); the next K and V tiles wait in "
+       "registers (16 each per work-item with 8 warps) during the current tile's mma.sync m16n8k16 (PTX ISA "
+       "8.x, warp-level matrix fragments). Generic fallback: 32 rows x 4 lanes, 37 KB"},
       {"extend", Level::Vendor, "nvidia", "d256", {{"ROWS", 16}, {"KEYS", 16}, {"MMA_KEYS", 32}},
-       "variant nv_mma_sync: 32-key K/V tiles keep D=256 at 34 KB of local memory"},
+       "variant nv_mma_sync: 32-key K and transposed-V tiles keep D=256 at 32 KB of local memory"},
       {"extend", Level::Vendor, "amd", "*", {{"WG", 256}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 0}},
        "variant generic: 4 x wave64 per group, 32 rows x 8 lanes; 37 KB of the 64 KB LDS at D=128 (AMD CDNA3 ISA, "
        "LDS size); not tuned on hardware"},

@@ -478,6 +478,58 @@ TEST(Extend, GenericVariantCanBeForced) {
   EXPECT_EXTEND_OK(b, r);
 }
 
+// Many key tiles per work-group (the other cases stay within one or two): the tensor-core
+// kernel's staging pipeline, causal tile skipping per warp, interior tiles without masks,
+// and the row-max rescale across tiles; head dims of every staging layout (80: padded K
+// rows and an odd k-step count; 256: 32-key tiles), page sizes that do not divide a tile.
+TEST(Extend, LongSequencesManyTiles) {
+  CLATTN_SEED_TRACE();
+  {
+    Case c;  // causal prefill + prefix, f16 everywhere, GQA 2
+    c.qo = {150, 37};
+    c.prefix = {300, 0};
+    c.Hkv = 2, c.G = 2, c.D = 128, c.P = 16;
+    c.kv = c.qd = c.od = DType::F16;
+    Batch b = build(c, 110);
+    DevRun r = run(b);
+    EXPECT_EXTEND_OK(b, r);
+  }
+  {
+    Case c;  // D = 80, non-causal with a window, page table, page size 12
+    c.qo = {70};
+    c.prefix = {200};
+    c.Hkv = 2, c.G = 1, c.D = 80, c.P = 12;
+    c.causal = false, c.window = 90;
+    c.meta = Meta::PageTable;
+    Batch b = build(c, 111);
+    DevRun r = run(b);
+    EXPECT_EXTEND_OK(b, r);
+  }
+  {
+    Case c;  // D = 64, fp8 KV with scales, tree mask, soft cap, sinks, HND
+    c.qo = {130};
+    c.prefix = {129};
+    c.Hkv = 1, c.G = 4, c.D = 64, c.P = 32;
+    c.kv = DType::FP8_E4M3, c.qd = DType::F32, c.od = DType::F32;
+    c.k_scale = 0.5, c.v_scale = 2.0;
+    c.mask = Mask::Tree, c.cap = 30.0, c.sinks = true;
+    c.layout = KVLayout::HND;
+    Batch b = build(c, 112);
+    DevRun r = run(b);
+    EXPECT_EXTEND_OK(b, r);
+  }
+  {
+    Case c;  // D = 256 (32-key tiles), ragged, bf16, padded head stride
+    c.qo = {40, 90};
+    c.prefix = {100, 33};
+    c.Hkv = 1, c.G = 2, c.D = 256;
+    c.meta = Meta::Ragged, c.head_pad = 8;
+    Batch b = build(c, 113);
+    DevRun r = run(b);
+    EXPECT_EXTEND_OK(b, r);
+  }
+}
+
 TEST(Extend, EmptyRequestsAndNoWork) {
   CLATTN_SEED_TRACE();
   Case c;
