@@ -13,10 +13,7 @@
 namespace clattn {
 namespace detail {
 
-struct ExtendPlanState {
-  cl_mem table = nullptr;
-  std::vector<int32_t> host;  // source of the non-blocking upload
-  cl_event upload = nullptr;
+struct ExtendPlanState : ops::PlanTable {
   std::shared_ptr<rt::Program> prog;
   rt::Kernel* kernel = nullptr;
   size_t wg = 0;
@@ -26,16 +23,6 @@ struct ExtendPlanState {
   int64_t stride_page = 0, stride_token = 0, stride_head = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
 
-  ExtendPlanState() = default;
-  ExtendPlanState(const ExtendPlanState&) = delete;
-  ExtendPlanState& operator=(const ExtendPlanState&) = delete;
-  ~ExtendPlanState() {
-    if (upload) {
-      clWaitForEvents(1, &upload);
-      clReleaseEvent(upload);
-    }
-    if (table) clReleaseMemObject(table);
-  }
 };
 
 }  // namespace detail
@@ -304,16 +291,6 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   return out;
 }
 
-void upload(detail::ContextImpl& c, ExtendPlanState& st, cl_command_queue q) {
-  if (st.host.empty()) st.host.assign(8, 0);  // keep a valid buffer to bind
-  cl_int err = CL_SUCCESS;
-  const size_t bytes = st.host.size() * sizeof(int32_t);
-  st.table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
-  rt::check_cl(err, "clCreateBuffer", "extend plan table (" + to_string(bytes) + " bytes)");
-  rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, st.table, CL_FALSE, 0, bytes, st.host.data(), 0, nullptr,
-                                    &st.upload),
-               "clEnqueueWriteBuffer", "extend plan table");
-}
 
 ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source src, const KVDesc& kv,
                      const ExtendOptions& opt, cl_command_queue queue) {
@@ -396,7 +373,7 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
     e[0] = r.qo_start[size_t(i)], e[1] = r.qo_len[size_t(i)], e[2] = r.kv_len[size_t(i)], e[3] = items[w].row0;
     e[4] = r.base[size_t(i)], e[5] = r.tok_off[size_t(i)], e[6] = r.mask_off[size_t(i)], e[7] = i;
   }
-  upload(c, *st, queue);
+  st->upload_host(c, queue, "extend plan table");
 
   ExtendPlan plan;
   plan.source = src;

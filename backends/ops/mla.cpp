@@ -45,10 +45,7 @@ int64_t MlaCache::kpe_required_bytes() const {
 }
 
 namespace detail {
-struct MlaPlanState {
-  cl_mem table = nullptr;
-  std::vector<int32_t> host;  // source of the non-blocking upload
-  cl_event upload = nullptr;
+struct MlaPlanState : ops::PlanTable {
   std::shared_ptr<rt::Program> prog, merge_prog;
   rt::Kernel* attn_k = nullptr;
   rt::Kernel* merge_k = nullptr;
@@ -58,16 +55,6 @@ struct MlaPlanState {
   int64_t lse_off_floats = 0;
   int64_t ckv_sp = 0, ckv_st = 0, kpe_sp = 0, kpe_st = 0, kpe_base = 0;  // 32-bit words
 
-  MlaPlanState() = default;
-  MlaPlanState(const MlaPlanState&) = delete;
-  MlaPlanState& operator=(const MlaPlanState&) = delete;
-  ~MlaPlanState() {
-    if (upload) {
-      clWaitForEvents(1, &upload);
-      clReleaseEvent(upload);
-    }
-    if (table) clReleaseMemObject(table);
-  }
 };
 }  // namespace detail
 
@@ -279,16 +266,6 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
   return t;
 }
 
-void upload(detail::ContextImpl& c, MlaPlanState& st, cl_command_queue q) {
-  if (st.host.empty()) st.host.assign(8, 0);  // keep a valid buffer to bind
-  cl_int err = CL_SUCCESS;
-  const size_t bytes = st.host.size() * sizeof(int32_t);
-  st.table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
-  rt::check_cl(err, "clCreateBuffer", "mla plan table (" + to_string(bytes) + " bytes)");
-  rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, st.table, CL_FALSE, 0, bytes, st.host.data(), 0, nullptr,
-                                    &st.upload),
-               "clEnqueueWriteBuffer", "mla plan table");
-}
 
 MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool extend, const MlaCache& cache,
                   const MlaOptions& opt, cl_command_queue queue) {
@@ -378,7 +355,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     st->merge_wg = mp.wg;
     st->merge_k = &mp.program->kernel("merge_partials");
   }
-  upload(c, *st, queue);
+  st->upload_host(c, queue, "mla plan table");
   plan.tile = {tile.qb, tile.lanes, int(st->wg), tile.load_bytes};
   rt::log().debug("{} plan: B={} T={} H={} P={} latent={} QB={} LANES={} LOAD={} ({}); {} work entries, chunk {}, "
                   "{} partials, {} merges, workspace {} B",

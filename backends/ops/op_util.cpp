@@ -94,5 +94,23 @@ Chosen build_first(detail::ContextImpl& c, const std::string& file, const std::v
   throw Error(Status::Internal, op + ": no kernel candidates");
 }
 
+PlanTable::~PlanTable() {
+  if (upload) {
+    clWaitForEvents(1, &upload);
+    clReleaseEvent(upload);
+  }
+  if (table) clReleaseMemObject(table);
+}
+
+void PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const std::string& what) {
+  if (host.empty()) host.assign(8, 0);  // keep a valid buffer to bind
+  cl_int err = CL_SUCCESS;
+  const size_t bytes = host.size() * sizeof(int32_t);
+  table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
+  rt::check_cl(err, "clCreateBuffer", what + " (" + std::to_string(bytes) + " bytes)");
+  rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, table, CL_FALSE, 0, bytes, host.data(), 0, nullptr, &upload),
+               "clEnqueueWriteBuffer", what);
+}
+
 }  // namespace ops
 }  // namespace clattn

@@ -46,6 +46,22 @@ struct WaitList {
   const cl_event* data() const { return ev.empty() ? nullptr : ev.data(); }
 };
 
+// A plan's device table: `host` words uploaded once with a non-blocking write into a
+// plan-owned buffer. Plan states derive from it; the destructor waits for the write
+// before the host source goes away.
+struct PlanTable {
+  cl_mem table = nullptr;
+  std::vector<int32_t> host;  // source of the non-blocking upload
+  cl_event upload = nullptr;
+
+  PlanTable() = default;
+  PlanTable(const PlanTable&) = delete;
+  PlanTable& operator=(const PlanTable&) = delete;
+  ~PlanTable();
+  // Creates `table` and enqueues the write on q (nullptr = the context's queue).
+  void upload_host(detail::ContextImpl& c, cl_command_queue q, const std::string& what);
+};
+
 // Builds the first candidate (file, options) that compiles; a failed build is logged with
 // its build log and the next candidate is tried. Throws the last failure if none builds.
 struct Candidate {

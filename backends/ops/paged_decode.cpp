@@ -16,10 +16,7 @@ namespace detail {
 
 // Everything a run needs besides the caller's buffers. Owned by the plan (shared by its
 // copies); the destructor waits for the table upload before freeing its host source.
-struct DecodePlanState {
-  cl_mem table = nullptr;
-  std::vector<int32_t> host;  // source of the non-blocking upload
-  cl_event upload = nullptr;
+struct DecodePlanState : ops::PlanTable {
   std::shared_ptr<rt::Program> decode_prog, merge_prog;
   rt::Kernel* decode_k = nullptr;
   rt::Kernel* merge_k = nullptr;
@@ -29,16 +26,6 @@ struct DecodePlanState {
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
   int64_t lse_off_floats = 0;
 
-  DecodePlanState() = default;
-  DecodePlanState(const DecodePlanState&) = delete;
-  DecodePlanState& operator=(const DecodePlanState&) = delete;
-  ~DecodePlanState() {
-    if (upload) {
-      clWaitForEvents(1, &upload);
-      clReleaseEvent(upload);
-    }
-    if (table) clReleaseMemObject(table);
-  }
 };
 
 }  // namespace detail
@@ -343,16 +330,6 @@ void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cac
   st.merge_k = &mp.program->kernel("merge_partials");
 }
 
-void upload(detail::ContextImpl& c, DecodePlanState& st, cl_command_queue q) {
-  if (st.host.empty()) st.host.assign(8, 0);  // keep a valid buffer to bind
-  cl_int err = CL_SUCCESS;
-  size_t bytes = st.host.size() * sizeof(int32_t);
-  st.table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
-  rt::check_cl(err, "clCreateBuffer", "decode plan table (" + std::to_string(bytes) + " bytes)");
-  rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, st.table, CL_FALSE, 0, bytes, st.host.data(), 0, nullptr,
-                                    &st.upload),
-               "clEnqueueWriteBuffer", "decode plan table");
-}
 
 void fill_scales(DecodePlanState& st, const PagedKV& cache, const DecodeOptions& opt) {
   const float sm = opt.sm_scale != 0.0f ? opt.sm_scale : 1.0f / std::sqrt(float(cache.head_dim));
@@ -428,7 +405,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   }
 
   build_kernels(c, tile, cache, *st, plan);
-  upload(c, *st, queue);
+  st->upload_host(c, queue, "decode plan table");
   rt::log().debug(
       "decode plan: B={} Hq={} Hkv={} D={} P={} kv={} variant={} WG={} TPT={} GMAX={} x{} UNROLL={} LOAD={} "
       "EARLY_V={} ({}); {} work items, chunk {}, {} partials, {} merges, workspace {} B",
@@ -589,7 +566,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   st->gmax = t.gmax, st->n_hblk = t.n_hblk, st->wg = size_t(t.wg);
   auto& c = rt::impl(ctx);
   build_kernels(c, t, p.cache, *st, p);
-  upload(c, *st, queue);
+  st->upload_host(c, queue, "decode plan table");
   p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.early_v, t.n_hblk};
   p.state_ = st;
   return p;
