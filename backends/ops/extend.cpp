@@ -161,14 +161,8 @@ Requests requests_from_csr(const PagedCsr& csr, const PagedKV& cache, const Exte
 }
 
 Requests requests_from_table(const PageTable& t, const PagedKV& cache, const ExtendOptions& opt) {
-  if (t.page_size != cache.page_size)
-    rt::invalid("page_table.page_size = " + to_string(t.page_size) + " != cache.page_size = " +
-                to_string(cache.page_size));
+  ops::check_page_table_shape(t, cache.page_size);
   const int B = t.batch_size();
-  if (t.max_pages < 0) rt::invalid("page_table.max_pages = " + to_string(t.max_pages) + ", must be >= 0");
-  if (t.page_table.size() < size_t(B) * size_t(t.max_pages))
-    rt::invalid("page_table: " + to_string(t.page_table.size()) + " entries, needs batch_size x max_pages = " +
-                to_string(int64_t(B) * t.max_pages));
   if (t.cu_seqlens_q.empty()) rt::invalid("cu_seqlens_q: empty; extend needs [batch_size + 1] query offsets");
   if (opt.validate) {
     validate(t, CacheShape{cache.num_pages, cache.page_size});

@@ -62,18 +62,10 @@ namespace {
 
 using detail::MlaPlanState;
 using std::to_string;
+using ops::is_pow2;
+using ops::log2_int;
+using ops::pow2_ceil;
 
-bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
-int pow2_ceil(int64_t x) {
-  int p = 1;
-  while (p < x) p <<= 1;
-  return p;
-}
-int log2_int(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
 
 bool mla_kv_dtype(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
@@ -182,14 +174,8 @@ Requests requests_from_csr(const PagedCsr& csr, const MlaCache& cache, const Mla
 }
 
 Requests requests_from_table(const PageTable& t, const MlaCache& cache, const MlaOptions& opt, bool extend) {
-  if (t.page_size != cache.page_size)
-    rt::invalid("page_table.page_size = " + to_string(t.page_size) + " != cache.page_size = " +
-                to_string(cache.page_size));
+  ops::check_page_table_shape(t, cache.page_size);
   const int B = t.batch_size();
-  if (t.max_pages < 0) rt::invalid("page_table.max_pages = " + to_string(t.max_pages) + ", must be >= 0");
-  if (t.page_table.size() < size_t(B) * size_t(t.max_pages))
-    rt::invalid("page_table: " + to_string(t.page_table.size()) + " entries, needs batch_size x max_pages = " +
-                to_string(int64_t(B) * t.max_pages));
   Requests r;
   check_rows(t.cu_seqlens_q, B, extend, "cu_seqlens_q", r);
   if (opt.validate) {

@@ -94,6 +94,16 @@ Chosen build_first(detail::ContextImpl& c, const std::string& file, const std::v
   throw Error(Status::Internal, op + ": no kernel candidates");
 }
 
+void check_page_table_shape(const PageTable& t, int cache_page_size) {
+  if (t.page_size != cache_page_size)
+    rt::invalid("page_table.page_size = " + std::to_string(t.page_size) + " != cache.page_size = " +
+                std::to_string(cache_page_size));
+  if (t.max_pages < 0) rt::invalid("page_table.max_pages = " + std::to_string(t.max_pages) + ", must be >= 0");
+  if (t.page_table.size() < size_t(t.batch_size()) * size_t(t.max_pages))
+    rt::invalid("page_table: " + std::to_string(t.page_table.size()) + " entries, needs batch_size x max_pages = " +
+                std::to_string(int64_t(t.batch_size()) * t.max_pages));
+}
+
 PlanTable::~PlanTable() {
   if (upload) {
     clWaitForEvents(1, &upload);

@@ -16,6 +16,19 @@
 
 namespace clattn::ops {
 
+// Integer helpers for tile and page-size arithmetic.
+inline bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+inline int pow2_ceil(int64_t x) {  // smallest power of two >= x
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+inline int log2_int(int x) {  // ceil(log2(x))
+  int l = 0;
+  while ((1 << l) < x) ++l;
+  return l;
+}
+
 inline cl_command_queue queue_of(const Context& ctx, const Enqueue& e) { return e.queue ? e.queue : ctx.cl_queue(); }
 
 // Bytes a cl_mem holds (non-blocking query). A null buffer is rejected naming `what`.
@@ -33,6 +46,10 @@ void require_io_dtype(DType t, const std::string& what);
 void check_paged_kv(const PagedKV& c, const std::string& what);
 
 std::string shape_str(std::initializer_list<int64_t> dims);
+
+// A page table's own shape: page size equal to the cache's, max_pages >= 0, enough
+// entries for batch_size x max_pages. Messages name page_table's fields.
+void check_page_table_shape(const PageTable& t, int cache_page_size);
 
 // The wait list of an op's first command: the caller's events plus `extra` (may be null).
 struct WaitList {

@@ -33,6 +33,9 @@ struct DecodePlanState : ops::PlanTable {
 namespace {
 
 using detail::DecodePlanState;
+using ops::is_pow2;
+using ops::log2_int;
+using ops::pow2_ceil;
 
 constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
 constexpr int64_t kPlanVersion = 1;
@@ -41,17 +44,6 @@ constexpr int64_t kPlanVersion = 1;
 // (MERGE_MAXP in merge_state.cl).
 constexpr int kMaxMergeParts = 256;
 
-bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
-int pow2_ceil(int64_t x) {
-  int p = 1;
-  while (p < x) p <<= 1;
-  return p;
-}
-int log2_int(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
 
 const char* kv_key(DType t) {
   switch (t) {
@@ -234,11 +226,8 @@ Requests requests_from_csr(const PagedCsr& csr, const PagedKV& cache, const Deco
 }
 
 Requests requests_from_table(const PageTable& t, const PagedKV& cache, const DecodeOptions& opt) {
-  if (t.page_size != cache.page_size)
-    rt::invalid("page_table.page_size = " + std::to_string(t.page_size) + " != cache.page_size = " +
-                std::to_string(cache.page_size));
+  ops::check_page_table_shape(t, cache.page_size);
   const int B = t.batch_size();
-  if (t.max_pages < 0) rt::invalid("page_table.max_pages = " + std::to_string(t.max_pages) + ", must be >= 0");
   if (opt.validate) {
     validate(t, CacheShape{cache.num_pages, cache.page_size});
   } else {
@@ -429,9 +418,6 @@ DecodePlan decode_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& c
 DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const DecodeOptions& opt,
                        cl_command_queue queue) {
   check_options(cache, opt);
-  if (table.page_table.size() < size_t(table.batch_size()) * size_t(std::max(0, table.max_pages)))
-    rt::invalid("page_table: " + std::to_string(table.page_table.size()) + " entries, needs batch_size x max_pages = " +
-                std::to_string(int64_t(table.batch_size()) * table.max_pages));
   Requests r = requests_from_table(table, cache, opt);
   return make_plan(ctx, r, true, cache, opt, queue);
 }
