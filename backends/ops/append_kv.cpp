@@ -22,12 +22,7 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   if (st < 0 || sh < 0) rt::invalid("append_kv: negative source stride");
   cl_command_queue q = ops::queue_of(ctx, e);
   if (a.num_tokens == 0 || a.cache.num_pages == 0) {
-    if (e.event || e.num_wait) {
-      cl_event ev = nullptr;
-      rt::check_cl(clEnqueueMarkerWithWaitList(q, e.num_wait, e.wait, e.event ? &ev : nullptr),
-                   "clEnqueueMarkerWithWaitList");
-      if (e.event) *e.event = ev;
-    }
+    ops::marker_if_needed(q, e);
     return;
   }
   const int64_t N = a.num_tokens;

@@ -533,10 +533,7 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   }
   ops::WaitList wl(e, st->upload);
   if (plan.num_tiles == 0) {
-    cl_event ev = nullptr;
-    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
-                 "clEnqueueMarkerWithWaitList");
-    if (e.event) *e.event = ev;
+    ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
   cl_mem dummy = st->table;  // unused optional buffers are bound to the plan's table

@@ -26,14 +26,6 @@ void check_dims(int num_tokens, int num_heads, int head_dim, const char* op) {
   if (head_dim < 1) rt::invalid(std::string(op) + ": head_dim = " + std::to_string(head_dim) + ", must be >= 1");
 }
 
-// Nothing to do: still honour the wait list and hand back an event when asked.
-void enqueue_marker(cl_command_queue q, const Enqueue& e) {
-  if (!e.event && e.num_wait == 0) return;
-  cl_event ev = nullptr;
-  rt::check_cl(clEnqueueMarkerWithWaitList(q, e.num_wait, e.wait, e.event ? &ev : nullptr),
-               "clEnqueueMarkerWithWaitList");
-  if (e.event) *e.event = ev;
-}
 
 }  // namespace
 }  // namespace ops
@@ -46,7 +38,7 @@ void merge_state(const Context& ctx, const MergeStateArgs& a, const Enqueue& e) 
   const std::string sshape = ops::shape_str({a.num_tokens, a.num_heads}) + " f32";
   const size_t vbytes = rows * size_t(a.head_dim) * dtype_size(a.dtype), sbytes = rows * 4;
   cl_command_queue q = ops::queue_of(ctx, e);
-  if (rows == 0) return ops::enqueue_marker(q, e);
+  if (rows == 0) return ops::marker_if_needed(q, e);
   ops::require_buffer(a.v_a, vbytes, "v_a", vshape);
   ops::require_buffer(a.s_a, sbytes, "s_a", sshape);
   ops::require_buffer(a.v_b, vbytes, "v_b", vshape);
@@ -69,7 +61,7 @@ void merge_states(const Context& ctx, const MergeStatesArgs& a, const Enqueue& e
   const size_t rows = size_t(a.num_tokens) * size_t(a.num_heads);
   const size_t es = dtype_size(a.dtype);
   cl_command_queue q = ops::queue_of(ctx, e);
-  if (rows == 0) return ops::enqueue_marker(q, e);
+  if (rows == 0) return ops::marker_if_needed(q, e);
   const size_t parts = rows * size_t(a.num_states);
   if (a.num_states > 0) {
     ops::require_buffer(a.v, parts * a.head_dim * es, "v",

@@ -412,10 +412,7 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
   }
   ops::WaitList wl(e, st->upload);
   if (plan.num_work == 0) {
-    cl_event ev = nullptr;
-    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
-                 "clEnqueueMarkerWithWaitList");
-    if (e.event) *e.event = ev;
+    ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
   cl_mem dummy = st->table;  // bound for unused optional buffers (never read or written)
@@ -486,10 +483,7 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
   }
   ops::WaitList wl(e, nullptr);
   if (a.num_tokens == 0 || a.cache.num_pages == 0) {
-    cl_event ev = nullptr;
-    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
-                 "clEnqueueMarkerWithWaitList");
-    if (e.event) *e.event = ev;
+    ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
   auto prog = c.programs.get("mla_append.cl", rt::make_options({}));

@@ -104,6 +104,12 @@ void check_page_table_shape(const PageTable& t, int cache_page_size) {
                 std::to_string(int64_t(t.batch_size()) * t.max_pages));
 }
 
+void enqueue_marker(cl_command_queue q, cl_uint num_wait, const cl_event* wait, cl_event* event) {
+  cl_event ev = nullptr;
+  rt::check_cl(clEnqueueMarkerWithWaitList(q, num_wait, wait, event ? &ev : nullptr), "clEnqueueMarkerWithWaitList");
+  if (event) *event = ev;
+}
+
 PlanTable::~PlanTable() {
   if (upload) {
     clWaitForEvents(1, &upload);

@@ -63,6 +63,14 @@ struct WaitList {
   const cl_event* data() const { return ev.empty() ? nullptr : ev.data(); }
 };
 
+// A marker after `wait` standing for an op with no work, so callers can still order on it;
+// `event` (nullable) receives it.
+void enqueue_marker(cl_command_queue q, cl_uint num_wait, const cl_event* wait, cl_event* event);
+// The same for the caller's Enqueue, only when it waits on something or wants an event.
+inline void marker_if_needed(cl_command_queue q, const Enqueue& e) {
+  if (e.event || e.num_wait) enqueue_marker(q, e.num_wait, e.wait, e.event);
+}
+
 // A plan's device table: `host` words uploaded once with a non-blocking write into a
 // plan-owned buffer. Plan states derive from it; the destructor waits for the write
 // before the host source goes away.

@@ -455,10 +455,7 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
   }
   ops::WaitList wl(e, st->upload);
   if (plan.num_work == 0) {
-    cl_event ev = nullptr;
-    rt::check_cl(clEnqueueMarkerWithWaitList(q, wl.size(), wl.data(), e.event ? &ev : nullptr),
-                 "clEnqueueMarkerWithWaitList");
-    if (e.event) *e.event = ev;
+    ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
   // Unused optional buffers are bound to the plan's table (never read or written).
