@@ -1,10 +1,18 @@
 // The C ABI's plumbing: handle types, the thread-local last error, and the guard that turns
 // every exception into a status (CLBlast's DispatchExceptionForC).
 #pragma once
+#include <cstdint>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "clattn/clattn.h"
 #include "clattn/context.hpp"
+#include "clattn/metadata.hpp"
+#include "clattn/ops.hpp"
 
 struct clattn_context_s {
   clattn::Context ctx;
@@ -40,6 +48,115 @@ template <class T>
 T* need(T* p, const char* what) {
   if (!p) throw Error(Status::InvalidArgument, std::string(what) + " is NULL");
   return p;
+}
+
+[[noreturn]] inline void invalid(const std::string& msg) { throw Error(Status::InvalidArgument, msg); }
+
+// A host array of n entries copied into a vector (null allowed only when n == 0).
+inline std::vector<int32_t> copy(const int32_t* p, int64_t n, const char* what) {
+  if (n < 0) invalid(std::string(what) + ": negative length");
+  if (n > 0) need(p, what);
+  return n > 0 ? std::vector<int32_t>(p, p + n) : std::vector<int32_t>();
+}
+
+inline PagedKV to_cpp(const clattn_paged_kv& c) {
+  PagedKV k;
+  k.num_pages = c.num_pages;
+  k.page_size = c.page_size;
+  k.num_kv_heads = c.num_kv_heads;
+  k.head_dim = c.head_dim;
+  k.layout = static_cast<KVLayout>(c.layout);
+  k.dtype = static_cast<DType>(c.dtype);
+  k.stride_page = c.stride_page;
+  k.stride_token = c.stride_token;
+  k.stride_head = c.stride_head;
+  return k;
+}
+
+inline Enqueue to_cpp(const clattn_enqueue* e) {
+  Enqueue q;
+  if (e) {
+    q.queue = e->queue;
+    q.num_wait = e->num_wait;
+    q.wait = e->wait;
+    q.event = e->event;
+  }
+  return q;
+}
+
+// The C CSR as the C++ one; `what` prefixes messages ("csr", "shared", ...). qo_indptr is
+// copied when `with_qo` (required then unless `qo_optional`) — decode ignores it.
+inline PagedCsr to_cpp(const clattn_csr* csr, const char* what, bool with_qo, bool qo_optional = false) {
+  need(csr, what);
+  const std::string w(what);
+  if (csr->batch_size < 0) invalid(w + ".batch_size = " + std::to_string(csr->batch_size) + " is negative");
+  PagedCsr c;
+  c.page_size = csr->page_size;
+  c.kv_indptr = copy(csr->kv_indptr, int64_t(csr->batch_size) + 1, (w + ".kv_indptr").c_str());
+  c.kv_last_page_len = copy(csr->kv_last_page_len, csr->batch_size, (w + ".kv_last_page_len").c_str());
+  if (c.kv_indptr.back() < 0) invalid(w + ".kv_indptr[B] = " + std::to_string(c.kv_indptr.back()) + " is negative");
+  c.kv_indices = copy(csr->kv_indices, c.kv_indptr.back(), (w + ".kv_indices").c_str());
+  if (csr->kv_start_offset) c.kv_start_offset = copy(csr->kv_start_offset, csr->batch_size, (w + ".kv_start_offset").c_str());
+  if (with_qo && (csr->qo_indptr || !qo_optional))
+    c.qo_indptr = copy(need(csr->qo_indptr, (w + ".qo_indptr").c_str()), int64_t(csr->batch_size) + 1,
+                       (w + ".qo_indptr").c_str());
+  return c;
+}
+
+// The C page table as the C++ one (cu_seqlens_k derived from seq_lens).
+inline PageTable to_cpp(const clattn_page_table* t, const char* what, bool with_qo, bool qo_optional = false) {
+  need(t, what);
+  const std::string w(what);
+  if (t->batch_size < 0 || t->max_pages < 0)
+    invalid(w + ".batch_size/max_pages is negative (" + std::to_string(t->batch_size) + ", " +
+            std::to_string(t->max_pages) + ")");
+  PageTable pt;
+  pt.page_size = t->page_size;
+  pt.max_pages = t->max_pages;
+  pt.page_table = copy(t->page_table, int64_t(t->batch_size) * t->max_pages, (w + ".page_table").c_str());
+  pt.seq_lens = copy(t->seq_lens, t->batch_size, (w + ".seq_lens").c_str());
+  pt.cu_seqlens_k.assign(size_t(t->batch_size) + 1, 0);
+  for (int i = 0; i < t->batch_size; ++i)
+    pt.cu_seqlens_k[size_t(i) + 1] = pt.cu_seqlens_k[size_t(i)] + pt.seq_lens[size_t(i)];
+  if (with_qo && (t->cu_seqlens_q || !qo_optional))
+    pt.cu_seqlens_q = copy(need(t->cu_seqlens_q, (w + ".cu_seqlens_q").c_str()), int64_t(t->batch_size) + 1,
+                           (w + ".cu_seqlens_q").c_str());
+  return pt;
+}
+
+// "NAME=int,NAME=int" (spaces allowed) -> parameter overrides; NULL or "" = none.
+inline std::map<std::string, int> parse_params(const char* s, const char* what) {
+  std::map<std::string, int> m;
+  if (!s) return m;
+  std::string str(s);
+  size_t pos = 0;
+  while (pos <= str.size()) {
+    size_t end = str.find(',', pos);
+    if (end == std::string::npos) end = str.size();
+    std::string item = str.substr(pos, end - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) {
+      size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+        invalid(std::string(what) + ": \"" + item + "\" is not NAME=int");
+      std::string name = item.substr(0, eq), val = item.substr(eq + 1);
+      char* endp = nullptr;
+      long v = std::strtol(val.c_str(), &endp, 10);
+      if (!endp || *endp != '\0') invalid(std::string(what) + ": value of " + name + " (\"" + val + "\") is not an integer");
+      m[name] = int(v);
+    }
+    pos = end + 1;
+  }
+  return m;
+}
+
+// Copies a string into a fixed C array, cut and NUL-terminated.
+template <size_t N>
+void copy_str(char (&dst)[N], const std::string& s) {
+  size_t n = std::min(N - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
 }
 
 }  // namespace clattn::capi

@@ -11,31 +11,7 @@ struct clattn_decode_plan_s {
 namespace {
 
 using clattn::capi::need;
-
-clattn::PagedKV to_cpp(const clattn_paged_kv& c) {
-  clattn::PagedKV k;
-  k.num_pages = c.num_pages;
-  k.page_size = c.page_size;
-  k.num_kv_heads = c.num_kv_heads;
-  k.head_dim = c.head_dim;
-  k.layout = static_cast<clattn::KVLayout>(c.layout);
-  k.dtype = static_cast<clattn::DType>(c.dtype);
-  k.stride_page = c.stride_page;
-  k.stride_token = c.stride_token;
-  k.stride_head = c.stride_head;
-  return k;
-}
-
-clattn::Enqueue to_cpp(const clattn_enqueue* e) {
-  clattn::Enqueue q;
-  if (e) {
-    q.queue = e->queue;
-    q.num_wait = e->num_wait;
-    q.wait = e->wait;
-    q.event = e->event;
-  }
-  return q;
-}
+using clattn::capi::to_cpp;
 
 clattn::DecodeOptions to_cpp(const clattn_decode_options& o) {
   clattn::DecodeOptions d;
@@ -50,12 +26,6 @@ clattn::DecodeOptions to_cpp(const clattn_decode_options& o) {
   d.max_splits = o.max_splits;
   d.validate = o.validate != 0;
   return d;
-}
-
-std::vector<int32_t> copy(const int32_t* p, int64_t n, const char* what) {
-  if (n < 0) throw clattn::Error(clattn::Status::InvalidArgument, std::string(what) + ": negative length");
-  if (n > 0) need(p, what);
-  return std::vector<int32_t>(p, p + n);
 }
 
 }  // namespace
@@ -78,14 +48,7 @@ clattn_status clattn_decode_plan_csr(clattn_context ctx, const clattn_csr* csr, 
     need(out, "out");
     *out = nullptr;
     need(ctx, "ctx");
-    need(csr, "csr");
-    if (csr->batch_size < 0) throw clattn::Error(clattn::Status::InvalidArgument, "csr.batch_size is negative");
-    clattn::PagedCsr c;
-    c.page_size = csr->page_size;
-    c.kv_indptr = copy(csr->kv_indptr, csr->batch_size + 1, "csr.kv_indptr");
-    c.kv_last_page_len = copy(csr->kv_last_page_len, csr->batch_size, "csr.kv_last_page_len");
-    c.kv_indices = copy(csr->kv_indices, c.kv_indptr.back(), "csr.kv_indices");
-    if (csr->kv_start_offset) c.kv_start_offset = copy(csr->kv_start_offset, csr->batch_size, "csr.kv_start_offset");
+    clattn::PagedCsr c = to_cpp(csr, "csr", false);
     auto plan = clattn::decode_plan(ctx->ctx, c, to_cpp(*need(cache, "cache")), to_cpp(*need(opt, "opt")));
     *out = new clattn_decode_plan_s{std::move(plan)};
   });
@@ -98,16 +61,7 @@ clattn_status clattn_decode_plan_page_table(clattn_context ctx, const clattn_pag
     need(out, "out");
     *out = nullptr;
     need(ctx, "ctx");
-    need(t, "table");
-    if (t->batch_size < 0 || t->max_pages < 0)
-      throw clattn::Error(clattn::Status::InvalidArgument, "table.batch_size/max_pages is negative");
-    clattn::PageTable pt;
-    pt.page_size = t->page_size;
-    pt.max_pages = t->max_pages;
-    pt.page_table = copy(t->page_table, int64_t(t->batch_size) * t->max_pages, "table.page_table");
-    pt.seq_lens = copy(t->seq_lens, t->batch_size, "table.seq_lens");
-    pt.cu_seqlens_k.assign(size_t(t->batch_size) + 1, 0);
-    for (int i = 0; i < t->batch_size; ++i) pt.cu_seqlens_k[size_t(i) + 1] = pt.cu_seqlens_k[size_t(i)] + pt.seq_lens[size_t(i)];
+    clattn::PageTable pt = to_cpp(t, "table", false);
     auto plan = clattn::decode_plan(ctx->ctx, pt, to_cpp(*need(cache, "cache")), to_cpp(*need(opt, "opt")));
     *out = new clattn_decode_plan_s{std::move(plan)};
   });

@@ -77,6 +77,7 @@ typedef struct clattn_csr {
   const int32_t* kv_indices;       /* [kv_indptr[B]] */
   const int32_t* kv_last_page_len; /* [B] */
   const int32_t* kv_start_offset;  /* [B] or NULL */
+  const int32_t* qo_indptr;        /* [B+1] query rows; extend/cascade-unique only, NULL for decode */
 } clattn_csr;
 
 /* FlashAttention/vLLM page table on the host. */
@@ -84,6 +85,7 @@ typedef struct clattn_page_table {
   int batch_size, page_size, max_pages;
   const int32_t* page_table; /* [B, max_pages] */
   const int32_t* seq_lens;   /* [B] */
+  const int32_t* cu_seqlens_q; /* [B+1] query rows; extend only, NULL for decode */
 } clattn_page_table;
 
 typedef struct clattn_decode_options {
@@ -142,6 +144,342 @@ CLATTN_API clattn_status clattn_merge_state(clattn_context ctx, cl_mem v_a, cl_m
 CLATTN_API clattn_status clattn_merge_states(clattn_context ctx, cl_mem v, cl_mem s, cl_mem v_out, cl_mem s_out,
                                              int num_tokens, int num_states, int num_heads, int head_dim, int dtype,
                                              const clattn_enqueue* e);
+
+/* ---------------------------------------------------------------- devices (see clattn/context.hpp)
+ * The device profile as a plain struct. Strings are NUL-terminated and cut to their array
+ * (the JSON form above carries them whole, plus the extension list). */
+typedef struct clattn_device_info {
+  int index;                     /* global index across platforms (CLATTN_DEVICE=<n>) */
+  char vendor[32];               /* normalised: nvidia amd intel apple arm qualcomm cpu generic */
+  char vendor_forced[32];        /* CLATTN_FORCE_VENDOR in effect, "" when none */
+  char device_name[256];
+  char device_vendor[128];
+  char driver_version[128];
+  char device_version[128];
+  char platform_name[128];
+  char opencl_c_version[64];
+  char architecture[64];         /* "sm_90", "gfx90a", ... "" when unknown */
+  int is_gpu, is_cpu;
+  unsigned compute_units;
+  uint64_t max_work_group_size;
+  uint64_t local_mem_bytes, global_mem_bytes, max_alloc_bytes;
+  int fp16, fp64;
+  int subgroups;                 /* sub-groups usable */
+  int num_subgroup_sizes;        /* entries of subgroup_sizes used (at most 8) */
+  unsigned subgroup_sizes[8];
+  int intel_subgroups, intel_required_subgroup_size, integer_dot_product;
+  int nv_inline_ptx;
+  int nv_compute_capability;     /* major*10+minor, 0 when not NVIDIA */
+  unsigned amd_wavefront;        /* 0 when not AMD */
+  unsigned warp_size;            /* hardware SIMD width where known, else 0 */
+  int reserved[16];              /* zero; room for later fields */
+} clattn_device_info;
+
+/* The context's device. */
+CLATTN_API clattn_status clattn_device_info_get(clattn_context ctx, clattn_device_info* out);
+/* Every OpenCL device on every platform (0 when there is none: not an error). */
+CLATTN_API clattn_status clattn_device_count(int* out);
+/* Device `index` of that list, 0 <= index < count. */
+CLATTN_API clattn_status clattn_device_info_at(int index, clattn_device_info* out);
+
+/* ---------------------------------------------------------------- metadata (see clattn/metadata.hpp)
+ * Host builders from SGLang-style engine tables. They write into caller arrays: ask for the
+ * sizes first (clattn_metadata_sizes gives the exact ones for a batch, clattn_max_csr_pages /
+ * clattn_max_table_pages bounds for any batch of a shape). A rejected call (bad batch, array
+ * too small) writes nothing to the output arrays. */
+typedef struct clattn_engine_batch {
+  const int32_t* req_to_token;      /* [pool_size, max_ctx] token -> slot */
+  int pool_size, max_ctx;
+  const int32_t* req_pool_indices;  /* [B] */
+  const int32_t* seq_lens;          /* [B] KV length after this step */
+  int batch_size;
+  const int32_t* prefix_lens;       /* [B]; extend only (required with extend_lens) */
+  const int32_t* extend_lens;       /* [B]; NULL = decode (one query per request) */
+} clattn_engine_batch;
+
+/* Exact sizes of the builders' outputs for one batch. */
+typedef struct clattn_metadata_sizes {
+  int64_t csr_indices;   /* kv_indices entries clattn_build_csr writes (kv_indptr[B]) at window_left */
+  int table_width;       /* tightest page-table width (max pages of a request, >= 1) */
+  int64_t num_slots;     /* slot_mapping entries: B (decode) or sum of extend_lens */
+  int64_t num_qo_rows;   /* query rows: B (decode) or sum of extend_lens */
+} clattn_metadata_sizes;
+CLATTN_API clattn_status clattn_metadata_sizes_get(const clattn_engine_batch* b, int page_size, int window_left,
+                                                   clattn_metadata_sizes* out);
+/* Bounds for any batch of this shape: batch_size * ceil(max_ctx / page_size) and
+ * ceil(max_ctx / page_size) (>= 1). */
+CLATTN_API clattn_status clattn_max_csr_pages(int batch_size, int max_ctx, int page_size, int64_t* out);
+CLATTN_API clattn_status clattn_max_table_pages(int max_ctx, int page_size, int* out);
+
+/* Where clattn_build_csr writes. qo_indptr is written when non-NULL for an extend batch
+ * (decode: left alone). kv_start_offset is required when window_left >= 0 and, when given
+ * without a window, filled with zeros. */
+typedef struct clattn_csr_out {
+  int32_t* kv_indptr;           /* [B+1] */
+  int32_t* kv_indices;          /* [kv_indices_capacity] */
+  int64_t kv_indices_capacity;  /* entries */
+  int32_t* kv_last_page_len;    /* [B] */
+  int32_t* qo_indptr;           /* [B+1] or NULL */
+  int32_t* kv_start_offset;     /* [B] or NULL */
+} clattn_csr_out;
+/* FlashInfer CSR; window_left = W >= 0 keeps the keys the first query row can see.
+ * *num_indices (nullable) gets kv_indptr[B], also when the capacity is too small. */
+CLATTN_API clattn_status clattn_build_csr(const clattn_engine_batch* b, int page_size, int window_left,
+                                          const clattn_csr_out* out, int64_t* num_indices);
+
+typedef struct clattn_page_table_out {
+  int32_t* page_table;          /* [B, width], padded with -1 */
+  int64_t page_table_capacity;  /* entries */
+  int32_t* cu_seqlens_q;        /* [B+1] or NULL (extend only; decode leaves it alone) */
+  int32_t* cu_seqlens_k;        /* [B+1] or NULL */
+} clattn_page_table_out;
+/* max_pages = 0: the tightest width; larger pads. *width (nullable) gets the row width,
+ * also when the capacity is too small. */
+CLATTN_API clattn_status clattn_build_page_table(const clattn_engine_batch* b, int page_size, int max_pages,
+                                                 const clattn_page_table_out* out, int* width);
+/* Decode: slot of position seq_len-1 per request (-1 for seq_len 0); extend: slots of
+ * positions prefix_len .. seq_len-1, request-major. *num_slots (nullable) gets the count. */
+CLATTN_API clattn_status clattn_build_slot_mapping(const clattn_engine_batch* b, int32_t* slots, int64_t capacity,
+                                                   int64_t* num_slots);
+/* Page ids at a fixed block size (MLA's 64): [B, width] padded with -1. */
+CLATTN_API clattn_status clattn_build_block_table(const clattn_engine_batch* b, int block_size, int max_blocks,
+                                                  int32_t* table, int64_t capacity, int* width);
+
+/* Validation against a cache of num_pages pages. On failure CLATTN_INVALID_ARGUMENT and
+ * clattn_last_error() names the field, the request and the value. csr.qo_indptr is checked
+ * when given; seq_lens ([B], nullable) must match the CSR's lengths. */
+CLATTN_API clattn_status clattn_validate_csr(const clattn_csr* csr, int num_pages, const int32_t* seq_lens);
+CLATTN_API clattn_status clattn_validate_page_table(const clattn_page_table* table, int num_pages);
+/* slot_dtype 5 i32 or 6 i64; negative slots are padding. */
+CLATTN_API clattn_status clattn_validate_slot_mapping(const void* slots, int slot_dtype, int64_t n, int num_pages,
+                                                      int page_size);
+/* The engine batch token by token (every slot in the cache, page alignment for P > 1). */
+CLATTN_API clattn_status clattn_validate_engine_batch(const clattn_engine_batch* b, int num_pages, int page_size);
+
+/* ---------------------------------------------------------------- extend (see clattn/extend.hpp)
+ * Many query rows per request over a paged KV (CSR with qo_indptr, or page table with
+ * cu_seqlens_q), ragged prefill over contiguous K/V, and the cascade (shared prefix once). */
+typedef struct clattn_extend_options {
+  int num_qo_heads;
+  int q_dtype, o_dtype;          /* f32 f16 bf16 */
+  float sm_scale;                /* 0: 1/sqrt(head_dim) */
+  float logits_soft_cap;         /* 0: off */
+  int window_left;               /* -1: off */
+  int causal;                    /* 1 (default) */
+  /* Custom mask (FlashInfer packed_custom_mask): [B+1] byte offsets into the mask buffer,
+   * NULL = none. Read (copied) by the plan call only. */
+  const int32_t* mask_indptr;
+  int validate;                  /* 1 = validate metadata (default) */
+  const char* variant;           /* NULL or "" = the profile's choice; "generic"; "nv_mma_sync" */
+  const char* params;            /* parameter overrides "NAME=int,NAME=int", NULL = none */
+} clattn_extend_options;
+CLATTN_API void clattn_extend_options_init(clattn_extend_options* opt);
+
+/* Contiguous K or V rows for ragged prefill; strides in elements, 0 = [tokens, Hkv, D]. */
+typedef struct clattn_ragged_kv {
+  int64_t num_tokens;
+  int num_kv_heads, head_dim;
+  int dtype;
+  int64_t stride_token, stride_head;
+} clattn_ragged_kv;
+
+typedef struct clattn_extend_plan_s* clattn_extend_plan;
+/* csr->qo_indptr is required. */
+CLATTN_API clattn_status clattn_extend_plan_csr(clattn_context ctx, const clattn_csr* csr, const clattn_paged_kv* cache,
+                                                const clattn_extend_options* opt, clattn_extend_plan* out);
+/* table->cu_seqlens_q is required. */
+CLATTN_API clattn_status clattn_extend_plan_page_table(clattn_context ctx, const clattn_page_table* table,
+                                                       const clattn_paged_kv* cache, const clattn_extend_options* opt,
+                                                       clattn_extend_plan* out);
+/* qo_indptr [B+1] over q rows, kv_indptr [B+1] over K/V token rows. */
+CLATTN_API clattn_status clattn_prefill_plan_ragged(clattn_context ctx, int batch_size, const int32_t* qo_indptr,
+                                                    const int32_t* kv_indptr, const clattn_ragged_kv* kv,
+                                                    const clattn_extend_options* opt, clattn_extend_plan* out);
+/* What the run needs; each output nullable. */
+typedef struct clattn_extend_plan_info {
+  int64_t num_tokens;       /* query rows */
+  int64_t page_ids_needed;  /* int32 entries of page_ids (0 for ragged) */
+  int64_t mask_bytes_needed;
+  int num_tiles;
+  char variant[32];
+} clattn_extend_plan_info;
+CLATTN_API clattn_status clattn_extend_plan_info_get(clattn_extend_plan plan, clattn_extend_plan_info* out);
+CLATTN_API void clattn_extend_plan_release(clattn_extend_plan plan);
+
+typedef struct clattn_extend_buffers {
+  cl_mem q;            /* [num_tokens, Hq, D] */
+  cl_mem k, v;         /* paged: the caches; ragged: K/V rows */
+  cl_mem page_ids;     /* paged only: int32 kv_indices or page_table */
+  cl_mem o, lse;       /* lse nullable */
+  cl_mem sinks;        /* [Hq] f32, nullable */
+  cl_mem custom_mask;  /* required iff the plan has a mask */
+  float k_scale, v_scale;
+} clattn_extend_buffers;
+CLATTN_API clattn_status clattn_extend_run(clattn_context ctx, clattn_extend_plan plan, const clattn_extend_buffers* b,
+                                           const clattn_enqueue* e);
+
+/* shared: ONE request's CSR (the common prefix, qo_indptr ignored); unique: per-request
+ * suffix CSR with qo_indptr. Window and custom mask are rejected. */
+typedef struct clattn_cascade_plan_s* clattn_cascade_plan;
+CLATTN_API clattn_status clattn_cascade_plan_create(clattn_context ctx, const clattn_csr* shared,
+                                                    const clattn_csr* unique, const clattn_paged_kv* cache,
+                                                    const clattn_extend_options* opt, clattn_cascade_plan* out);
+/* Scratch the run needs: tmp_o bytes ([T, Hq, D] o_dtype), each tmp_lse buffer's bytes
+ * ([T, Hq] f32). Outputs nullable. */
+CLATTN_API clattn_status clattn_cascade_tmp_bytes(clattn_cascade_plan plan, int64_t* tmp_o_bytes,
+                                                  int64_t* tmp_lse_bytes);
+CLATTN_API void clattn_cascade_plan_release(clattn_cascade_plan plan);
+typedef struct clattn_cascade_buffers {
+  cl_mem q, k_cache, v_cache;
+  cl_mem shared_page_ids, unique_page_ids;
+  cl_mem o, lse;                                /* lse nullable */
+  cl_mem tmp_o, tmp_lse_shared, tmp_lse_unique; /* tmp_lse_unique only when lse is NULL */
+  cl_mem sinks;
+  float k_scale, v_scale;
+} clattn_cascade_buffers;
+CLATTN_API clattn_status clattn_cascade_run(clattn_context ctx, clattn_cascade_plan plan,
+                                            const clattn_cascade_buffers* b, const clattn_enqueue* e);
+
+/* ---------------------------------------------------------------- MLA (see clattn/mla.hpp)
+ * DeepSeek absorbed form: q_nope [T, H, 512], q_pe [T, H, 64], latent cache ckv [pages, P,
+ * 512] + kpe [pages, P, 64] or one 576-wide buffer (single_buffer), o [T, H, 512]. */
+typedef struct clattn_mla_cache {
+  int num_pages, page_size;
+  int dtype;                    /* f16 bf16 fp8_e4m3 (f32 where local memory allows) */
+  int single_buffer;
+  int64_t stride_page, stride_token;                        /* elements, 0 = contiguous */
+  int64_t kpe_stride_page, kpe_stride_token, kpe_offset;
+} clattn_mla_cache;
+/* Bytes the ckv (or single) and kpe buffers must hold; outputs nullable. */
+CLATTN_API clattn_status clattn_mla_cache_bytes(const clattn_mla_cache* cache, int64_t* ckv_bytes, int64_t* kpe_bytes);
+
+typedef struct clattn_mla_options {
+  int num_heads;
+  int q_dtype, o_dtype;  /* f32 f16 bf16 */
+  float sm_scale;        /* required (> 0) */
+  int causal;            /* extend only; 1 (default) */
+  int max_splits;        /* decode: 0 = planner's choice, 1 = never split */
+  int validate;          /* 1 (default) */
+  const char* params;    /* overrides "NAME=int,...", NULL = none */
+} clattn_mla_options;
+CLATTN_API void clattn_mla_options_init(clattn_mla_options* opt);
+
+typedef struct clattn_mla_plan_s* clattn_mla_plan;
+CLATTN_API clattn_status clattn_mla_decode_plan_csr(clattn_context ctx, const clattn_csr* csr,
+                                                    const clattn_mla_cache* cache, const clattn_mla_options* opt,
+                                                    clattn_mla_plan* out);
+CLATTN_API clattn_status clattn_mla_decode_plan_page_table(clattn_context ctx, const clattn_page_table* table,
+                                                           const clattn_mla_cache* cache,
+                                                           const clattn_mla_options* opt, clattn_mla_plan* out);
+/* Extend: csr->qo_indptr / table->cu_seqlens_q required. */
+CLATTN_API clattn_status clattn_mla_extend_plan_csr(clattn_context ctx, const clattn_csr* csr,
+                                                    const clattn_mla_cache* cache, const clattn_mla_options* opt,
+                                                    clattn_mla_plan* out);
+CLATTN_API clattn_status clattn_mla_extend_plan_page_table(clattn_context ctx, const clattn_page_table* table,
+                                                           const clattn_mla_cache* cache,
+                                                           const clattn_mla_options* opt, clattn_mla_plan* out);
+CLATTN_API clattn_status clattn_mla_plan_workspace_bytes(clattn_mla_plan plan, int64_t* out);
+CLATTN_API void clattn_mla_plan_release(clattn_mla_plan plan);
+
+typedef struct clattn_mla_buffers {
+  cl_mem q_nope, q_pe;
+  cl_mem ckv, kpe;      /* kpe ignored with single_buffer */
+  cl_mem page_ids;      /* int32 kv_indices (CSR plan) or page_table */
+  cl_mem o, lse;        /* lse nullable */
+  cl_mem workspace;     /* >= workspace bytes when nonzero */
+  float kv_scale;
+} clattn_mla_buffers;
+CLATTN_API clattn_status clattn_mla_run(clattn_context ctx, clattn_mla_plan plan, const clattn_mla_buffers* b,
+                                        const clattn_enqueue* e);
+
+typedef struct clattn_append_latent_args {
+  cl_mem ckv, kpe;                   /* [num_tokens, 512], [num_tokens, 64] */
+  int src_dtype;                     /* f32 f16 bf16 */
+  int64_t src_stride_ckv, src_stride_kpe;  /* elements; 0 = 512 / 64 */
+  cl_mem slot_mapping;
+  int slot_dtype;                    /* 5 i32 or 6 i64 */
+  int64_t num_tokens;
+  const void* slot_mapping_host;     /* optional host copy, validated before enqueue */
+  cl_mem ckv_cache, kpe_cache;       /* kpe_cache ignored with single_buffer */
+  clattn_mla_cache cache;
+  float scale;
+} clattn_append_latent_args;
+CLATTN_API clattn_status clattn_append_latent(clattn_context ctx, const clattn_append_latent_args* a,
+                                              const clattn_enqueue* e);
+
+/* y[t, h, :out] = alpha * x[t, h, :in] x W[h] (W[h] [in, out], or [out, in] when
+ * w_transposed); f32 or f16 (CLBlast). */
+typedef struct clattn_absorb_args {
+  int num_tokens, num_heads, in_dim, out_dim;
+  int dtype;
+  cl_mem x, w, y;
+  int64_t x_row_stride, y_row_stride;  /* elements; 0 = H*in / H*out */
+  int w_transposed;
+  float alpha;
+} clattn_absorb_args;
+CLATTN_API void clattn_absorb_args_init(clattn_absorb_args* a);
+CLATTN_API clattn_status clattn_mla_absorb(clattn_context ctx, const clattn_absorb_args* a, const clattn_enqueue* e);
+/* Blocking: builds CLBlast's GEMMs for these dtypes. *available (nullable) = 0 when
+ * CLBlast is absent or unusable (not an error). */
+CLATTN_API clattn_status clattn_mla_absorb_warmup(clattn_context ctx, int f32, int f16, int* available);
+
+/* ---------------------------------------------------------------- linear attention (see clattn/linear.hpp)
+ * Gated DeltaNet and simple gated linear attention over a pooled state [slots, Hv, Dk, Dv].
+ * state_indices / cu_seqlens come twice: host arrays (validation only) and device int32
+ * copies (read by the kernels). `e`: the queue, plus a marker for wait list / event
+ * (the queue must be in-order for the wait list to hold). */
+typedef struct clattn_linear_config {
+  int num_qk_heads, num_v_heads;
+  int head_dim_k, head_dim_v;   /* 64, 128 or 256 */
+  int dtype;                    /* q, k, v, o: f32 f16 bf16 */
+  float scale;                  /* 0 = 1/sqrt(Dk) */
+  int l2norm_qk;                /* GDN only */
+  int beta_is_logits;           /* GDN only */
+  int constant_decay;           /* g is [Hv] */
+} clattn_linear_config;
+CLATTN_API void clattn_linear_config_init(clattn_linear_config* cfg);
+
+typedef struct clattn_linear_tensors {
+  cl_mem q, k, v, g, beta, o;   /* beta: GDN only */
+} clattn_linear_tensors;
+
+typedef struct clattn_linear_state_pool {
+  cl_mem state;
+  int num_slots;
+  int dtype;                    /* f32 f16 bf16 */
+} clattn_linear_state_pool;
+
+typedef struct clattn_linear_batch {
+  int batch_size;
+  const int32_t* state_indices;  /* [B] host, -1 = no state */
+  cl_mem state_indices_dev;      /* [B] device */
+  const int32_t* cu_seqlens;     /* [B+1] host, prefill only */
+  cl_mem cu_seqlens_dev;         /* [B+1] device, prefill only */
+  int num_tokens;                /* prefill only */
+} clattn_linear_batch;
+
+CLATTN_API clattn_status clattn_gdn_decode(clattn_context ctx, const clattn_linear_config* cfg,
+                                           const clattn_linear_tensors* t, const clattn_linear_state_pool* pool,
+                                           const clattn_linear_batch* batch, const clattn_enqueue* e);
+CLATTN_API clattn_status clattn_gdn_prefill(clattn_context ctx, const clattn_linear_config* cfg,
+                                            const clattn_linear_tensors* t, const clattn_linear_state_pool* pool,
+                                            const clattn_linear_batch* batch, const clattn_enqueue* e);
+CLATTN_API clattn_status clattn_gla_decode(clattn_context ctx, const clattn_linear_config* cfg,
+                                           const clattn_linear_tensors* t, const clattn_linear_state_pool* pool,
+                                           const clattn_linear_batch* batch, const clattn_enqueue* e);
+CLATTN_API clattn_status clattn_gla_prefill(clattn_context ctx, const clattn_linear_config* cfg,
+                                            const clattn_linear_tensors* t, const clattn_linear_state_pool* pool,
+                                            const clattn_linear_batch* batch, const clattn_enqueue* e);
+/* Zero n slots / copy slot src to dst (slot size from cfg's Hv, Dk, Dv). */
+CLATTN_API clattn_status clattn_linear_zero_slots(clattn_context ctx, const clattn_linear_config* cfg,
+                                                  const clattn_linear_state_pool* pool, const int32_t* slots, int n,
+                                                  const clattn_enqueue* e);
+CLATTN_API clattn_status clattn_linear_copy_slot(clattn_context ctx, const clattn_linear_config* cfg,
+                                                 const clattn_linear_state_pool* pool, int src, int dst,
+                                                 const clattn_enqueue* e);
+
+/* ---- engine backend (see backend section) ---- */
+
 
 #ifdef __cplusplus
 }

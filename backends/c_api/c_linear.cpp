@@ -1,0 +1,140 @@
+// C ABI: linear attention (Gated DeltaNet, gated linear attention) and state-pool helpers.
+// The C++ ops take a queue only; the C ABI's wait list and event are markers around the op
+// on that queue (an in-order queue makes them hold).
+#include "backends/c_api/c_api_common.hpp"
+#include "clattn/linear.hpp"
+#include "runtime/error.hpp"
+
+namespace {
+
+using clattn::capi::need;
+
+clattn::LinearConfig to_cpp_cfg(const clattn_linear_config* c) {
+  need(c, "cfg");
+  clattn::LinearConfig x;
+  x.num_qk_heads = c->num_qk_heads;
+  x.num_v_heads = c->num_v_heads;
+  x.head_dim_k = c->head_dim_k;
+  x.head_dim_v = c->head_dim_v;
+  x.dtype = static_cast<clattn::DType>(c->dtype);
+  x.scale = c->scale;
+  x.l2norm_qk = c->l2norm_qk != 0;
+  x.beta_is_logits = c->beta_is_logits != 0;
+  x.constant_decay = c->constant_decay != 0;
+  return x;
+}
+
+clattn::LinearStatePool to_cpp_pool(const clattn_linear_state_pool* p) {
+  need(p, "pool");
+  clattn::LinearStatePool x;
+  x.state = p->state;
+  x.num_slots = p->num_slots;
+  x.dtype = static_cast<clattn::DType>(p->dtype);
+  return x;
+}
+
+cl_command_queue queue_of(clattn_context ctx, const clattn_enqueue* e) {
+  return e && e->queue ? e->queue : ctx->ctx.cl_queue();
+}
+
+void marker(cl_command_queue q, cl_uint n, const cl_event* wait, cl_event* event, const char* what) {
+  if (n && !wait) clattn::capi::invalid("enqueue.wait is NULL with num_wait > 0");
+  clattn::rt::check_cl(clEnqueueMarkerWithWaitList(q, n, wait, event), "clEnqueueMarkerWithWaitList", what);
+}
+
+// Runs `op(queue)` between the wait marker and the event marker.
+template <class F>
+void with_enqueue(clattn_context ctx, const clattn_enqueue* e, const char* what, F&& op) {
+  need(ctx, "ctx");
+  cl_command_queue q = queue_of(ctx, e);
+  if (e && e->num_wait) marker(q, e->num_wait, e->wait, nullptr, what);
+  op(q);
+  if (e && e->event) marker(q, 0, nullptr, e->event, what);
+}
+
+using LinearFn = void (*)(const clattn::Context&, const clattn::LinearConfig&, const clattn::LinearTensors&,
+                          const clattn::LinearStatePool&, const clattn::LinearBatch&, cl_command_queue);
+
+clattn_status linear_op(LinearFn fn, const char* what, clattn_context ctx, const clattn_linear_config* cfg,
+                        const clattn_linear_tensors* t, const clattn_linear_state_pool* pool,
+                        const clattn_linear_batch* batch, const clattn_enqueue* e) {
+  return clattn::capi::guard([&] {
+    auto c = to_cpp_cfg(cfg);
+    auto p = to_cpp_pool(pool);
+    need(t, "tensors");
+    need(batch, "batch");
+    clattn::LinearTensors x;
+    x.q = t->q;
+    x.k = t->k;
+    x.v = t->v;
+    x.g = t->g;
+    x.beta = t->beta;
+    x.o = t->o;
+    clattn::LinearBatch b;
+    b.batch_size = batch->batch_size;
+    b.state_indices = batch->state_indices;
+    b.state_indices_dev = batch->state_indices_dev;
+    b.cu_seqlens = batch->cu_seqlens;
+    b.cu_seqlens_dev = batch->cu_seqlens_dev;
+    b.num_tokens = batch->num_tokens;
+    with_enqueue(ctx, e, what, [&](cl_command_queue q) { fn(ctx->ctx, c, x, p, b, q); });
+  });
+}
+
+}  // namespace
+
+using clattn::capi::guard;
+
+extern "C" {
+
+void clattn_linear_config_init(clattn_linear_config* c) {
+  if (!c) return;
+  *c = clattn_linear_config{};
+  c->dtype = int(clattn::DType::F16);
+}
+
+clattn_status clattn_gdn_decode(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
+                                const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
+                                const clattn_enqueue* e) {
+  return linear_op(&clattn::gdn_decode, "gdn_decode", ctx, cfg, t, pool, batch, e);
+}
+clattn_status clattn_gdn_prefill(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
+                                 const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
+                                 const clattn_enqueue* e) {
+  return linear_op(&clattn::gdn_prefill, "gdn_prefill", ctx, cfg, t, pool, batch, e);
+}
+clattn_status clattn_gla_decode(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
+                                const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
+                                const clattn_enqueue* e) {
+  return linear_op(&clattn::gla_decode, "gla_decode", ctx, cfg, t, pool, batch, e);
+}
+clattn_status clattn_gla_prefill(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
+                                 const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
+                                 const clattn_enqueue* e) {
+  return linear_op(&clattn::gla_prefill, "gla_prefill", ctx, cfg, t, pool, batch, e);
+}
+
+clattn_status clattn_linear_zero_slots(clattn_context ctx, const clattn_linear_config* cfg,
+                                       const clattn_linear_state_pool* pool, const int32_t* slots, int n,
+                                       const clattn_enqueue* e) {
+  return guard([&] {
+    auto c = to_cpp_cfg(cfg);
+    auto p = to_cpp_pool(pool);
+    if (n > 0) need(slots, "slots");
+    with_enqueue(ctx, e, "linear_zero_slots",
+                 [&](cl_command_queue q) { clattn::linear_zero_slots(ctx->ctx, c, p, slots, n, q); });
+  });
+}
+
+clattn_status clattn_linear_copy_slot(clattn_context ctx, const clattn_linear_config* cfg,
+                                      const clattn_linear_state_pool* pool, int src, int dst,
+                                      const clattn_enqueue* e) {
+  return guard([&] {
+    auto c = to_cpp_cfg(cfg);
+    auto p = to_cpp_pool(pool);
+    with_enqueue(ctx, e, "linear_copy_slot",
+                 [&](cl_command_queue q) { clattn::linear_copy_slot(ctx->ctx, c, p, src, dst, q); });
+  });
+}
+
+}  // extern "C"
