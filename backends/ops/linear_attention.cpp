@@ -144,6 +144,7 @@ Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearSta
   const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
   auto dec = params::lookup(c.profile, "linear_decode");
   auto pf = params::lookup(c.profile, "linear_prefill");
+  for (auto& [name, val] : cfg.params) (name.rfind("PF_", 0) == 0 ? pf : dec).values[name] = val;
   const int maxwg = int(std::max<size_t>(1, c.profile.max_work_group_size));
   Variant v{};
   v.dec_vec = std::min(pow2_floor(std::clamp(dec.get_or("DEC_VEC", 1), 1, 4)), DV);

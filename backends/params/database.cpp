@@ -72,7 +72,27 @@ bool apply(const std::vector<Row>& rows, Level level, const std::string& match, 
   return any;
 }
 
+std::mutex& override_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, Values>& overrides() {
+  static std::map<std::string, Values> o;
+  return o;
+}
+
 }  // namespace
+
+void set_override(const std::string& op, const Values& values) {
+  std::lock_guard<std::mutex> lock(override_mutex());
+  if (values.empty()) overrides().erase(op);
+  else overrides()[op] = values;
+}
+
+void clear_overrides() {
+  std::lock_guard<std::mutex> lock(override_mutex());
+  overrides().clear();
+}
 
 std::string tuned_file_for(const DeviceProfile& p) {
   std::string f = rt::env("CLATTN_TUNED_FILE");
@@ -98,7 +118,12 @@ std::vector<Row> tuned_rows(const DeviceProfile& p, std::string* file_out) {
     }
     for (auto& [op, keys] : j.at("ops").items())
       for (auto& [key, body] : keys.items()) {
-        Row r{op, Level::Tuned, p.device_name, key, {}, "clattn-tune " + j.value("date", std::string("?"))};
+        std::string origin = "clattn-tune " + j.value("date", std::string("?"));
+        // Optional fields of the tuner's output (docs/tuning.md): the measured figure.
+        if (body.contains("value") && body["value"].is_number() && body.contains("metric"))
+          origin += " (" + std::to_string(int(body["value"].get<double>() + 0.5)) + " " +
+                    body["metric"].get<std::string>() + ")";
+        Row r{op, Level::Tuned, p.device_name, key, {}, origin};
         for (auto& [name, v] : body.at("params").items()) r.values[name] = v.get<int>();
         rows.push_back(std::move(r));
       }
@@ -120,21 +145,31 @@ Entry lookup(const DeviceProfile& p, const std::string& op, const std::string& k
     const auto& vr = rows;
     if (!p.architecture.empty()) apply(vr, Level::Arch, p.architecture, op, key, e, "arch:" + p.architecture);
     apply(vr, Level::Device, p.device_name, op, key, e, "device:" + p.device_name);
-    // Tuned files are read once per device name per process.
+    // Tuned files are read once per (device name, file path) per process.
     static std::mutex mu;
     static std::map<std::string, std::pair<std::string, std::vector<Row>>> tuned;
     std::pair<std::string, std::vector<Row>>* t;
     {
       std::lock_guard<std::mutex> lock(mu);
-      auto it = tuned.find(p.device_name);
+      const std::string id = p.device_name + "\n" + tuned_file_for(p);
+      auto it = tuned.find(id);
       if (it == tuned.end()) {
         std::string file;
         auto rows = tuned_rows(p, &file);
-        it = tuned.emplace(p.device_name, std::make_pair(file, std::move(rows))).first;
+        it = tuned.emplace(id, std::make_pair(file, std::move(rows))).first;
       }
       t = &it->second;
     }
     apply(t->second, Level::Tuned, p.device_name, op, key, e, "tuned:" + t->first);
+  }
+  {
+    std::lock_guard<std::mutex> lock(override_mutex());
+    auto it = overrides().find(op);
+    if (it != overrides().end()) {
+      for (auto& [k, v] : it->second) e.values[k] = v;
+      e.source = "override";
+      e.origins.push_back("override: set_override() (clattn-tune candidate)");
+    }
   }
   if (e.values.empty()) throw Error(Status::Internal, "no parameter entry for op '" + op + "'");
   return e;

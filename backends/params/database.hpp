@@ -58,8 +58,18 @@ const std::vector<Row>& rows_mla();
 const std::vector<Row>& builtin_rows();
 
 // Tuned rows for this device, read from $CLATTN_TUNED_FILE or
-// <cache dir>/tuned/<device>.json (written by clattn-tune). Empty when absent.
+// <cache dir>/tuned/<device>.json (written by clattn-tune; format in docs/tuning.md).
+// Empty when absent; a malformed file, or one written for another device, is ignored with
+// a warning (never fatal). lookup() reads each file once per process (per device name
+// and path).
 std::vector<Row> tuned_rows(const DeviceProfile& profile, std::string* file = nullptr);
 std::string tuned_file_for(const DeviceProfile& profile);
+
+// Process-wide overrides applied on top of every level, forced vendor or not (source
+// "override"). For tools and tests that must steer ops without a public per-call override
+// (clattn-tune: merge, metadata); empty `values` removes the op's override. Thread-safe,
+// but it changes what every thread's next plan of `op` uses: not for serving processes.
+void set_override(const std::string& op, const Values& values);
+void clear_overrides();
 
 }  // namespace clattn::params

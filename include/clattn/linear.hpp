@@ -16,6 +16,8 @@
 // the state pool and the outputs stay untouched.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "clattn/context.hpp"
 
@@ -40,6 +42,10 @@ struct LinearConfig {
   bool l2norm_qk = false;       // GDN only: q, k divided by sqrt(sum x^2 + 1e-6) in-kernel
   bool beta_is_logits = false;  // GDN only: beta = sigmoid(given beta)
   bool constant_decay = false;  // g is [Hv], the same for every token (lightning attention)
+  // Parameter overrides (tuning, benchmarks): DEC_DVT DEC_VEC DEC_ROWS (ops linear_decode),
+  // PF_C PF_DVT PF_WG PF_DKT (linear_prefill); clamped to the shape and device like the
+  // database's values.
+  std::map<std::string, int> params;
 };
 
 // Device tensors. Decode: T = B (one token per request); prefill: T = cu_seqlens[B].
