@@ -1,0 +1,190 @@
+/* Metadata builders and validation through the C ABI, compiled as C: outputs against
+ * hand-computed tables; rejected calls name the argument and leave outputs untouched. */
+#include "c_test_util.h"
+
+enum { P = 4, POOL = 3, CTX = 12, B = 2 };
+
+/* req_to_token rows: row 0 owns pages 2, 5; row 1 page 7; row 2 pages 1, 3, 4. */
+static int32_t r2t[POOL * CTX];
+static void fill_rows(void) {
+  static const int pages[POOL][3] = {{2, 5, -1}, {7, -1, -1}, {1, 3, 4}};
+  for (int r = 0; r < POOL; ++r)
+    for (int t = 0; t < CTX; ++t) {
+      int pg = pages[r][t / P];
+      r2t[r * CTX + t] = pg < 0 ? 0 : pg * P + t % P;
+    }
+}
+
+static int eq(const int32_t* a, const int32_t* b, int n) { return memcmp(a, b, sizeof(int32_t) * (size_t)n) == 0; }
+static int all(const int32_t* a, int n, int32_t v) {
+  for (int i = 0; i < n; ++i)
+    if (a[i] != v) return 0;
+  return 1;
+}
+
+int main(void) {
+  fill_rows();
+  static const int32_t pool_idx[B] = {2, 0}, seq[B] = {10, 5}, prefix[B] = {6, 3}, ext[B] = {4, 2};
+  clattn_engine_batch dec = {r2t, POOL, CTX, pool_idx, seq, B, NULL, NULL};
+  clattn_engine_batch ex = dec;
+  ex.prefix_lens = prefix;
+  ex.extend_lens = ext;
+
+  /* ---- sizes */
+  clattn_metadata_sizes sz;
+  CHECK(clattn_metadata_sizes_get(&dec, P, -1, &sz) == CLATTN_SUCCESS);
+  CHECK(sz.csr_indices == 5 && sz.table_width == 3 && sz.num_slots == 2 && sz.num_qo_rows == 2);
+  CHECK(clattn_metadata_sizes_get(&ex, P, -1, &sz) == CLATTN_SUCCESS);
+  CHECK(sz.csr_indices == 5 && sz.num_slots == 6 && sz.num_qo_rows == 6);
+  CHECK(clattn_metadata_sizes_get(&dec, P, 3, &sz) == CLATTN_SUCCESS);
+  CHECK(sz.csr_indices == 4);
+  int64_t mx = 0;
+  int mw = 0;
+  CHECK(clattn_max_csr_pages(B, CTX, P, &mx) == CLATTN_SUCCESS && mx == 6);
+  CHECK(clattn_max_table_pages(CTX, P, &mw) == CLATTN_SUCCESS && mw == 3);
+  CHECK_FAILS(clattn_max_table_pages(CTX, 0, &mw), CLATTN_INVALID_ARGUMENT, "page_size");
+  CHECK_FAILS(clattn_metadata_sizes_get(NULL, P, -1, &sz), CLATTN_INVALID_ARGUMENT, "batch");
+
+  /* ---- CSR, decode */
+  int32_t indptr[B + 1], indices[8], last[B], qo[B + 1], start[B];
+  clattn_csr_out co = {indptr, indices, 8, last, NULL, NULL};
+  int64_t n = -1;
+  CHECK(clattn_build_csr(&dec, P, -1, &co, &n) == CLATTN_SUCCESS);
+  static const int32_t e_indptr[] = {0, 3, 5}, e_indices[] = {1, 3, 4, 2, 5}, e_last[] = {2, 1};
+  CHECK(n == 5 && eq(indptr, e_indptr, 3) && eq(indices, e_indices, 5) && eq(last, e_last, 2));
+
+  /* extend: same pages, qo_indptr from extend_lens */
+  co.qo_indptr = qo;
+  CHECK(clattn_build_csr(&ex, P, -1, &co, &n) == CLATTN_SUCCESS);
+  static const int32_t e_qo[] = {0, 4, 6};
+  CHECK(n == 5 && eq(indices, e_indices, 5) && eq(qo, e_qo, 3));
+
+  /* window_left = 3 (decode): keys from position seq-4: request 0 from 6 (page 3, offset 2),
+   * request 1 from 1 (page 2, offset 1). */
+  co.qo_indptr = NULL;
+  co.kv_start_offset = start;
+  CHECK(clattn_build_csr(&dec, P, 3, &co, &n) == CLATTN_SUCCESS);
+  static const int32_t w_indptr[] = {0, 2, 4}, w_indices[] = {3, 4, 2, 5}, w_start[] = {2, 1}, w_last[] = {2, 1};
+  CHECK(n == 4 && eq(indptr, w_indptr, 3) && eq(indices, w_indices, 4) && eq(start, w_start, 2) &&
+        eq(last, w_last, 2));
+  /* without a window a given kv_start_offset is zeroed */
+  CHECK(clattn_build_csr(&dec, P, -1, &co, &n) == CLATTN_SUCCESS && all(start, 2, 0));
+
+  /* too small: rejected, nothing written, the size still reported */
+  for (int i = 0; i < 8; ++i) indices[i] = -77;
+  for (int i = 0; i < 3; ++i) indptr[i] = -77;
+  co.kv_indices_capacity = 4;
+  n = 0;
+  CHECK_FAILS(clattn_build_csr(&dec, P, -1, &co, &n), CLATTN_INVALID_ARGUMENT, "kv_indices_capacity");
+  CHECK(n == 5 && all(indices, 8, -77) && all(indptr, 3, -77));
+  co.kv_indices_capacity = 8;
+  /* window without kv_start_offset */
+  co.kv_start_offset = NULL;
+  CHECK_FAILS(clattn_build_csr(&dec, P, 3, &co, &n), CLATTN_INVALID_ARGUMENT, "kv_start_offset");
+  clattn_csr_out nul = co;
+  nul.kv_indptr = NULL;
+  CHECK_FAILS(clattn_build_csr(&dec, P, -1, &nul, &n), CLATTN_INVALID_ARGUMENT, "out.kv_indptr");
+  /* bad batch: pool index out of range, named with the request */
+  int32_t bad_idx[B] = {2, 5};
+  clattn_engine_batch bad = dec;
+  bad.req_pool_indices = bad_idx;
+  CHECK_FAILS(clattn_build_csr(&bad, P, -1, &co, &n), CLATTN_INVALID_ARGUMENT, "req_pool_indices");
+  CHECK(all(indices, 8, -77));
+  /* extend lengths that do not add up */
+  int32_t bad_ext[B] = {4, 3};
+  bad = ex;
+  bad.extend_lens = bad_ext;
+  CHECK_FAILS(clattn_build_csr(&bad, P, -1, &co, &n), CLATTN_INVALID_ARGUMENT, "extend_lens");
+
+  /* ---- page table */
+  int32_t table[12], cuq[B + 1], cuk[B + 1];
+  clattn_page_table_out po = {table, 12, cuq, cuk};
+  int width = 0;
+  CHECK(clattn_build_page_table(&ex, P, 0, &po, &width) == CLATTN_SUCCESS);
+  static const int32_t e_table[] = {1, 3, 4, 2, 5, -1}, e_cuk[] = {0, 10, 15};
+  CHECK(width == 3 && eq(table, e_table, 6) && eq(cuq, e_qo, 3) && eq(cuk, e_cuk, 3));
+  CHECK(clattn_build_page_table(&dec, P, 4, &po, &width) == CLATTN_SUCCESS);
+  static const int32_t e_table4[] = {1, 3, 4, -1, 2, 5, -1, -1};
+  CHECK(width == 4 && eq(table, e_table4, 8));
+  for (int i = 0; i < 12; ++i) table[i] = -77;
+  po.page_table_capacity = 5;
+  CHECK_FAILS(clattn_build_page_table(&dec, P, 0, &po, &width), CLATTN_INVALID_ARGUMENT, "page_table_capacity");
+  CHECK(width == 3 && all(table, 12, -77));
+  po.page_table_capacity = 12;
+  CHECK_FAILS(clattn_build_page_table(&dec, P, 2, &po, &width), CLATTN_INVALID_ARGUMENT, "max_pages");
+  CHECK(all(table, 12, -77));
+
+  /* ---- slot mapping */
+  int32_t slots[8];
+  int64_t ns = 0;
+  CHECK(clattn_build_slot_mapping(&dec, slots, 8, &ns) == CLATTN_SUCCESS);
+  static const int32_t e_dslots[] = {17, 20};
+  CHECK(ns == 2 && eq(slots, e_dslots, 2));
+  CHECK(clattn_build_slot_mapping(&ex, slots, 8, &ns) == CLATTN_SUCCESS);
+  static const int32_t e_eslots[] = {14, 15, 16, 17, 11, 20};
+  CHECK(ns == 6 && eq(slots, e_eslots, 6));
+  for (int i = 0; i < 8; ++i) slots[i] = -77;
+  CHECK_FAILS(clattn_build_slot_mapping(&ex, slots, 5, &ns), CLATTN_INVALID_ARGUMENT, "capacity");
+  CHECK(ns == 6 && all(slots, 8, -77));
+  CHECK_FAILS(clattn_build_slot_mapping(&ex, NULL, 8, &ns), CLATTN_INVALID_ARGUMENT, "slots");
+
+  /* ---- block table at block size 8: row 2 -> blocks of slots 4.. -> slot/8 of position 0, 8 */
+  {
+    /* block_size 8 needs 8-aligned pages: a separate table where pages are 8 slots wide. */
+    int32_t r8[CTX * 2];
+    for (int t = 0; t < CTX; ++t) { r8[t] = 16 + t; r8[CTX + t] = (t < 8 ? 40 : 8) + t % 8; }
+    int32_t idx8[2] = {1, 0}, seq8[2] = {10, 3};
+    clattn_engine_batch b8 = {r8, 2, CTX, idx8, seq8, 2, NULL, NULL};
+    int32_t bt[4];
+    int w8 = 0;
+    CHECK(clattn_build_block_table(&b8, 8, 0, bt, 4, &w8) == CLATTN_SUCCESS);
+    static const int32_t e_bt[] = {5, 1, 2, -1};
+    CHECK(w8 == 2 && eq(bt, e_bt, 4));
+    CHECK_FAILS(clattn_build_block_table(&b8, 8, 0, bt, 3, &w8), CLATTN_INVALID_ARGUMENT, "capacity");
+  }
+
+  /* ---- validation */
+  clattn_csr csr = {B, P, e_indptr, e_indices, e_last, NULL, NULL};
+  CHECK(clattn_validate_csr(&csr, 8, seq) == CLATTN_SUCCESS);
+  CHECK_FAILS(clattn_validate_csr(&csr, 5, NULL), CLATTN_INVALID_ARGUMENT, "kv_indices");
+  int32_t bad_last[B] = {2, 0};
+  clattn_csr bc = csr;
+  bc.kv_last_page_len = bad_last;
+  CHECK_FAILS(clattn_validate_csr(&bc, 8, NULL), CLATTN_INVALID_ARGUMENT, "kv_last_page_len[1]");
+  int32_t wrong_seq[B] = {10, 6};
+  CHECK_FAILS(clattn_validate_csr(&csr, 8, wrong_seq), CLATTN_INVALID_ARGUMENT, "seq_len");
+  int32_t bad_indptr[B + 1] = {0, 4, 3};
+  bc = csr;
+  bc.kv_indptr = bad_indptr;
+  CHECK_FAILS(clattn_validate_csr(&bc, 8, NULL), CLATTN_INVALID_ARGUMENT, "kv_indptr");
+  CHECK_FAILS(clattn_validate_csr(NULL, 8, NULL), CLATTN_INVALID_ARGUMENT, "csr");
+  bc = csr;
+  bc.qo_indptr = e_qo; /* 4 rows > kv_len? no: 4 <= 10, 2 <= 5: fine */
+  CHECK(clattn_validate_csr(&bc, 8, NULL) == CLATTN_SUCCESS);
+  int32_t big_qo[B + 1] = {0, 4, 11};
+  bc.qo_indptr = big_qo;
+  CHECK_FAILS(clattn_validate_csr(&bc, 8, NULL), CLATTN_INVALID_ARGUMENT, "qo");
+
+  clattn_page_table pt = {B, P, 3, e_table, seq, NULL};
+  CHECK(clattn_validate_page_table(&pt, 8) == CLATTN_SUCCESS);
+  CHECK_FAILS(clattn_validate_page_table(&pt, 4), CLATTN_INVALID_ARGUMENT, "page_table");
+  int32_t long_seq[B] = {13, 5};
+  clattn_page_table bp = pt;
+  bp.seq_lens = long_seq;
+  CHECK_FAILS(clattn_validate_page_table(&bp, 8), CLATTN_INVALID_ARGUMENT, "seq_lens[0]");
+  bp = pt;
+  bp.page_table = NULL;
+  CHECK_FAILS(clattn_validate_page_table(&bp, 8), CLATTN_INVALID_ARGUMENT, "table.page_table");
+
+  static const int32_t sm32[] = {0, -1, 31};
+  static const int64_t sm64[] = {0, 32};
+  CHECK(clattn_validate_slot_mapping(sm32, 5, 3, 8, P) == CLATTN_SUCCESS);
+  CHECK_FAILS(clattn_validate_slot_mapping(sm64, 6, 2, 8, P), CLATTN_INVALID_ARGUMENT, "32");
+  CHECK_FAILS(clattn_validate_slot_mapping(sm32, 3, 3, 8, P), CLATTN_INVALID_ARGUMENT, "slot_dtype");
+  CHECK(clattn_validate_engine_batch(&ex, 8, P) == CLATTN_SUCCESS);
+  CHECK_FAILS(clattn_validate_engine_batch(&ex, 5, P), CLATTN_INVALID_ARGUMENT, "outside the cache");
+  /* a misaligned token: row 0 position 3 moved to offset 2 of its page (expected 3) */
+  r2t[0 * CTX + 3] = 2 * P + 2;
+  CHECK_FAILS(clattn_validate_engine_batch(&ex, 8, P), CLATTN_INVALID_ARGUMENT, "req_to_token");
+  return report();
+}
