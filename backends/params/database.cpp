@@ -1,5 +1,6 @@
 #include "backends/params/database.hpp"
 
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -121,8 +122,12 @@ std::vector<Row> tuned_rows(const DeviceProfile& p, std::string* file_out) {
         std::string origin = "clattn-tune " + j.value("date", std::string("?"));
         // Optional fields of the tuner's output (docs/tuning.md): the measured figure.
         if (body.contains("value") && body["value"].is_number() && body.contains("metric"))
-          origin += " (" + std::to_string(int(body["value"].get<double>() + 0.5)) + " " +
-                    body["metric"].get<std::string>() + ")";
+        {
+          char fig[64];
+          std::snprintf(fig, sizeof fig, " (%.4g %s)", body["value"].get<double>(),
+                        body["metric"].get<std::string>().c_str());
+          origin += fig;
+        }
         Row r{op, Level::Tuned, p.device_name, key, {}, origin};
         for (auto& [name, v] : body.at("params").items()) r.values[name] = v.get<int>();
         rows.push_back(std::move(r));

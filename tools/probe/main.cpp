@@ -4,21 +4,56 @@
 #include <clattn/clattn.hpp>
 #include <cstdio>
 #include <iostream>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+
+#include "backends/params/database.hpp"
 
 using nlohmann::json;
 
 namespace {
 
+// Every key an op has rows for (built-in or in this device's tuned file), "*" first.
+std::vector<std::string> keys_of(const clattn::DeviceProfile& p, const std::string& op) {
+  std::set<std::string> k{"*"};
+  for (auto& r : clattn::params::builtin_rows())
+    if (r.op == op) k.insert(r.key);
+  if (p.vendor_forced.empty())
+    for (auto& r : clattn::params::tuned_rows(p))
+      if (r.op == op) k.insert(r.key);
+  std::vector<std::string> out{"*"};
+  for (auto& x : k)
+    if (x != "*") out.push_back(x);
+  return out;
+}
+
+// The tuned-parameter file the runtime would read for this device, and what it holds.
+json tuned_file_json(const clattn::DeviceProfile& p) {
+  std::string file = clattn::params::tuned_file_for(p);
+  json t{{"path", file}, {"present", false}};
+  if (file.empty()) return t;
+  if (std::ifstream(file)) {
+    t["present"] = true;
+    t["rows"] = clattn::params::tuned_rows(p).size();  // 0 when malformed or for another device (logged)
+  }
+  if (!p.vendor_forced.empty()) t["ignored"] = "CLATTN_FORCE_VENDOR=" + p.vendor_forced + " skips tuned rows";
+  return t;
+}
+
 json choices_json(const clattn::DeviceProfile& p) {
   json ops = json::object();
   for (auto& op : clattn::parameter_ops()) {
-    auto e = clattn::parameters(p, op);
-    ops[op] = {{"level", e.level}, {"source", e.source}, {"params", e.values}, {"origins", e.origins}};
+    for (auto& key : keys_of(p, op)) {
+      auto e = clattn::parameters(p, op, key);
+      json j{{"level", e.level}, {"source", e.source}, {"params", e.values}, {"origins", e.origins}};
+      if (key == "*") ops[op] = j;  // the op's default entry (backward compatible)
+      else ops[op]["keys"][key] = j;
+    }
   }
   json vars = json::array();
   for (auto& v : clattn::variants(p)) vars.push_back({{"name", v.name}, {"available", v.available}, {"reason", v.reason}});
-  return json{{"ops", ops}, {"variants", vars}};
+  return json{{"ops", ops}, {"variants", vars}, {"tuned_file", tuned_file_json(p)}};
 }
 
 void print_text(const clattn::DeviceEntry& d, const json& bench) {
@@ -40,12 +75,21 @@ void print_text(const clattn::DeviceEntry& d, const json& bench) {
   std::printf("    variants:\n");
   for (auto& v : clattn::variants(p))
     std::printf("      %-16s %-3s %s\n", v.name.c_str(), v.available ? "yes" : "no", v.reason.c_str());
-  std::printf("    parameters (op: source -> values):\n");
+  json tf = tuned_file_json(p);
+  std::printf("    tuned file %s (%s)\n", tf["path"].get<std::string>().c_str(),
+              tf.contains("ignored")   ? tf["ignored"].get<std::string>().c_str()
+              : !tf["present"].get<bool>() ? "absent: run clattn-tune to write it"
+                                         : (std::to_string(tf["rows"].get<size_t>()) + " rows").c_str());
+  std::printf("    parameters (op [key]: source -> values; 'from' = where the most specific row's numbers come from):\n");
   for (auto& op : clattn::parameter_ops()) {
-    auto e = clattn::parameters(p, op);
-    std::string vals;
-    for (auto& [k, v] : e.values) vals += " " + k + "=" + std::to_string(v);
-    std::printf("      %-14s %-22s%s\n", op.c_str(), e.source.c_str(), vals.c_str());
+    for (auto& key : keys_of(p, op)) {
+      auto e = clattn::parameters(p, op, key);
+      std::string vals;
+      for (auto& [k, v] : e.values) vals += " " + k + "=" + std::to_string(v);
+      std::string name = key == "*" ? op : op + " [" + key + "]";
+      std::printf("      %-22s %-22s%s\n", name.c_str(), e.source.c_str(), vals.c_str());
+      if (!e.origins.empty()) std::printf("        from %s\n", e.origins.back().c_str());
+    }
   }
   if (!bench.is_null()) {
     if (bench.contains("error")) {
