@@ -1,0 +1,168 @@
+"""FlashInfer-shaped MLA (DeepSeek-V2/V3 multi-head latent attention, absorbed form)."""
+import numpy as np
+
+from . import _clattn
+from ._util import as_tensor, check, dtype_name, error, host_i32
+from .attention import _Workspace, _workspace_context, _is_bits
+
+CKV_DIM, KPE_DIM = 512, 64
+
+
+class BatchMLAPagedAttentionWrapper:
+    r"""Wrapper class for MLA (`Multi-head Latent Attention <https://arxiv.org/abs/2405.04434>`_)
+    PagedAttention on DeepSeek models, shaped like ``flashinfer.mla.BatchMLAPagedAttentionWrapper``.
+    This kernel can be used in decode, and incremental prefill and should be used together
+    with the matrix absorption trick: ``q_nope`` is already multiplied by ``W_UK`` and the
+    output ``[T, num_heads, head_dim_ckv]`` is projected by ``W_UV`` afterwards.
+
+    Scores are ``sm_scale * (q_nope . ckv + q_pe . kpe)``; values are ``ckv``.
+    Only ``head_dim_ckv = 512`` and ``head_dim_kpe = 64`` are served.
+
+    Example
+    -------
+    >>> mla_wrapper = clattn.BatchMLAPagedAttentionWrapper(ctx)
+    >>> mla_wrapper.plan(q_indptr, kv_indptr, kv_indices, kv_lens, num_local_heads,
+    ...                  head_dim_ckv=512, head_dim_kpe=64, page_size=64, causal=False,
+    ...                  sm_scale=1.0 / ((128 + 64) ** 0.5), q_data_type="bfloat16",
+    ...                  kv_data_type="bfloat16")
+    >>> o = mla_wrapper.run(q_nope, q_pe, ckv, kpe, return_lse=False)
+    """
+
+    def __init__(self, float_workspace_buffer=None, use_cuda_graph=False, qo_indptr=None, kv_indptr=None,
+                 kv_indices=None, kv_len_arr=None, backend="auto", *, ctx=None):
+        r"""Constructor of :class:`BatchMLAPagedAttentionWrapper`.
+
+        Parameters
+        ----------
+        float_workspace_buffer : clattn.Tensor | clattn.Context | None
+            Workspace for split-K partial states (grown by the wrapper when too small), a
+            Context, or None (default context).
+        use_cuda_graph, qo_indptr, kv_indptr, kv_indices, kv_len_arr, backend :
+            Accepted for FlashInfer compatibility and ignored.
+        """
+        self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)
+        self._ws = _Workspace(self._ctx, ws)
+        self._plan = None
+
+    @property
+    def context(self):
+        """The clattn.Context this wrapper runs on."""
+        return self._ctx
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
+             page_size, causal, sm_scale, q_data_type, kv_data_type, use_profiler=False, o_data_type=None,
+             validate=True):
+        r"""Plan the MLA attention computation.
+
+        Parameters
+        ----------
+        qo_indptr : array int32 ``[batch_size + 1]``
+            The indptr of the query/output tensor (all lengths 1 = decode).
+        kv_indptr : array int32 ``[batch_size + 1]``
+            The indptr of the paged kv-cache (pages).
+        kv_indices : array int32 ``[kv_indptr[-1]]``
+            The page indices of the paged kv-cache.
+        kv_len_arr : array int32 ``[batch_size]``
+            The kv length of each request.
+        num_heads : int
+            The number of heads in query/output tensor (1..128).
+        head_dim_ckv : int
+            The head dimension of compressed-kv (512).
+        head_dim_kpe : int
+            The head dimension for rope k-cache (64).
+        page_size : int
+            The page size of the paged kv-cache (power of two, 1..256).
+        causal : bool
+            Whether to use causal attention (rows aligned to the end of the keys).
+        sm_scale : float
+            The scale factor for softmax operation (required: model-dependent).
+        q_data_type, kv_data_type :
+            dtypes of q (f32/f16/bf16) and the latent cache (f16/bf16/fp8_e4m3, f32 where
+            local memory allows).
+        use_profiler : bool
+            Ignored.
+        """
+        if head_dim_ckv != CKV_DIM or head_dim_kpe != KPE_DIM:
+            raise error(f"head_dim_ckv/head_dim_kpe = {head_dim_ckv}/{head_dim_kpe}: only 512/64 are served",
+                        "Unsupported")
+        if sm_scale is None or not sm_scale > 0:
+            raise error("sm_scale is required (> 0) for MLA")
+        q_dt = dtype_name(q_data_type, "q_data_type")
+        kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
+        o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
+        qo = host_i32(qo_indptr, "qo_indptr")
+        ip = host_i32(kv_indptr, "kv_indptr")
+        ind = host_i32(kv_indices, "kv_indices")
+        kl = host_i32(kv_len_arr, "kv_len_arr")
+        if len(ip) != len(kl) + 1 or len(qo) != len(kl) + 1:
+            raise error(f"qo_indptr ({len(qo)}), kv_indptr ({len(ip)}) and kv_len_arr ({len(kl)}) "
+                        "disagree on the batch size")
+        npg = np.diff(ip)
+        expect = (kl + page_size - 1) // page_size
+        bad = np.nonzero(npg != expect)[0]
+        if bad.size:
+            i = int(bad[0])
+            raise error(f"kv_len_arr[{i}] = {int(kl[i])} needs {int(expect[i])} pages, kv_indptr gives {int(npg[i])}")
+        last = np.where(npg > 0, kl - (npg - 1) * page_size, 0).astype(np.int32)
+        extend = bool(np.any(np.diff(qo) != 1))
+        num_pages = int(ind.max()) + 1 if ind.size else 1
+        self._plan = _clattn._mla_plan(self._ctx, qo if extend else None, ip, ind, last, int(page_size), num_pages,
+                                       kv_dt, int(num_heads), q_dt, o_dt, float(sm_scale), bool(causal), extend,
+                                       bool(validate))
+        self._indices = self._ctx.to_device(ind if ind.size else np.zeros(1, np.int32), "i32")
+        self._dims = dict(num_tokens=int(qo[-1]), num_heads=int(num_heads), page_size=int(page_size),
+                          num_pages=num_pages, q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt)
+
+    def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False, profiler_buffer=None,
+            kv_len=None, page_table=None, kv_scale=None):
+        r"""Run the MLA attention computation.
+
+        Parameters
+        ----------
+        q_nope : Tensor-like ``[T, num_heads, head_dim_ckv]``
+            The query tensor without rope (already absorbed by ``W_UK``).
+        q_pe : Tensor-like ``[T, num_heads, head_dim_kpe]``
+            The rope part of the query tensor.
+        ckv_cache : Tensor-like ``[num_pages, page_size, head_dim_ckv]``
+            The compressed kv-cache.
+        kpe_cache : Tensor-like ``[num_pages, page_size, head_dim_kpe]``
+            The rope part of the kv-cache.
+        out : Optional[Tensor] ``[T, num_heads, head_dim_ckv]``
+            Output buffer (allocated when None).
+        lse : Optional[Tensor] ``[T, num_heads]`` float32
+            LSE buffer (natural log, unlike FlashInfer's MLA which returns log2).
+        return_lse : bool
+            Whether to return the log-sum-exp value.
+        kv_scale : Optional[float]
+            fp8 latent cache dequantisation scale.
+        profiler_buffer, kv_len, page_table :
+            Not supported (must be None).
+        """
+        if self._plan is None:
+            raise error("run() before plan()")
+        if profiler_buffer is not None or kv_len is not None or page_table is not None:
+            raise error("profiler_buffer / kv_len / page_table are not supported", "Unsupported")
+        d, ctx = self._dims, self._ctx
+        T, H = d["num_tokens"], d["num_heads"]
+        qn = check(as_tensor(ctx, q_nope, "q_nope", d["q_dtype"] if _is_bits(q_nope) else None), "q_nope",
+                   (d["q_dtype"],), (T, H, CKV_DIM))
+        qp = check(as_tensor(ctx, q_pe, "q_pe", d["q_dtype"] if _is_bits(q_pe) else None), "q_pe",
+                   (d["q_dtype"],), (T, H, KPE_DIM))
+        ckv = check(as_tensor(ctx, ckv_cache, "ckv_cache", d["kv_dtype"] if _is_bits(ckv_cache) else None),
+                    "ckv_cache", (d["kv_dtype"],), (None, d["page_size"], CKV_DIM))
+        kpe = check(as_tensor(ctx, kpe_cache, "kpe_cache", d["kv_dtype"] if _is_bits(kpe_cache) else None),
+                    "kpe_cache", (d["kv_dtype"],), (ckv.shape[0], d["page_size"], KPE_DIM))
+        if ckv.shape[0] < d["num_pages"]:
+            raise error(f"ckv_cache: {ckv.shape[0]} pages, the planned indices reach page {d['num_pages'] - 1}")
+        if out is None:
+            out = ctx.empty((T, H, CKV_DIM), d["o_dtype"])
+        else:
+            out = check(as_tensor(ctx, out, "out"), "out", (d["o_dtype"],), (T, H, CKV_DIM))
+        if lse is None and return_lse:
+            lse = ctx.empty((T, H), "f32")
+        elif lse is not None:
+            lse = check(as_tensor(ctx, lse, "lse"), "lse", ("f32",), (T, H))
+        ws = self._ws.get(self._plan.workspace_bytes)
+        _clattn._mla_run(ctx, self._plan, qn, qp, ckv, kpe, self._indices, out, lse, ws,
+                         1.0 if kv_scale is None else float(kv_scale))
+        return (out, lse) if return_lse else out

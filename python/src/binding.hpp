@@ -1,0 +1,77 @@
+// Shared pieces of the clattn Python binding: the device tensor type, dtype mapping and
+// argument checks. The binding is split by topic (tensor.cpp, ops.cpp, mla.cpp,
+// linear.cpp, metadata.cpp); module.cpp ties them together. Decisions: docs/python.md.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clattn/clattn.hpp"
+
+namespace clattn_py {
+
+namespace py = pybind11;
+
+// dtypes a Python tensor may hold: the library's plus raw bytes (masks, workspaces).
+enum class PDType : int { F32, F16, BF16, FP8_E4M3, FP8_E5M2, I32, I64, U8 };
+
+PDType parse_dtype(const std::string& s, const char* arg);  // "float16", "f16", "bf16", ...
+const char* dtype_str(PDType d);
+std::size_t dtype_bytes(PDType d);
+py::dtype numpy_dtype(PDType d);        // bf16 -> uint16, fp8 -> uint8 (raw bits)
+PDType from_numpy(const py::dtype& d, const char* arg);  // float32/float16/int32/int64/uint8
+clattn::DType to_lib(PDType d, const char* arg);         // rejects U8
+clattn::KVLayout parse_layout(const std::string& s);
+
+[[noreturn]] void invalid(const std::string& msg);  // throws clattn::Error(InvalidArgument)
+
+// A device tensor: a retained cl_mem on a clattn context, its shape and dtype. Created by
+// Context.to_device/empty/zeros, by wrapping a pyopencl Buffer/Array or a cl_mem int
+// (zero-copy: `owner` keeps the foreign object alive), or by DLPack import.
+struct Tensor {
+  clattn::Context ctx;
+  cl_mem mem = nullptr;            // retained by this object, released in the destructor
+  std::vector<int64_t> shape;
+  PDType dtype = PDType::F32;
+  py::object owner;                // foreign owner kept alive (pyopencl object, DLPack capsule)
+
+  explicit Tensor(const clattn::Context& c) : ctx(c) {}
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  ~Tensor();
+
+  int64_t numel() const;
+  int64_t nbytes() const { return numel() * int64_t(dtype_bytes(dtype)); }
+  std::size_t buffer_bytes() const;  // CL_MEM_SIZE
+};
+using TensorPtr = std::shared_ptr<Tensor>;
+
+std::string shape_str(const std::vector<int64_t>& s);
+std::string dtype_repr(const py::dtype& d);  // numpy dtype name
+
+// Allocation helpers (blocking only where noted).
+TensorPtr alloc_tensor(const clattn::Context& ctx, std::vector<int64_t> shape, PDType dt);
+TensorPtr upload(const clattn::Context& ctx, const py::array& a, PDType dt);  // blocking write
+
+// The cl_mem of an optional tensor argument after checking it lives on ctx (nullptr when
+// t is null). `name` is used in the error message.
+cl_mem mem_of(const clattn::Context& ctx, const Tensor* t, const char* name);
+// Checks dtype and (when given, -1 = any) shape; returns the cl_mem.
+cl_mem check_tensor(const clattn::Context& ctx, const Tensor* t, const char* name,
+                    std::initializer_list<PDType> dtypes, const std::vector<int64_t>& shape = {});
+
+// Host int32 vector from any integer array-like (copied; values checked to fit int32).
+std::vector<int32_t> to_i32(const py::handle& a, const char* name);
+
+void init_tensor(py::module_& m);
+void init_ops(py::module_& m);
+void init_mla(py::module_& m);
+void init_linear(py::module_& m);
+void init_metadata(py::module_& m);
+
+}  // namespace clattn_py

@@ -1,0 +1,59 @@
+// Native MLA (DeepSeek absorbed form) plan/run on a paged latent cache.
+#include "binding.hpp"
+
+namespace clattn_py {
+
+void init_mla(py::module_& m) {
+  py::class_<clattn::MlaPlan>(m, "MlaPlan", "A planned MLA batch (opaque; see BatchMLAPagedAttentionWrapper).")
+      .def_readonly("extend", &clattn::MlaPlan::extend)
+      .def_readonly("batch_size", &clattn::MlaPlan::batch_size)
+      .def_readonly("num_heads", &clattn::MlaPlan::num_heads)
+      .def_readonly("num_tokens", &clattn::MlaPlan::num_tokens)
+      .def_readonly("workspace_bytes", &clattn::MlaPlan::workspace_bytes)
+      .def_readonly("num_work", &clattn::MlaPlan::num_work)
+      .def_readonly("variant", &clattn::MlaPlan::variant)
+      .def_readonly("kernel_options", &clattn::MlaPlan::kernel_options);
+
+  m.def("_mla_plan", [](const clattn::Context& ctx, py::object qo_indptr, py::object indptr, py::object indices,
+                        py::object last, int page_size, int num_pages, const std::string& kv_dtype, int num_heads,
+                        const std::string& q_dtype, const std::string& o_dtype, float sm_scale, bool causal,
+                        bool extend, bool validate) {
+    clattn::PagedCsr csr;
+    csr.page_size = page_size;
+    if (!qo_indptr.is_none()) csr.qo_indptr = to_i32(qo_indptr, "qo_indptr");
+    csr.kv_indptr = to_i32(indptr, "kv_indptr");
+    csr.kv_indices = to_i32(indices, "kv_indices");
+    csr.kv_last_page_len = to_i32(last, "kv_len_arr");
+    clattn::MlaCache cache;
+    cache.num_pages = num_pages;
+    cache.page_size = page_size;
+    cache.dtype = to_lib(parse_dtype(kv_dtype, "kv_data_type"), "kv_data_type");
+    clattn::MlaOptions o;
+    o.num_heads = num_heads;
+    o.q_dtype = to_lib(parse_dtype(q_dtype, "q_data_type"), "q_data_type");
+    o.o_dtype = to_lib(parse_dtype(o_dtype, "o_data_type"), "o_data_type");
+    o.sm_scale = sm_scale;
+    o.causal = causal;
+    o.validate = validate;
+    py::gil_scoped_release nogil;
+    return extend ? clattn::mla_extend_plan(ctx, csr, cache, o) : clattn::mla_decode_plan(ctx, csr, cache, o);
+  });
+
+  m.def("_mla_run", [](const clattn::Context& ctx, const clattn::MlaPlan& plan, const Tensor* q_nope,
+                       const Tensor* q_pe, const Tensor* ckv, const Tensor* kpe, const Tensor* page_ids,
+                       const Tensor* o, const Tensor* lse, const Tensor* workspace, float kv_scale) {
+    clattn::MlaBuffers b;
+    b.q_nope = mem_of(ctx, q_nope, "q_nope");
+    b.q_pe = mem_of(ctx, q_pe, "q_pe");
+    b.ckv = mem_of(ctx, ckv, "ckv_cache");
+    b.kpe = mem_of(ctx, kpe, "kpe_cache");
+    b.page_ids = check_tensor(ctx, page_ids, "kv_indices", {PDType::I32});
+    b.o = mem_of(ctx, o, "out");
+    b.lse = mem_of(ctx, lse, "lse");
+    b.workspace = mem_of(ctx, workspace, "workspace");
+    b.kv_scale = kv_scale;
+    clattn::mla_run(ctx, plan, b);
+  });
+}
+
+}  // namespace clattn_py

@@ -1,0 +1,232 @@
+// Native ops on device tensors: KV append, merge_state(s), paged decode, paged extend and
+// ragged prefill (plan/run). Thin: the Python wrappers (clattn/attention.py) shape the
+// FlashInfer-style API, allocate outputs and check shapes; the library checks the rest.
+#include "binding.hpp"
+
+namespace clattn_py {
+
+namespace {
+
+clattn::PagedKV paged_kv(int num_pages, int page_size, int num_kv_heads, int head_dim, const std::string& layout,
+                         const std::string& dtype) {
+  clattn::PagedKV c;
+  c.num_pages = num_pages;
+  c.page_size = page_size;
+  c.num_kv_heads = num_kv_heads;
+  c.head_dim = head_dim;
+  c.layout = parse_layout(layout);
+  c.dtype = to_lib(parse_dtype(dtype, "kv_data_type"), "kv_data_type");
+  return c;
+}
+
+std::vector<int32_t> opt_i32(const py::object& o, const char* name) {
+  if (o.is_none()) return {};
+  return to_i32(o, name);
+}
+
+}  // namespace
+
+void init_ops(py::module_& m) {
+  // ---------------------------------------------------------------- append
+  m.def("_append_kv", [](const clattn::Context& ctx, const Tensor* k, const Tensor* v, const Tensor* slots,
+                         const Tensor* k_cache, const Tensor* v_cache, const std::string& layout,
+                         float k_scale, float v_scale, py::object slots_host) {
+    const std::initializer_list<PDType> src = {PDType::F32, PDType::F16, PDType::BF16};
+    const std::initializer_list<PDType> kv = {PDType::F32, PDType::F16, PDType::BF16, PDType::FP8_E4M3, PDType::FP8_E5M2};
+    clattn::AppendKVArgs a;
+    a.k = check_tensor(ctx, k, "append_key", src);
+    if (k->shape.size() != 3) invalid("append_key: shape " + shape_str(k->shape) + ", expected [num_tokens, num_kv_heads, head_dim]");
+    a.v = check_tensor(ctx, v, "append_value", {k->dtype}, k->shape);
+    a.src_dtype = to_lib(k->dtype, "append_key");
+    a.num_tokens = k->shape[0];
+    a.slot_mapping = check_tensor(ctx, slots, "slot_mapping", {PDType::I32, PDType::I64}, {a.num_tokens});
+    a.slot_dtype = to_lib(slots->dtype, "slot_mapping");
+    a.k_cache = check_tensor(ctx, k_cache, "k_cache", kv);
+    if (k_cache->shape.size() != 4) invalid("k_cache: shape " + shape_str(k_cache->shape) + ", expected 4 dimensions");
+    a.v_cache = check_tensor(ctx, v_cache, "v_cache", {k_cache->dtype}, k_cache->shape);
+    bool nhd = parse_layout(layout) == clattn::KVLayout::NHD;
+    const auto& cs = k_cache->shape;
+    a.cache = paged_kv(int(cs[0]), int(nhd ? cs[1] : cs[2]), int(nhd ? cs[2] : cs[1]), int(cs[3]), layout, dtype_str(k_cache->dtype));
+    if (k->shape[1] != a.cache.num_kv_heads || k->shape[2] != a.cache.head_dim)
+      invalid("append_key: shape " + shape_str(k->shape) + " does not match the cache's heads/head_dim " + shape_str(cs));
+    a.k_scale = k_scale;
+    a.v_scale = v_scale;
+    std::vector<int64_t> host;
+    if (!slots_host.is_none()) {
+      auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(slots_host);
+      if (!arr || arr.size() != a.num_tokens) invalid("slot_mapping host copy: expected " + std::to_string(a.num_tokens) + " integers");
+      host.assign(arr.data(), arr.data() + arr.size());
+      clattn::validate_slot_mapping(host.data(), int64_t(host.size()),
+                                    clattn::CacheShape{a.cache.num_pages, a.cache.page_size});
+    }
+    clattn::append_kv(ctx, a);
+  }, py::arg("ctx"), py::arg("k"), py::arg("v"), py::arg("slot_mapping"), py::arg("k_cache"), py::arg("v_cache"),
+     py::arg("kv_layout"), py::arg("k_scale"), py::arg("v_scale"), py::arg("slot_mapping_host") = py::none());
+
+  // ---------------------------------------------------------------- merge
+  m.def("_merge_state", [](const clattn::Context& ctx, const Tensor* va, const Tensor* sa, const Tensor* vb,
+                           const Tensor* sb, const Tensor* vo, const Tensor* so) {
+    clattn::MergeStateArgs a;
+    a.v_a = check_tensor(ctx, va, "v_a", {PDType::F32, PDType::F16, PDType::BF16});
+    if (va->shape.size() != 3) invalid("v_a: shape " + shape_str(va->shape) + ", expected [seq_len, num_heads, head_dim]");
+    a.num_tokens = int(va->shape[0]), a.num_heads = int(va->shape[1]), a.head_dim = int(va->shape[2]);
+    a.s_a = check_tensor(ctx, sa, "s_a", {PDType::F32}, {va->shape[0], va->shape[1]});
+    a.v_b = check_tensor(ctx, vb, "v_b", {va->dtype}, va->shape);
+    a.s_b = check_tensor(ctx, sb, "s_b", {PDType::F32}, {va->shape[0], va->shape[1]});
+    a.v_out = check_tensor(ctx, vo, "v_merged", {va->dtype}, va->shape);
+    a.s_out = so ? check_tensor(ctx, so, "s_merged", {PDType::F32}, {va->shape[0], va->shape[1]}) : nullptr;
+    a.dtype = to_lib(va->dtype, "v_a");
+    clattn::merge_state(ctx, a);
+  });
+  m.def("_merge_states", [](const clattn::Context& ctx, const Tensor* v, const Tensor* s, const Tensor* vo,
+                            const Tensor* so) {
+    clattn::MergeStatesArgs a;
+    a.v = check_tensor(ctx, v, "v", {PDType::F32, PDType::F16, PDType::BF16});
+    if (v->shape.size() != 4) invalid("v: shape " + shape_str(v->shape) + ", expected [seq_len, num_states, num_heads, head_dim]");
+    const auto& sh = v->shape;
+    a.num_tokens = int(sh[0]), a.num_states = int(sh[1]), a.num_heads = int(sh[2]), a.head_dim = int(sh[3]);
+    a.s = check_tensor(ctx, s, "s", {PDType::F32}, {sh[0], sh[1], sh[2]});
+    a.v_out = check_tensor(ctx, vo, "v_merged", {v->dtype}, {sh[0], sh[2], sh[3]});
+    a.s_out = so ? check_tensor(ctx, so, "s_merged", {PDType::F32}, {sh[0], sh[2]}) : nullptr;
+    a.dtype = to_lib(v->dtype, "v");
+    clattn::merge_states(ctx, a);
+  });
+
+  // ---------------------------------------------------------------- decode
+  py::class_<clattn::DecodePlan>(m, "DecodePlan", "A planned decode batch (opaque; see BatchDecodeWithPagedKVCacheWrapper).")
+      .def_readonly("batch_size", &clattn::DecodePlan::batch_size)
+      .def_readonly("num_qo_heads", &clattn::DecodePlan::num_qo_heads)
+      .def_readonly("num_kv_heads", &clattn::DecodePlan::num_kv_heads)
+      .def_readonly("head_dim", &clattn::DecodePlan::head_dim)
+      .def_readonly("page_size", &clattn::DecodePlan::page_size)
+      .def_readonly("num_work", &clattn::DecodePlan::num_work)
+      .def_readonly("num_partials", &clattn::DecodePlan::num_partials)
+      .def_readonly("chunk_tokens", &clattn::DecodePlan::chunk_tokens)
+      .def_readonly("workspace_bytes", &clattn::DecodePlan::workspace_bytes)
+      .def_readonly("variant", &clattn::DecodePlan::variant)
+      .def_readonly("kernel_options", &clattn::DecodePlan::kernel_options)
+      .def("to_vector", &clattn::DecodePlan::to_vector, "The plan as a flat int64 list (FlashInfer's plan_info idea).");
+
+  m.def("_decode_plan", [](const clattn::Context& ctx, py::object indptr, py::object indices, py::object last,
+                           int page_size, int num_pages, int num_kv_heads, int head_dim, const std::string& layout,
+                           const std::string& kv_dtype, int num_qo_heads, const std::string& q_dtype,
+                           const std::string& o_dtype, float sm_scale, float soft_cap, int window_left,
+                           bool deterministic, int max_splits, bool validate) {
+    clattn::PagedCsr csr;
+    csr.page_size = page_size;
+    csr.kv_indptr = to_i32(indptr, "indptr");
+    csr.kv_indices = to_i32(indices, "indices");
+    csr.kv_last_page_len = to_i32(last, "last_page_len");
+    clattn::DecodeOptions o;
+    o.num_qo_heads = num_qo_heads;
+    o.q_dtype = to_lib(parse_dtype(q_dtype, "q_data_type"), "q_data_type");
+    o.o_dtype = to_lib(parse_dtype(o_dtype, "o_data_type"), "o_data_type");
+    o.sm_scale = sm_scale;
+    o.logits_soft_cap = soft_cap;
+    o.window_left = window_left;
+    o.deterministic = deterministic;
+    o.max_splits = max_splits;
+    o.validate = validate;
+    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype);
+    py::gil_scoped_release nogil;
+    return clattn::decode_plan(ctx, csr, cache, o);
+  });
+
+  m.def("_decode_run", [](const clattn::Context& ctx, const clattn::DecodePlan& plan, const Tensor* q,
+                          const Tensor* k, const Tensor* v, const Tensor* page_ids, const Tensor* o, const Tensor* lse,
+                          const Tensor* workspace, const Tensor* sinks, float k_scale, float v_scale) {
+    clattn::DecodeBuffers b;
+    b.q = mem_of(ctx, q, "q");
+    b.k_cache = mem_of(ctx, k, "k_cache");
+    b.v_cache = mem_of(ctx, v, "v_cache");
+    b.page_ids = check_tensor(ctx, page_ids, "indices", {PDType::I32});
+    b.o = mem_of(ctx, o, "out");
+    b.lse = mem_of(ctx, lse, "lse");
+    b.workspace = mem_of(ctx, workspace, "workspace");
+    b.sinks = sinks ? check_tensor(ctx, sinks, "sinks", {PDType::F32}) : nullptr;
+    b.k_scale = k_scale;
+    b.v_scale = v_scale;
+    clattn::decode_run(ctx, plan, b);
+  });
+
+  // ---------------------------------------------------------------- extend / prefill
+  py::class_<clattn::ExtendPlan>(m, "ExtendPlan", "A planned extend/prefill batch (opaque).")
+      .def_readonly("batch_size", &clattn::ExtendPlan::batch_size)
+      .def_readonly("num_qo_heads", &clattn::ExtendPlan::num_qo_heads)
+      .def_readonly("num_kv_heads", &clattn::ExtendPlan::num_kv_heads)
+      .def_readonly("head_dim", &clattn::ExtendPlan::head_dim)
+      .def_readonly("num_tokens", &clattn::ExtendPlan::num_tokens)
+      .def_readonly("mask_bytes_needed", &clattn::ExtendPlan::mask_bytes_needed)
+      .def_readonly("has_mask", &clattn::ExtendPlan::has_mask)
+      .def_readonly("num_tiles", &clattn::ExtendPlan::num_tiles)
+      .def_readonly("variant", &clattn::ExtendPlan::variant)
+      .def_readonly("kernel_options", &clattn::ExtendPlan::kernel_options);
+
+  auto ext_opts = [](int num_qo_heads, const std::string& q_dtype, const std::string& o_dtype, float sm_scale,
+                     float soft_cap, int window_left, bool causal, py::object mask_indptr, bool validate) {
+    clattn::ExtendOptions o;
+    o.num_qo_heads = num_qo_heads;
+    o.q_dtype = to_lib(parse_dtype(q_dtype, "q_data_type"), "q_data_type");
+    o.o_dtype = to_lib(parse_dtype(o_dtype, "o_data_type"), "o_data_type");
+    o.sm_scale = sm_scale;
+    o.logits_soft_cap = soft_cap;
+    o.window_left = window_left;
+    o.causal = causal;
+    o.mask_indptr = opt_i32(mask_indptr, "mask_indptr");
+    o.validate = validate;
+    return o;
+  };
+
+  m.def("_extend_plan", [ext_opts](const clattn::Context& ctx, py::object qo_indptr, py::object indptr, py::object indices,
+                                   py::object last, int page_size, int num_pages, int num_kv_heads, int head_dim,
+                                   const std::string& layout, const std::string& kv_dtype, int num_qo_heads,
+                                   const std::string& q_dtype, const std::string& o_dtype, float sm_scale,
+                                   float soft_cap, int window_left, bool causal, py::object mask_indptr, bool validate) {
+    clattn::PagedCsr csr;
+    csr.page_size = page_size;
+    csr.qo_indptr = to_i32(qo_indptr, "qo_indptr");
+    csr.kv_indptr = to_i32(indptr, "paged_kv_indptr");
+    csr.kv_indices = to_i32(indices, "paged_kv_indices");
+    csr.kv_last_page_len = to_i32(last, "paged_kv_last_page_len");
+    auto o = ext_opts(num_qo_heads, q_dtype, o_dtype, sm_scale, soft_cap, window_left, causal, mask_indptr, validate);
+    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype);
+    py::gil_scoped_release nogil;
+    return clattn::extend_plan(ctx, csr, cache, o);
+  });
+
+  m.def("_prefill_plan", [ext_opts](const clattn::Context& ctx, py::object qo_indptr, py::object kv_indptr,
+                                    int64_t kv_tokens, int num_kv_heads, int head_dim, const std::string& kv_dtype,
+                                    int num_qo_heads, const std::string& q_dtype, const std::string& o_dtype,
+                                    float sm_scale, float soft_cap, int window_left, bool causal, py::object mask_indptr,
+                                    bool validate) {
+    auto qi = to_i32(qo_indptr, "qo_indptr");
+    auto ki = to_i32(kv_indptr, "kv_indptr");
+    clattn::RaggedKV kv;
+    kv.num_tokens = kv_tokens;
+    kv.num_kv_heads = num_kv_heads;
+    kv.head_dim = head_dim;
+    kv.dtype = to_lib(parse_dtype(kv_dtype, "kv_data_type"), "kv_data_type");
+    auto o = ext_opts(num_qo_heads, q_dtype, o_dtype, sm_scale, soft_cap, window_left, causal, mask_indptr, validate);
+    py::gil_scoped_release nogil;
+    return clattn::prefill_plan(ctx, qi, ki, kv, o);
+  });
+
+  m.def("_extend_run", [](const clattn::Context& ctx, const clattn::ExtendPlan& plan, const Tensor* q, const Tensor* k,
+                          const Tensor* v, const Tensor* page_ids, const Tensor* o, const Tensor* lse,
+                          const Tensor* sinks, const Tensor* mask, float k_scale, float v_scale) {
+    clattn::ExtendBuffers b;
+    b.q = mem_of(ctx, q, "q");
+    b.k = mem_of(ctx, k, "k");
+    b.v = mem_of(ctx, v, "v");
+    b.page_ids = page_ids ? check_tensor(ctx, page_ids, "paged_kv_indices", {PDType::I32}) : nullptr;
+    b.o = mem_of(ctx, o, "out");
+    b.lse = mem_of(ctx, lse, "lse");
+    b.sinks = sinks ? check_tensor(ctx, sinks, "sinks", {PDType::F32}) : nullptr;
+    b.custom_mask = mask ? check_tensor(ctx, mask, "packed_custom_mask", {PDType::U8}) : nullptr;
+    b.k_scale = k_scale;
+    b.v_scale = v_scale;
+    clattn::extend_run(ctx, plan, b);
+  });
+}
+
+}  // namespace clattn_py
