@@ -14,8 +14,8 @@ from ._util import as_tensor, check, context_of, error, host_i32
 _IO = ("f32", "f16", "bf16")
 
 
-def _prepare(q, k, v, g, beta, cu_seqlens, ctx, gdn, g_gamma=None, dtype=None):
-    c = context_of(q, k, v, g, beta, ctx=ctx)
+def _prepare(q, k, v, g, beta, cu_seqlens, ctx, gdn, g_gamma=None, dtype=None, state=None):
+    c = context_of(q, k, v, g, beta, state, ctx=ctx)
     q = check(as_tensor(c, q, "q", dtype), "q", _IO)
     k = check(as_tensor(c, k, "k", dtype or q.dtype), "k", (q.dtype,), q.shape)
     v = check(as_tensor(c, v, "v", dtype or q.dtype), "v", (q.dtype,))
@@ -76,7 +76,7 @@ def _run(kind, c, q, k, v, g, beta, cu, constant, d, pool, indices, scale, l2nor
 def _functional(kind, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, l2norm, ctx,
                 g_gamma=None, out=None, dtype=None):
     c, q, k, v, g, beta, cu, constant, d = _prepare(q, k, v, g, beta, cu_seqlens, ctx, kind == "gdn",
-                                                    g_gamma, dtype)
+                                                    g_gamma, dtype, initial_state)
     shape = (d["N"], d["Hv"], d["Dk"], d["Dv"])
     if initial_state is not None:
         s0 = check(as_tensor(c, initial_state, "initial_state", "f32"), "initial_state", ("f32",), shape)
@@ -205,7 +205,8 @@ def fused_recurrent_gated_delta_rule_update(q, k, v, g, beta, scale=None, initia
 
     All sequences of length one (decode) run the recurrent kernel, otherwise the chunked one.
     """
-    c, q, k, v, g, beta, cu, constant, d = _prepare(q, k, v, g, beta, cu_seqlens, ctx, True, None, dtype)
+    c, q, k, v, g, beta, cu, constant, d = _prepare(q, k, v, g, beta, cu_seqlens, ctx, True, None, dtype,
+                                                 initial_state_source)
     pool = as_tensor(c, initial_state_source, "initial_state_source")
     if initial_state_indices is None:
         raise error("initial_state_indices is required")
@@ -223,7 +224,8 @@ def fused_recurrent_simple_gla_update(q, k, v, g=None, g_gamma=None, scale=None,
     Returns:
         o (Tensor) ``[B, T, HV, V]``.
     """
-    c, q, k, v, g, _, cu, constant, d = _prepare(q, k, v, g, None, cu_seqlens, ctx, False, g_gamma, dtype)
+    c, q, k, v, g, _, cu, constant, d = _prepare(q, k, v, g, None, cu_seqlens, ctx, False, g_gamma, dtype,
+                                              initial_state_source)
     pool = as_tensor(c, initial_state_source, "initial_state_source")
     if initial_state_indices is None:
         raise error("initial_state_indices is required")
