@@ -1,0 +1,278 @@
+/* Extend through the C ABI, compiled as C: paged CSR and page-table plans (causal, window,
+ * soft cap, custom mask), ragged prefill and cascade, each against a double-precision loop
+ * written here; rejected calls name the argument and leave the output untouched. */
+#include <math.h>
+
+#include "c_test_util.h"
+
+enum { B = 2, HQ = 4, HKV = 2, D = 64, P = 4, PAGES = 12, T = 6 };
+static float kc[PAGES * P * HKV * D], vc[PAGES * P * HKV * D], qh[T * HQ * D];
+
+static const float* kv_at(const float* c, const int32_t* pages, int j, int kh) {
+  return c + ((size_t)(pages[j / P] * P + j % P) * HKV + kh) * D;
+}
+
+/* One query row (position qpos) over keys 0..kv_len-1 of the listed pages. mask: packed bits
+ * starting at bit `bit0`, NULL = none. Writes out [HQ*D] and lse [HQ]. */
+static void ref_row(const float* q, const int32_t* pages, int kv_len, int qpos, int causal, int window, double cap,
+                    double scale, const unsigned char* mask, long bit0, double* out, double* lse) {
+  for (int h = 0; h < HQ; ++h) {
+    int kh = h / (HQ / HKV);
+    double s[64], m = -INFINITY, den = 0;
+    int vis[64];
+    for (int j = 0; j < kv_len; ++j) {
+      vis[j] = (!causal || j <= qpos) && (window < 0 || j >= qpos - window) &&
+               (!mask || ((mask[(bit0 + j) / 8] >> ((bit0 + j) % 8)) & 1));
+      double dot = 0;
+      const float* k = kv_at(kc, pages, j, kh);
+      for (int d = 0; d < D; ++d) dot += (double)q[h * D + d] * k[d];
+      s[j] = dot * scale;
+      if (cap > 0) s[j] = cap * tanh(s[j] / cap);
+      if (vis[j] && s[j] > m) m = s[j];
+    }
+    for (int d = 0; d < D; ++d) out[h * D + d] = 0;
+    for (int j = 0; j < kv_len; ++j) {
+      if (!vis[j]) continue;
+      double w = exp(s[j] - m);
+      den += w;
+      const float* v = kv_at(vc, pages, j, kh);
+      for (int d = 0; d < D; ++d) out[h * D + d] += w * v[d];
+    }
+    for (int d = 0; d < D; ++d) out[h * D + d] = den > 0 ? out[h * D + d] / den : 0;
+    if (lse) lse[h] = den > 0 ? m + log(den) : -INFINITY;
+  }
+}
+
+static double worst(const float* got, const double* want, int n) {
+  double w = 0;
+  for (int i = 0; i < n; ++i) {
+    double e = fabs(got[i] - want[i]);
+    if (!(e <= w)) w = e; /* NaN counts as worst */
+  }
+  return w;
+}
+
+static const int32_t indptr[B + 1] = {0, 3, 5}, indices[5] = {5, 1, 8, 3, 10}, last[B] = {1, 2};
+static const int32_t qo_indptr[B + 1] = {0, 4, 6}, kv_len[B] = {9, 6};
+
+/* Reference for the CSR batch above with these options. */
+static void ref_batch(int causal, int window, double cap, double scale, const unsigned char* mask,
+                      const int32_t* mask_indptr, double* out, double* lse) {
+  for (int i = 0; i < B; ++i) {
+    int qo = qo_indptr[i + 1] - qo_indptr[i];
+    for (int j = 0; j < qo; ++j) {
+      int row = qo_indptr[i] + j;
+      ref_row(qh + (size_t)row * HQ * D, indices + indptr[i], kv_len[i], kv_len[i] - qo + j, causal, window, cap,
+              scale, mask ? mask + mask_indptr[i] : NULL, (long)j * kv_len[i], out + (size_t)row * HQ * D,
+              lse ? lse + row * HQ : NULL);
+    }
+  }
+}
+
+int main(void) {
+  clattn_context ctx = NULL;
+  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
+  if (!ctx) return report();
+  cl_command_queue q;
+  cl_context c;
+  cl_objects(ctx, &q, &c);
+  for (size_t e = 0; e < sizeof kc / sizeof kc[0]; ++e) { kc[e] = rnd(); vc[e] = rnd(); }
+  for (size_t e = 0; e < sizeof qh / sizeof qh[0]; ++e) qh[e] = rnd();
+
+  static float sentinel[T * HQ * D], out[T * HQ * D], lse[T * HQ];
+  static double want[T * HQ * D], want_lse[T * HQ];
+  for (int e = 0; e < T * HQ * D; ++e) sentinel[e] = 777.0f;
+  cl_mem kd = buffer(c, sizeof kc, kc, q), vd = buffer(c, sizeof vc, vc, q), qd = buffer(c, sizeof qh, qh, q);
+  cl_mem od = buffer(c, sizeof sentinel, sentinel, q), ld = buffer(c, sizeof lse, NULL, q);
+  cl_mem ids = buffer(c, sizeof indices, indices, q);
+  clattn_paged_kv cache = {PAGES, P, HKV, D, 0 /* NHD */, 0 /* f32 */, 0, 0, 0};
+  clattn_csr csr = {B, P, indptr, indices, last, NULL, qo_indptr};
+
+  clattn_extend_options opt;
+  clattn_extend_options_init(&opt);
+  CHECK(opt.causal == 1 && opt.window_left == -1 && opt.validate == 1);
+  opt.num_qo_heads = HQ;
+  opt.q_dtype = opt.o_dtype = 0;
+
+  /* ---- rejected calls: nothing planned, output untouched */
+  clattn_extend_plan plan = (clattn_extend_plan)1;
+  clattn_csr noqo = csr;
+  noqo.qo_indptr = NULL;
+  CHECK_FAILS(clattn_extend_plan_csr(ctx, &noqo, &cache, &opt, &plan), CLATTN_INVALID_ARGUMENT, "csr.qo_indptr");
+  CHECK(plan == NULL);
+  CHECK_FAILS(clattn_extend_plan_csr(ctx, &csr, &cache, NULL, &plan), CLATTN_INVALID_ARGUMENT, "opt");
+  CHECK_FAILS(clattn_extend_plan_csr(ctx, &csr, NULL, &opt, &plan), CLATTN_INVALID_ARGUMENT, "cache");
+  CHECK_FAILS(clattn_extend_plan_csr(NULL, &csr, &cache, &opt, &plan), CLATTN_INVALID_ARGUMENT, "ctx");
+  clattn_extend_options badp = opt;
+  badp.params = "WG";
+  CHECK_FAILS(clattn_extend_plan_csr(ctx, &csr, &cache, &badp, &plan), CLATTN_INVALID_ARGUMENT, "opt.params");
+  int32_t bad_ids[5] = {5, 1, 8, 3, PAGES};
+  clattn_csr badc = csr;
+  badc.kv_indices = bad_ids;
+  CHECK_FAILS(clattn_extend_plan_csr(ctx, &badc, &cache, &opt, &plan), CLATTN_INVALID_ARGUMENT, "kv_indices");
+  CHECK(plan == NULL);
+
+  /* ---- A: CSR, causal, default scale, with lse */
+  CHECK(clattn_extend_plan_csr(ctx, &csr, &cache, &opt, &plan) == CLATTN_SUCCESS);
+  clattn_extend_plan_info info;
+  CHECK(clattn_extend_plan_info_get(plan, &info) == CLATTN_SUCCESS);
+  CHECK(info.num_tokens == T && info.page_ids_needed == 5 && info.mask_bytes_needed == 0 && info.variant[0]);
+  clattn_extend_buffers eb;
+  memset(&eb, 0, sizeof eb);
+  eb.q = qd; eb.k = kd; eb.v = vd; eb.page_ids = ids; eb.o = od; eb.lse = ld; eb.k_scale = eb.v_scale = 1.0f;
+  clattn_extend_buffers nob = eb;
+  nob.o = NULL;
+  CHECK(clattn_extend_run(ctx, plan, &nob, NULL) == CLATTN_INVALID_ARGUMENT);
+  CHECK(strlen(clattn_last_error()) > 0);
+  read_back(q, od, out, sizeof out);
+  CHECK(memcmp(out, sentinel, sizeof out) == 0);
+  CHECK_FAILS(clattn_extend_run(ctx, NULL, &eb, NULL), CLATTN_INVALID_ARGUMENT, "plan");
+  CHECK_FAILS(clattn_extend_run(ctx, plan, NULL, NULL), CLATTN_INVALID_ARGUMENT, "buffers");
+
+  cl_event ev = NULL;
+  clattn_enqueue en = {NULL, 0, NULL, &ev};
+  CHECK(clattn_extend_run(ctx, plan, &eb, &en) == CLATTN_SUCCESS);
+  CHECK(ev != NULL);
+  if (ev) { clWaitForEvents(1, &ev); clReleaseEvent(ev); }
+  read_back(q, od, out, sizeof out);
+  read_back(q, ld, lse, sizeof lse);
+  ref_batch(1, -1, 0, 1.0 / sqrt((double)D), NULL, NULL, want, want_lse);
+  double w = worst(out, want, T * HQ * D), wl = worst(lse, want_lse, T * HQ);
+  CHECK(w < 1e-4 && wl < 1e-4);
+  printf("csr causal: max |o - ref| %.2g, max |lse - ref| %.2g\n", w, wl);
+  clattn_extend_plan_release(plan);
+
+  /* ---- B: page table, window 3, soft cap 5, sm_scale 0.2 */
+  static const int32_t table[B * 3] = {5, 1, 8, 3, 10, -1};
+  cl_mem tabd = buffer(c, sizeof table, table, q);
+  clattn_page_table pt = {B, P, 3, table, kv_len, qo_indptr};
+  clattn_extend_options ob = opt;
+  ob.window_left = 3;
+  ob.logits_soft_cap = 5.0f;
+  ob.sm_scale = 0.2f;
+  clattn_page_table noq = pt;
+  noq.cu_seqlens_q = NULL;
+  CHECK_FAILS(clattn_extend_plan_page_table(ctx, &noq, &cache, &ob, &plan), CLATTN_INVALID_ARGUMENT,
+              "table.cu_seqlens_q");
+  CHECK(clattn_extend_plan_page_table(ctx, &pt, &cache, &ob, &plan) == CLATTN_SUCCESS);
+  eb.page_ids = tabd;
+  eb.lse = NULL;
+  CHECK(clattn_extend_run(ctx, plan, &eb, NULL) == CLATTN_SUCCESS);
+  read_back(q, od, out, sizeof out);
+  ref_batch(1, 3, 5.0, 0.2, NULL, NULL, want, NULL);
+  w = worst(out, want, T * HQ * D);
+  CHECK(w < 1e-4);
+  printf("page table, window 3, soft cap 5: max |o - ref| %.2g\n", w);
+  clattn_extend_plan_release(plan);
+  eb.page_ids = ids;
+
+  /* ---- C: custom mask ANDed with causal */
+  static const int32_t mask_indptr[B + 1] = {0, 5, 7}; /* ceil(4*9/8) = 5, ceil(2*6/8) = 2 */
+  unsigned char mask[7];
+  for (int i = 0; i < 7; ++i) mask[i] = (unsigned char)((lcg_state = lcg_state * 1664525u + 1013904223u) >> 24);
+  cl_mem maskd = buffer(c, sizeof mask, mask, q);
+  clattn_extend_options oc = opt;
+  oc.mask_indptr = mask_indptr;
+  CHECK(clattn_extend_plan_csr(ctx, &csr, &cache, &oc, &plan) == CLATTN_SUCCESS);
+  CHECK(clattn_extend_plan_info_get(plan, &info) == CLATTN_SUCCESS && info.mask_bytes_needed == 7);
+  CHECK_FAILS(clattn_extend_run(ctx, plan, &eb, NULL), CLATTN_INVALID_ARGUMENT, "custom_mask");
+  eb.custom_mask = maskd;
+  CHECK(clattn_extend_run(ctx, plan, &eb, NULL) == CLATTN_SUCCESS);
+  read_back(q, od, out, sizeof out);
+  ref_batch(1, -1, 0, 1.0 / sqrt((double)D), mask, mask_indptr, want, NULL);
+  {
+    int nonzero = 0; /* the mask must leave something to compare */
+    for (int e = 0; e < T * HQ * D; ++e) nonzero += want[e] != 0;
+    CHECK(nonzero > T * HQ * D / 2);
+  }
+  w = worst(out, want, T * HQ * D);
+  CHECK(w < 1e-4);
+  printf("custom mask: max |o - ref| %.2g\n", w);
+  clattn_extend_plan_release(plan);
+  eb.custom_mask = NULL;
+
+  /* ---- D: ragged prefill over contiguous K/V rows (the same keys gathered) */
+  {
+    static float kr[15 * HKV * D], vr[15 * HKV * D];
+    static const int32_t kv_indptr[B + 1] = {0, 9, 15};
+    for (int i = 0; i < B; ++i)
+      for (int j = 0; j < kv_len[i]; ++j)
+        for (int kh = 0; kh < HKV; ++kh) {
+          memcpy(kr + ((size_t)(kv_indptr[i] + j) * HKV + kh) * D, kv_at(kc, indices + indptr[i], j, kh), D * 4);
+          memcpy(vr + ((size_t)(kv_indptr[i] + j) * HKV + kh) * D, kv_at(vc, indices + indptr[i], j, kh), D * 4);
+        }
+    cl_mem krd = buffer(c, sizeof kr, kr, q), vrd = buffer(c, sizeof vr, vr, q);
+    clattn_ragged_kv rk = {15, HKV, D, 0, 0, 0};
+    CHECK_FAILS(clattn_prefill_plan_ragged(ctx, B, NULL, kv_indptr, &rk, &opt, &plan), CLATTN_INVALID_ARGUMENT,
+                "qo_indptr");
+    CHECK_FAILS(clattn_prefill_plan_ragged(ctx, B, qo_indptr, kv_indptr, NULL, &opt, &plan), CLATTN_INVALID_ARGUMENT,
+                "kv");
+    CHECK(clattn_prefill_plan_ragged(ctx, B, qo_indptr, kv_indptr, &rk, &opt, &plan) == CLATTN_SUCCESS);
+    clattn_extend_buffers rb = eb;
+    rb.k = krd; rb.v = vrd; rb.page_ids = NULL;
+    CHECK(clattn_extend_run(ctx, plan, &rb, NULL) == CLATTN_SUCCESS);
+    read_back(q, od, out, sizeof out);
+    ref_batch(1, -1, 0, 1.0 / sqrt((double)D), NULL, NULL, want, NULL);
+    w = worst(out, want, T * HQ * D);
+    CHECK(w < 1e-4);
+    printf("ragged prefill: max |o - ref| %.2g\n", w);
+    clattn_extend_plan_release(plan);
+    clReleaseMemObject(krd);
+    clReleaseMemObject(vrd);
+  }
+
+  /* ---- E: cascade: prefix pages {5, 1} (8 tokens) shared; suffixes {8} (3 tokens, 2 rows)
+   * and {3} (4 tokens, 3 rows). Equals causal extend over prefix + suffix. */
+  {
+    static const int32_t s_indptr[2] = {0, 2}, s_indices[2] = {5, 1}, s_last[1] = {4};
+    static const int32_t u_indptr[B + 1] = {0, 1, 2}, u_indices[2] = {8, 3}, u_last[B] = {3, 4};
+    static const int32_t u_qo[B + 1] = {0, 2, 5};
+    static const int32_t full[B][3] = {{5, 1, 8}, {5, 1, 3}};
+    const int full_len[B] = {11, 12};
+    clattn_csr shared = {1, P, s_indptr, s_indices, s_last, NULL, NULL};
+    clattn_csr unique = {B, P, u_indptr, u_indices, u_last, NULL, u_qo};
+    clattn_cascade_plan cp = NULL;
+    clattn_extend_options ow = opt;
+    ow.window_left = 2;
+    CHECK_FAILS(clattn_cascade_plan_create(ctx, &shared, &unique, &cache, &ow, &cp), CLATTN_INVALID_ARGUMENT,
+                "window");
+    CHECK(cp == NULL);
+    CHECK(clattn_cascade_plan_create(ctx, &shared, &unique, &cache, &opt, &cp) == CLATTN_SUCCESS);
+    int64_t tob = 0, tlb = 0;
+    CHECK(clattn_cascade_tmp_bytes(cp, &tob, &tlb) == CLATTN_SUCCESS);
+    CHECK(tob == 5 * HQ * D * 4 && tlb == 5 * HQ * 4);
+    cl_mem sid = buffer(c, sizeof s_indices, s_indices, q), uid = buffer(c, sizeof u_indices, u_indices, q);
+    cl_mem to = buffer(c, (size_t)tob, NULL, q), tls = buffer(c, (size_t)tlb, NULL, q);
+    cl_mem tlu = buffer(c, (size_t)tlb, NULL, q);
+    cl_mem od2 = buffer(c, 5 * HQ * D * 4, sentinel, q);
+    clattn_cascade_buffers cb;
+    memset(&cb, 0, sizeof cb);
+    cb.q = qd; cb.k_cache = kd; cb.v_cache = vd; cb.shared_page_ids = sid; cb.unique_page_ids = uid; cb.o = od2;
+    cb.tmp_o = to; cb.tmp_lse_shared = tls; cb.tmp_lse_unique = NULL; cb.k_scale = cb.v_scale = 1.0f;
+    CHECK(clattn_cascade_run(ctx, cp, &cb, NULL) == CLATTN_INVALID_ARGUMENT); /* lse and tmp_lse_unique both NULL */
+    read_back(q, od2, out, 5 * HQ * D * 4);
+    CHECK(memcmp(out, sentinel, 5 * HQ * D * 4) == 0);
+    cb.tmp_lse_unique = tlu;
+    CHECK(clattn_cascade_run(ctx, cp, &cb, NULL) == CLATTN_SUCCESS);
+    read_back(q, od2, out, 5 * HQ * D * 4);
+    for (int i = 0; i < B; ++i) {
+      int qo = u_qo[i + 1] - u_qo[i];
+      for (int j = 0; j < qo; ++j) {
+        int row = u_qo[i] + j;
+        ref_row(qh + (size_t)row * HQ * D, full[i], full_len[i], full_len[i] - qo + j, 1, -1, 0,
+                1.0 / sqrt((double)D), NULL, 0, want + (size_t)row * HQ * D, NULL);
+      }
+    }
+    w = worst(out, want, 5 * HQ * D);
+    CHECK(w < 1e-4);
+    printf("cascade: max |o - ref| %.2g\n", w);
+    clattn_cascade_plan_release(cp);
+    clReleaseMemObject(sid); clReleaseMemObject(uid); clReleaseMemObject(to); clReleaseMemObject(tls);
+    clReleaseMemObject(tlu); clReleaseMemObject(od2);
+  }
+
+  clReleaseMemObject(kd); clReleaseMemObject(vd); clReleaseMemObject(qd); clReleaseMemObject(od);
+  clReleaseMemObject(ld); clReleaseMemObject(ids); clReleaseMemObject(tabd); clReleaseMemObject(maskd);
+  clattn_context_release(ctx);
+  return report();
+}
