@@ -12,6 +12,8 @@
 #define CLATTN_DEVICE_WARP_SIZE_NV 0x4003
 #define CLATTN_DEVICE_BOARD_NAME_AMD 0x4038
 #define CLATTN_DEVICE_WAVEFRONT_WIDTH_AMD 0x4043
+#define CLATTN_DEVICE_GFXIP_MAJOR_AMD 0x404A
+#define CLATTN_DEVICE_IP_VERSION_INTEL 0x4250  // cl_intel_device_attribute_query: a cl_version
 #define CLATTN_DEVICE_SUB_GROUP_SIZES_INTEL 0x4108
 #define CLATTN_DEVICE_MAX_NUM_SUB_GROUPS 0x105C
 
@@ -48,6 +50,26 @@ std::string intel_architecture(const std::string& name) {
   if (n.find("arc") != std::string::npos) return "xe-hpg";
   if (n.find("iris xe") != std::string::npos || n.find("uhd graphics 7") != std::string::npos) return "xe-lp";
   if (n.find("graphics") != std::string::npos) return "gen";
+  return "";
+}
+
+// Intel GPU generation from CL_DEVICE_IP_VERSION_INTEL (cl_intel_device_attribute_query,
+// a cl_version major.minor.revision of the graphics IP: 9 = Gen9, 11 = Gen11, 12.0-12.10 =
+// Xe-LP (Tiger Lake, DG1), 12.55-12.59 = Xe-HPG (Arc A / DG2), 12.60 = Xe-HPC (Data Center
+// GPU Max), 12.70-12.74 = Xe-LPG (Meteor/Arrow Lake), 20 = Xe2 (Battlemage, Lunar Lake);
+// Intel's extension spec and the compute-runtime's hardware tables). "" when unknown.
+std::string intel_ip_architecture(cl_uint ip) {
+  const unsigned major = ip >> 22, minor = (ip >> 12) & 0x3ff;
+  if (major >= 20) return "xe2";
+  if (major == 12) {
+    if (minor >= 70 && minor <= 74) return "xe-lpg";
+    if (minor == 60) return "xe-hpc";
+    if (minor >= 55 && minor <= 59) return "xe-hpg";
+    if (minor <= 10) return "xe-lp";
+    return "";
+  }
+  if (major == 11) return "gen11";
+  if (major == 9) return "gen9";
   return "";
 }
 
@@ -141,8 +163,17 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
     if (p.has_extension("cl_amd_device_attribute_query") && device_info(d, CLATTN_DEVICE_WAVEFRONT_WIDTH_AMD, wave))
       p.amd_wavefront = wave;
     p.warp_size = p.amd_wavefront;
-    // AMD's runtime reports the gfx target as the device name ("gfx90a", "gfx1100").
-    if (lower(p.device_name).rfind("gfx", 0) == 0) p.architecture = lower(p.device_name);
+    // AMD's ROCm runtime reports the gfx target as the device name, with target features
+    // after a colon ("gfx90a:sramecc+:xnack-", "gfx1100"). Older drivers name the chip
+    // ("Ellesmere"); there the GFXIP major version of cl_amd_device_attribute_query gives
+    // the family ("gfx8", "gfx9", "gfx10", ...). The board name (CL_DEVICE_BOARD_NAME_AMD)
+    // is marketing only and not used.
+    std::string n = lower(p.device_name);
+    cl_uint gfx_major = 0;
+    if (n.rfind("gfx", 0) == 0) p.architecture = n.substr(0, n.find(':'));
+    else if (p.has_extension("cl_amd_device_attribute_query") &&
+             device_info(d, CLATTN_DEVICE_GFXIP_MAJOR_AMD, gfx_major) && gfx_major > 0)
+      p.architecture = "gfx" + std::to_string(gfx_major);
     if (p.amd_wavefront) p.subgroup_sizes.push_back(p.amd_wavefront);
   }
   if (p.intel_subgroups || p.intel_required_subgroup_size) {
@@ -153,7 +184,12 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
         for (size_t s : sizes) p.subgroup_sizes.push_back(unsigned(s));
     }
   }
-  if (p.vendor == "intel" && p.is_gpu) p.architecture = intel_architecture(p.device_name);
+  if (p.vendor == "intel" && p.is_gpu) {
+    cl_uint ip = 0;
+    if (p.has_extension("cl_intel_device_attribute_query") && device_info(d, CLATTN_DEVICE_IP_VERSION_INTEL, ip))
+      p.architecture = intel_ip_architecture(ip);
+    if (p.architecture.empty()) p.architecture = intel_architecture(p.device_name);  // older drivers: the name
+  }
   if (p.vendor == "nvidia" && p.warp_size) p.subgroup_sizes.push_back(p.warp_size);
   if (p.is_cpu && p.architecture.empty()) {
     // PoCL names its CPU device "pthread-<llvm cpu>-<vendor string>".

@@ -73,6 +73,22 @@ bool apply(const std::vector<Row>& rows, Level level, const std::string& match, 
   return any;
 }
 
+}  // namespace
+
+// AMD: gfx10xx and later are RDNA (wave32 native), gfx9xx and earlier GCN / CDNA (wave64)
+// (AMD RDNA and CDNA ISA reference guides). Other vendors: no family ("").
+std::string arch_family(const std::string& vendor, const std::string& arch) {
+  if (vendor != "amd" || arch.rfind("gfx", 0) != 0) return {};
+  size_t i = 3, n = 0;
+  while (i < arch.size() && std::isdigit((unsigned char)arch[i])) ++i, ++n;
+  // "gfx1030" / "gfx1100" / "gfx10" -> RDNA; "gfx90a" / "gfx942" / "gfx803" / "gfx9" -> GCN.
+  if (n >= 4 || (n == 2 && arch[3] == '1')) return "rdna";
+  if (n >= 1) return "gcn";
+  return {};
+}
+
+namespace {
+
 std::mutex& override_mutex() {
   static std::mutex m;
   return m;
@@ -148,7 +164,12 @@ Entry lookup(const DeviceProfile& p, const std::string& op, const std::string& k
   apply(rows, Level::Vendor, vendor, op, key, e, "vendor:" + vendor);
   if (p.vendor_forced.empty()) {
     const auto& vr = rows;
-    if (!p.architecture.empty()) apply(vr, Level::Arch, p.architecture, op, key, e, "arch:" + p.architecture);
+    if (!p.architecture.empty()) {
+      // Family rows first ("rdna", "gcn"), then rows for the exact architecture.
+      std::string fam = arch_family(p.vendor, p.architecture);
+      if (!fam.empty() && fam != p.architecture) apply(vr, Level::Arch, fam, op, key, e, "arch:" + fam);
+      apply(vr, Level::Arch, p.architecture, op, key, e, "arch:" + p.architecture);
+    }
     apply(vr, Level::Device, p.device_name, op, key, e, "device:" + p.device_name);
     // Tuned files are read once per (device name, file path) per process.
     static std::mutex mu;

@@ -41,6 +41,11 @@ struct Entry {
 // vendor skips the real device's device/arch/tuned rows).
 Entry lookup(const DeviceProfile& profile, const std::string& op, const std::string& key = "*");
 
+// The architecture family whose Level::Arch rows apply before the exact architecture's:
+// "rdna" (AMD gfx10xx and later, wave32) or "gcn" (AMD gfx9xx and earlier, GCN and CDNA,
+// wave64); "" for other vendors.
+std::string arch_family(const std::string& vendor, const std::string& architecture);
+
 // Every op the database has rows for (for the probe).
 std::vector<std::string> known_ops();
 

@@ -14,6 +14,9 @@ const std::vector<Row>& rows_append_kv() {
        "4 warps per block, one head row of D=128 per block (CUDA Best Practices, execution configuration)"},
       {"append_kv", Level::Vendor, "amd", "*", {{"APPEND_WG", 64}},
        "one wave64 (AMD GCN/CDNA ISA guide, wavefront size 64)"},
+      {"append_kv", Level::Arch, "rdna", "*", {{"APPEND_WG", 64}},
+       "two wave32 (AMD RDNA3 ISA reference guide, wave32 native); the same 64 work-items as GCN, listed so the "
+       "RDNA choice is explicit; not tuned on hardware"},
       {"append_kv", Level::Vendor, "intel", "*", {{"APPEND_WG", 64}},
        "four SIMD16 sub-groups (Intel oneAPI GPU optimization guide, thread mapping)"},
       {"append_kv", Level::Vendor, "cpu", "*", {{"APPEND_WG", 16}},

@@ -31,6 +31,9 @@ const std::vector<Row>& rows_linear() {
       {"linear_decode", Level::Vendor, "amd", "*", {{"DEC_DVT", 64}, {"DEC_ROWS", 4}},
        "wave64 spans one row segment of 64 columns; 4 waves per work-group, one per SIMD of a CU "
        "(AMD GCN/CDNA ISA guide, wavefront size 64)"},
+      {"linear_decode", Level::Arch, "rdna", "*", {{"DEC_DVT", 32}, {"DEC_ROWS", 4}},
+       "wave32 spans one 128-byte row segment of 32 f32 columns; 4 waves per work-group (AMD RDNA3 ISA reference "
+       "guide, wave32 native; 128-byte cache lines); not tuned on hardware"},
       {"linear_decode", Level::Vendor, "intel", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 8}},
        "SIMD16 spans 16 columns (64 bytes); 8 row groups = 128 work-items "
        "(Intel oneAPI GPU optimization guide, sub-groups and thread mapping)"},

@@ -17,6 +17,9 @@ const std::vector<Row>& rows_merge() {
        "32-128 parts)"},
       {"merge", Level::Vendor, "amd", "*", {{"MERGE_WG", 64}},
        "one wave64 per row (AMD GCN/CDNA ISA guide, wavefront size 64)"},
+      {"merge", Level::Arch, "rdna", "*", {{"MERGE_WG", 32}},
+       "one wave32 per row: RDNA runs wave32 natively (AMD RDNA / RDNA3 ISA reference guide, 'wave32 and "
+       "wave64'; the OpenCL compiler picks wave32 for compute); not tuned on hardware"},
       {"merge", Level::Vendor, "intel", "*", {{"MERGE_WG", 32}},
        "two SIMD16 sub-groups per row; Xe EUs run many small groups (Intel oneAPI GPU optimization guide)"},
       {"merge", Level::Vendor, "cpu", "*", {{"MERGE_WG", 16}},

@@ -19,6 +19,9 @@ const std::vector<Row>& rows_metadata() {
        "(CUDA C++ Best Practices Guide, execution configuration)"},
       {"metadata", Level::Vendor, "amd", "*", {{"WG", 128}},
        "2 x wave64 per work-group, one per SIMD pair of a CU (AMD GCN/CDNA ISA guide, wavefront size 64)"},
+      {"metadata", Level::Arch, "rdna", "*", {{"WG", 64}},
+       "2 x wave32, one per SIMD32 of an RDNA CU (AMD RDNA whitepaper / RDNA3 ISA guide: 2 SIMD32 per CU, "
+       "wave32 native); not tuned on hardware"},
       {"metadata", Level::Vendor, "intel", "*", {{"WG", 128}},
        "8 sub-groups of 16, the SIMD16 width Intel's compiler picks for integer kernels "
        "(Intel oneAPI GPU optimization guide, sub-groups and thread mapping)"},
