@@ -1,8 +1,8 @@
 // The C ABI's plumbing: handle types, the thread-local last error, and the guard that turns
 // every exception into a status (CLBlast's DispatchExceptionForC).
 #pragma once
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -13,6 +13,7 @@
 #include "clattn/context.hpp"
 #include "clattn/metadata.hpp"
 #include "clattn/ops.hpp"
+#include "runtime/error.hpp"
 
 struct clattn_context_s {
   clattn::Context ctx;
@@ -149,6 +150,23 @@ inline std::map<std::string, int> parse_params(const char* s, const char* what) 
     pos = end + 1;
   }
   return m;
+}
+
+// For C++ calls that take a queue only (linear attention, device metadata builders): the
+// C ABI's wait list and event become markers before / after `op(queue)` on that queue,
+// which orders them on an in-order queue (the context's queues are).
+template <class F>
+void with_enqueue(clattn_context ctx, const clattn_enqueue* e, const char* what, F&& op) {
+  need(ctx, "ctx");
+  cl_command_queue q = e && e->queue ? e->queue : ctx->ctx.cl_queue();
+  if (e && e->num_wait) {
+    if (!e->wait) invalid("enqueue.wait is NULL with num_wait > 0");
+    rt::check_cl(clEnqueueMarkerWithWaitList(q, e->num_wait, e->wait, nullptr), "clEnqueueMarkerWithWaitList", what);
+  }
+  op(q);
+  if (e && e->event) {
+    rt::check_cl(clEnqueueMarkerWithWaitList(q, 0, nullptr, e->event), "clEnqueueMarkerWithWaitList", what);
+  }
 }
 
 // Copies a string into a fixed C array, cut and NUL-terminated.

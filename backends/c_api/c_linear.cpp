@@ -1,13 +1,13 @@
 // C ABI: linear attention (Gated DeltaNet, gated linear attention) and state-pool helpers.
-// The C++ ops take a queue only; the C ABI's wait list and event are markers around the op
-// on that queue (an in-order queue makes them hold).
+// The C++ ops take a queue only: with_enqueue (c_api_common.hpp) puts the wait list and
+// the event around them as markers.
 #include "backends/c_api/c_api_common.hpp"
 #include "clattn/linear.hpp"
-#include "runtime/error.hpp"
 
 namespace {
 
 using clattn::capi::need;
+using clattn::capi::with_enqueue;
 
 clattn::LinearConfig to_cpp_cfg(const clattn_linear_config* c) {
   need(c, "cfg");
@@ -31,25 +31,6 @@ clattn::LinearStatePool to_cpp_pool(const clattn_linear_state_pool* p) {
   x.num_slots = p->num_slots;
   x.dtype = static_cast<clattn::DType>(p->dtype);
   return x;
-}
-
-cl_command_queue queue_of(clattn_context ctx, const clattn_enqueue* e) {
-  return e && e->queue ? e->queue : ctx->ctx.cl_queue();
-}
-
-void marker(cl_command_queue q, cl_uint n, const cl_event* wait, cl_event* event, const char* what) {
-  if (n && !wait) clattn::capi::invalid("enqueue.wait is NULL with num_wait > 0");
-  clattn::rt::check_cl(clEnqueueMarkerWithWaitList(q, n, wait, event), "clEnqueueMarkerWithWaitList", what);
-}
-
-// Runs `op(queue)` between the wait marker and the event marker.
-template <class F>
-void with_enqueue(clattn_context ctx, const clattn_enqueue* e, const char* what, F&& op) {
-  need(ctx, "ctx");
-  cl_command_queue q = queue_of(ctx, e);
-  if (e && e->num_wait) marker(q, e->num_wait, e->wait, nullptr, what);
-  op(q);
-  if (e && e->event) marker(q, 0, nullptr, e->event, what);
 }
 
 using LinearFn = void (*)(const clattn::Context&, const clattn::LinearConfig&, const clattn::LinearTensors&,

@@ -1,4 +1,4 @@
-// C ABI: metadata builders into caller arrays (sizes first), and validation.
+// C ABI: metadata builders into caller arrays (sizes first), device builders, validation.
 #include <algorithm>
 #include <vector>
 
@@ -26,6 +26,20 @@ clattn::EngineBatch to_cpp_batch(const clattn_engine_batch* b) {
   return e;
 }
 
+clattn::DeviceEngineBatch to_cpp_dev(const clattn_device_engine_batch* b) {
+  need(b, "batch");
+  clattn::DeviceEngineBatch e;
+  e.req_to_token = b->req_to_token;
+  e.pool_size = b->pool_size;
+  e.max_ctx = b->max_ctx;
+  e.req_pool_indices = b->req_pool_indices;
+  e.seq_lens = b->seq_lens;
+  e.batch_size = b->batch_size;
+  e.prefix_lens = b->prefix_lens;
+  e.extend_lens = b->extend_lens;
+  return e;
+}
+
 // Per-thread scratch so that steady-state calls reuse capacity (no allocation).
 thread_local clattn::PagedCsr scratch_csr;
 thread_local clattn::PageTable scratch_table;
@@ -44,6 +58,7 @@ void check_capacity(const char* what, int64_t capacity, int64_t needed) {
 }  // namespace
 
 using clattn::capi::guard;
+using clattn::capi::with_enqueue;
 
 extern "C" {
 
@@ -188,6 +203,58 @@ clattn_status clattn_validate_engine_batch(const clattn_engine_batch* b, int num
     cs.num_pages = num_pages;
     cs.page_size = page_size;
     clattn::validate(e, cs);
+  });
+}
+
+clattn_status clattn_build_csr_device(clattn_context ctx, const clattn_device_engine_batch* b, int page_size,
+                                      int window_left, const clattn_device_csr* out, const clattn_enqueue* e) {
+  return guard([&] {
+    auto d = to_cpp_dev(b);
+    need(out, "out");
+    clattn::DeviceCsr o;
+    o.kv_indptr = out->kv_indptr;
+    o.kv_indices = out->kv_indices;
+    o.kv_last_page_len = out->kv_last_page_len;
+    o.qo_indptr = out->qo_indptr;
+    o.kv_start_offset = out->kv_start_offset;
+    with_enqueue(ctx, e, "build_csr_device",
+                 [&](cl_command_queue q) { clattn::build_csr_device(ctx->ctx, d, page_size, window_left, o, q); });
+  });
+}
+
+clattn_status clattn_build_page_table_device(clattn_context ctx, const clattn_device_engine_batch* b, int page_size,
+                                             int max_pages, const clattn_device_page_table* out,
+                                             const clattn_enqueue* e) {
+  return guard([&] {
+    auto d = to_cpp_dev(b);
+    need(out, "out");
+    clattn::DevicePageTable o;
+    o.page_table = out->page_table;
+    o.seq_lens = out->seq_lens;
+    o.cu_seqlens_q = out->cu_seqlens_q;
+    o.cu_seqlens_k = out->cu_seqlens_k;
+    with_enqueue(ctx, e, "build_page_table_device", [&](cl_command_queue q) {
+      clattn::build_page_table_device(ctx->ctx, d, page_size, max_pages, o, q);
+    });
+  });
+}
+
+clattn_status clattn_build_slot_mapping_device(clattn_context ctx, const clattn_device_engine_batch* b,
+                                               cl_mem slot_mapping, const clattn_enqueue* e) {
+  return guard([&] {
+    auto d = to_cpp_dev(b);
+    with_enqueue(ctx, e, "build_slot_mapping_device",
+                 [&](cl_command_queue q) { clattn::build_slot_mapping_device(ctx->ctx, d, slot_mapping, q); });
+  });
+}
+
+clattn_status clattn_build_block_table_device(clattn_context ctx, const clattn_device_engine_batch* b, int block_size,
+                                              int max_blocks, cl_mem block_table, const clattn_enqueue* e) {
+  return guard([&] {
+    auto d = to_cpp_dev(b);
+    with_enqueue(ctx, e, "build_block_table_device", [&](cl_command_queue q) {
+      clattn::build_block_table_device(ctx->ctx, d, block_size, max_blocks, block_table, q);
+    });
   });
 }
 

@@ -256,6 +256,44 @@ CLATTN_API clattn_status clattn_validate_slot_mapping(const void* slots, int slo
 /* The engine batch token by token (every slot in the cache, page alignment for P > 1). */
 CLATTN_API clattn_status clattn_validate_engine_batch(const clattn_engine_batch* b, int num_pages, int page_size);
 
+/* Device builders: the same outputs from device-resident engine tables (int32 cl_mems),
+ * computed by OpenCL kernels; enqueue only (wait list / event as markers on the queue).
+ * Host-side argument and buffer-size checks run first. The kernels assume a valid batch:
+ * an out-of-range pool index or seq_len outside [0, max_ctx] makes that request empty. */
+typedef struct clattn_device_engine_batch {
+  cl_mem req_to_token;              /* [pool_size, max_ctx] */
+  int pool_size, max_ctx;
+  cl_mem req_pool_indices, seq_lens;/* [B] */
+  int batch_size;
+  cl_mem prefix_lens, extend_lens;  /* [B]; extend_lens NULL = decode (prefix_lens unread) */
+} clattn_device_engine_batch;
+typedef struct clattn_device_csr {
+  cl_mem kv_indptr;        /* [B+1] */
+  cl_mem kv_indices;       /* >= the real total (size it by clattn_max_csr_pages); excess writes dropped */
+  cl_mem kv_last_page_len; /* [B] */
+  cl_mem qo_indptr;        /* [B+1], optional, extend only */
+  cl_mem kv_start_offset;  /* [B], required when window_left >= 0 */
+} clattn_device_csr;
+typedef struct clattn_device_page_table {
+  cl_mem page_table;       /* [B, max_pages] */
+  cl_mem seq_lens;         /* [B], optional copy */
+  cl_mem cu_seqlens_q;     /* [B+1], optional, extend only */
+  cl_mem cu_seqlens_k;     /* [B+1], optional */
+} clattn_device_page_table;
+CLATTN_API clattn_status clattn_build_csr_device(clattn_context ctx, const clattn_device_engine_batch* b,
+                                                 int page_size, int window_left, const clattn_device_csr* out,
+                                                 const clattn_enqueue* e);
+/* max_pages: the row width (>= 1); rows of requests needing more are cut. */
+CLATTN_API clattn_status clattn_build_page_table_device(clattn_context ctx, const clattn_device_engine_batch* b,
+                                                        int page_size, int max_pages,
+                                                        const clattn_device_page_table* out, const clattn_enqueue* e);
+/* slot_mapping: decode [B], extend [sum of extend_lens] (excess writes dropped). */
+CLATTN_API clattn_status clattn_build_slot_mapping_device(clattn_context ctx, const clattn_device_engine_batch* b,
+                                                          cl_mem slot_mapping, const clattn_enqueue* e);
+CLATTN_API clattn_status clattn_build_block_table_device(clattn_context ctx, const clattn_device_engine_batch* b,
+                                                         int block_size, int max_blocks, cl_mem block_table,
+                                                         const clattn_enqueue* e);
+
 /* ---------------------------------------------------------------- extend (see clattn/extend.hpp)
  * Many query rows per request over a paged KV (CSR with qo_indptr, or page table with
  * cu_seqlens_q), ragged prefill over contiguous K/V, and the cascade (shared prefix once). */

@@ -80,7 +80,7 @@ int main(void) {
   clattn_decode_options_init(&opt);
   opt.num_qo_heads = HQ;
   opt.q_dtype = opt.o_dtype = 0;
-  clattn_csr csr = {B, P, indptr, indices, last, NULL};
+  clattn_csr csr = {B, P, indptr, indices, last, NULL, NULL};
 
   /* Rejected: a page id outside the cache. Nothing is enqueued, the output keeps its sentinel. */
   int32_t bad_indices[6];

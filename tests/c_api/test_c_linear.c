@@ -117,10 +117,18 @@ int main(void) {
 
   for (int gdn = 1; gdn >= 0; --gdn) {
     clEnqueueWriteBuffer(q, sd, CL_TRUE, 0, sizeof pool0, pool0, 0, NULL, NULL);
-    cl_event ev = NULL;
-    clattn_enqueue en = {q, 0, NULL, &ev};
+    /* GLA waits on a user event released only after the call: the wait list holds. */
+    cl_event ev = NULL, gate = gdn ? NULL : clCreateUserEvent(c, NULL);
+    clattn_enqueue en = {q, gate ? 1u : 0u, gate ? &gate : NULL, &ev};
     CHECK((gdn ? clattn_gdn_decode : clattn_gla_decode)(ctx, &cfg, &tn, &sp, &db, &en) == CLATTN_SUCCESS);
     CHECK(ev != NULL);
+    if (gate) {
+      cl_int st = CL_COMPLETE;
+      clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+      CHECK(st != CL_COMPLETE); /* still gated */
+      clSetUserEventStatus(gate, CL_COMPLETE);
+      clReleaseEvent(gate);
+    }
     if (ev) { clWaitForEvents(1, &ev); clReleaseEvent(ev); }
     read_back(q, od, out, sizeof out);
     read_back(q, sd, pool, sizeof pool);

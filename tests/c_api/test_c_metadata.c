@@ -1,5 +1,6 @@
-/* Metadata builders and validation through the C ABI, compiled as C: outputs against
- * hand-computed tables; rejected calls name the argument and leave outputs untouched. */
+/* Metadata builders (host and device) and validation through the C ABI, compiled as C:
+ * outputs against hand-computed tables; rejected calls name the argument and leave outputs
+ * untouched. */
 #include "c_test_util.h"
 
 enum { P = 4, POOL = 3, CTX = 12, B = 2 };
@@ -141,6 +142,82 @@ int main(void) {
     static const int32_t e_bt[] = {5, 1, 2, -1};
     CHECK(w8 == 2 && eq(bt, e_bt, 4));
     CHECK_FAILS(clattn_build_block_table(&b8, 8, 0, bt, 3, &w8), CLATTN_INVALID_ARGUMENT, "capacity");
+  }
+
+  /* ---- device builders: identical output from device-resident tables */
+  {
+    clattn_context ctx = NULL;
+    CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
+    if (ctx) {
+      cl_command_queue q;
+      cl_context c;
+      cl_objects(ctx, &q, &c);
+      cl_mem r2t_d = buffer(c, sizeof r2t, r2t, q), idx_d = buffer(c, sizeof pool_idx, pool_idx, q);
+      cl_mem seq_d = buffer(c, sizeof seq, seq, q), pre_d = buffer(c, sizeof prefix, prefix, q);
+      cl_mem ext_d = buffer(c, sizeof ext, ext, q);
+      clattn_device_engine_batch db = {r2t_d, POOL, CTX, idx_d, seq_d, B, pre_d, ext_d};
+      int32_t sent[16];
+      for (int i = 0; i < 16; ++i) sent[i] = -77;
+      cl_mem ip_d = buffer(c, 4 * (B + 1), sent, q), ix_d = buffer(c, 4 * 6, sent, q), la_d = buffer(c, 4 * B, sent, q);
+      cl_mem qo_d = buffer(c, 4 * (B + 1), sent, q), so_d = buffer(c, 4 * B, sent, q);
+      clattn_device_csr dc = {ip_d, ix_d, la_d, qo_d, NULL};
+      /* rejected: window without kv_start_offset; nothing enqueued */
+      CHECK_FAILS(clattn_build_csr_device(ctx, &db, P, 3, &dc, NULL), CLATTN_INVALID_ARGUMENT, "kv_start_offset");
+      CHECK_FAILS(clattn_build_csr_device(ctx, NULL, P, -1, &dc, NULL), CLATTN_INVALID_ARGUMENT, "batch");
+      CHECK_FAILS(clattn_build_csr_device(ctx, &db, P, -1, NULL, NULL), CLATTN_INVALID_ARGUMENT, "out");
+      int32_t got[16];
+      read_back(q, ip_d, got, 4 * (B + 1));
+      CHECK(all(got, B + 1, -77));
+      cl_event ev = NULL;
+      clattn_enqueue en = {NULL, 0, NULL, &ev};
+      CHECK(clattn_build_csr_device(ctx, &db, P, -1, &dc, &en) == CLATTN_SUCCESS);
+      CHECK(ev != NULL);
+      if (ev) { clWaitForEvents(1, &ev); clReleaseEvent(ev); }
+      read_back(q, ip_d, got, 4 * (B + 1));
+      CHECK(eq(got, e_indptr, 3));
+      read_back(q, ix_d, got, 4 * 5);
+      CHECK(eq(got, e_indices, 5));
+      read_back(q, la_d, got, 4 * B);
+      CHECK(eq(got, e_last, 2));
+      read_back(q, qo_d, got, 4 * (B + 1));
+      CHECK(eq(got, e_qo, 3));
+      /* windowed decode batch */
+      clattn_device_engine_batch dd = db;
+      dd.prefix_lens = dd.extend_lens = NULL;
+      dc.qo_indptr = NULL;
+      dc.kv_start_offset = so_d;
+      CHECK(clattn_build_csr_device(ctx, &dd, P, 3, &dc, NULL) == CLATTN_SUCCESS);
+      read_back(q, ip_d, got, 4 * (B + 1));
+      CHECK(eq(got, w_indptr, 3));
+      read_back(q, ix_d, got, 4 * 4);
+      CHECK(eq(got, w_indices, 4));
+      read_back(q, so_d, got, 4 * B);
+      CHECK(eq(got, w_start, 2));
+
+      cl_mem pt_d = buffer(c, 4 * 6, sent, q), cuq_d = buffer(c, 4 * (B + 1), sent, q), cuk_d = buffer(c, 4 * (B + 1), sent, q);
+      clattn_device_page_table dpt = {pt_d, NULL, cuq_d, cuk_d};
+      CHECK_FAILS(clattn_build_page_table_device(ctx, &db, P, 4, &dpt, NULL), CLATTN_INVALID_ARGUMENT, "page_table");
+      CHECK(clattn_build_page_table_device(ctx, &db, P, 3, &dpt, NULL) == CLATTN_SUCCESS);
+      read_back(q, pt_d, got, 4 * 6);
+      CHECK(eq(got, e_table, 6));
+      read_back(q, cuq_d, got, 4 * (B + 1));
+      CHECK(eq(got, e_qo, 3));
+      read_back(q, cuk_d, got, 4 * (B + 1));
+      CHECK(eq(got, e_cuk, 3));
+
+      cl_mem sl_d = buffer(c, 4 * 6, sent, q), bt_d = buffer(c, 4 * 6, sent, q);
+      CHECK(clattn_build_slot_mapping_device(ctx, &db, sl_d, NULL) == CLATTN_SUCCESS);
+      read_back(q, sl_d, got, 4 * 6);
+      CHECK(eq(got, e_eslots, 6));
+      CHECK(clattn_build_block_table_device(ctx, &db, P, 3, bt_d, NULL) == CLATTN_SUCCESS);
+      read_back(q, bt_d, got, 4 * 6);
+      CHECK(eq(got, e_table, 6));
+      CHECK_FAILS(clattn_build_slot_mapping_device(ctx, &db, NULL, NULL), CLATTN_INVALID_ARGUMENT, "slot_mapping");
+
+      cl_mem all_m[] = {r2t_d, idx_d, seq_d, pre_d, ext_d, ip_d, ix_d, la_d, qo_d, so_d, pt_d, cuq_d, cuk_d, sl_d, bt_d};
+      for (size_t i = 0; i < sizeof all_m / sizeof all_m[0]; ++i) clReleaseMemObject(all_m[i]);
+      clattn_context_release(ctx);
+    }
   }
 
   /* ---- validation */
