@@ -25,6 +25,7 @@ clattn::DecodeOptions to_cpp(const clattn_decode_options& o) {
   d.split_tokens = o.split_tokens;
   d.max_splits = o.max_splits;
   d.validate = o.validate != 0;
+  d.params = clattn::capi::parse_params(o.params, "opt.params");
   return d;
 }
 

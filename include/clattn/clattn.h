@@ -98,6 +98,7 @@ typedef struct clattn_decode_options {
   int split_tokens;       /* deterministic tile, 0 = default */
   int max_splits;         /* 0 = planner's choice, 1 = never split */
   int validate;           /* 1 = validate metadata (default) */
+  const char* params;     /* parameter overrides "NAME=int,NAME=int", NULL = none */
 } clattn_decode_options;
 CLATTN_API void clattn_decode_options_init(clattn_decode_options* opt);
 

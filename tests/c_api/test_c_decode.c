@@ -93,6 +93,11 @@ int main(void) {
   CHECK(plan == NULL);
   CHECK(strstr(clattn_last_error(), "kv_indices") != NULL);
 
+  clattn_decode_options badp = opt;
+  badp.params = "WG=x";
+  CHECK(clattn_decode_plan_csr(ctx, &csr, &cache, &badp, &plan) == CLATTN_INVALID_ARGUMENT);
+  CHECK(strstr(clattn_last_error(), "opt.params") != NULL);
+
   CHECK(clattn_decode_plan_csr(ctx, &csr, &cache, &opt, &plan) == CLATTN_SUCCESS);
   int64_t ws = 0;
   CHECK(clattn_decode_plan_workspace_bytes(plan, &ws) == CLATTN_SUCCESS);
