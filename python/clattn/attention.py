@@ -220,8 +220,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             ``(k_cache, v_cache)``, each ``[max_num_pages, page_size, num_kv_heads,
             head_dim]`` (NHD) or ``[max_num_pages, num_kv_heads, page_size, head_dim]`` (HND).
         q_scale : Optional[float]
-            Multiplies the query (folded into sm_scale at plan time is not possible here,
-            so only None or 1.0 are accepted).
+            Only None or 1.0 (fold a query scale into ``sm_scale`` at plan time instead).
         k_scale, v_scale : Optional[float]
             Per-tensor dequantisation scales of an fp8 cache (loaded = stored * scale).
         out : Optional[Tensor], shape ``[batch_size, num_qo_heads, head_dim]``

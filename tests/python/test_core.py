@@ -130,3 +130,11 @@ def test_error_is_runtime_error():
                 clattn.merge_state, clattn.merge_states, clattn.chunk_gated_delta_rule, clattn.Context,
                 clattn.Tensor, clattn.devices, clattn.build_csr, clattn.validate, clattn.from_dlpack):
         assert obj.__doc__ and len(obj.__doc__) > 40, obj
+
+
+def test_decode_docstring_example_runs():
+    import doctest
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for t in doctest.DocTestFinder(recurse=False).find(clattn.BatchDecodeWithPagedKVCacheWrapper):
+        runner.run(t)
+    assert runner.failures == 0 and runner.tries > 5
