@@ -1,3 +1,4 @@
+#include <atomic>
 #include <algorithm>
 #include <cctype>
 
@@ -144,9 +145,20 @@ const DeviceProfile& Context::profile() const { return impl_->profile; }
 bool Context::profiling_enabled() const { return impl_->profiling; }
 void Context::finish() const { rt::check_cl(clFinish(impl_->queue), "clFinish"); }
 
+namespace {
+std::atomic<unsigned long long> g_allocations{0};
+}
+namespace rt {
+cl_mem create_buffer(cl_context ctx, cl_mem_flags flags, std::size_t bytes, cl_int* err) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return clCreateBuffer(ctx, flags, bytes ? bytes : 1, nullptr, err);
+}
+}  // namespace rt
+unsigned long long device_allocation_count() noexcept { return g_allocations.load(std::memory_order_relaxed); }
+
 DeviceBuffer::DeviceBuffer(const Context& ctx, std::size_t bytes, cl_mem_flags flags) : bytes_(bytes) {
   cl_int err = CL_SUCCESS;
-  mem_ = clCreateBuffer(ctx.cl_ctx(), flags, bytes ? bytes : 1, nullptr, &err);
+  mem_ = rt::create_buffer(ctx.cl_ctx(), flags, bytes, &err);
   rt::check_cl(err, "clCreateBuffer", "allocating " + std::to_string(bytes) + " bytes");
 }
 DeviceBuffer::~DeviceBuffer() {

@@ -28,6 +28,8 @@ class ContextImpl {
 }  // namespace clattn::detail
 
 namespace clattn::rt {
+// clCreateBuffer that counts into device_allocation_count() (every library allocation).
+cl_mem create_buffer(cl_context ctx, cl_mem_flags flags, std::size_t bytes, cl_int* err);
 // Shorthand used by ops: the impl of a public Context.
 inline detail::ContextImpl& impl(const Context& c) { return *c.impl(); }
 }  // namespace clattn::rt

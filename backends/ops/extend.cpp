@@ -367,9 +367,10 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
     e[0] = r.qo_start[size_t(i)], e[1] = r.qo_len[size_t(i)], e[2] = r.kv_len[size_t(i)], e[3] = items[w].row0;
     e[4] = r.base[size_t(i)], e[5] = r.tok_off[size_t(i)], e[6] = r.mask_off[size_t(i)], e[7] = i;
   }
-  st->upload_host(c, queue, "extend plan table");
+  const int64_t table_bytes = st->upload_host(c, queue, "extend plan table", opt.plan_buffer);
 
   ExtendPlan plan;
+  plan.table_bytes = table_bytes;
   plan.source = src;
   plan.batch_size = B;
   plan.num_qo_heads = opt.num_qo_heads;

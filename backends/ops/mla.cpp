@@ -341,7 +341,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     st->merge_wg = mp.wg;
     st->merge_k = &mp.program->kernel("merge_partials");
   }
-  st->upload_host(c, queue, "mla plan table");
+  plan.table_bytes = st->upload_host(c, queue, "mla plan table", opt.plan_buffer);
   plan.tile = {tile.qb, tile.lanes, int(st->wg), tile.load_bytes};
   rt::log().debug("{} plan: B={} T={} H={} P={} latent={} QB={} LANES={} LOAD={} ({}); {} work entries, chunk {}, "
                   "{} partials, {} merges, workspace {} B",

@@ -115,17 +115,24 @@ PlanTable::~PlanTable() {
     clWaitForEvents(1, &upload);
     clReleaseEvent(upload);
   }
-  if (table) clReleaseMemObject(table);
+  if (table && owned) clReleaseMemObject(table);
 }
 
-void PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const std::string& what) {
+int64_t PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const std::string& what,
+                               const PlanBuffer& into) {
   if (host.empty()) host.assign(8, 0);  // keep a valid buffer to bind
   cl_int err = CL_SUCCESS;
   const size_t bytes = host.size() * sizeof(int32_t);
-  table = clCreateBuffer(c.ctx, CL_MEM_READ_ONLY, bytes, nullptr, &err);
-  rt::check_cl(err, "clCreateBuffer", what + " (" + std::to_string(bytes) + " bytes)");
+  if (into.mem && into.bytes >= bytes) {
+    table = into.mem;
+    owned = false;
+  } else {
+    table = rt::create_buffer(c.ctx, CL_MEM_READ_ONLY, bytes, &err);
+    rt::check_cl(err, "clCreateBuffer", what + " (" + std::to_string(bytes) + " bytes)");
+  }
   rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, table, CL_FALSE, 0, bytes, host.data(), 0, nullptr, &upload),
                "clEnqueueWriteBuffer", what);
+  return int64_t(bytes);
 }
 
 }  // namespace ops

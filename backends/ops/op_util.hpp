@@ -78,13 +78,15 @@ struct PlanTable {
   cl_mem table = nullptr;
   std::vector<int32_t> host;  // source of the non-blocking upload
   cl_event upload = nullptr;
+  bool owned = true;          // false: `table` is the caller's PlanBuffer
 
   PlanTable() = default;
   PlanTable(const PlanTable&) = delete;
   PlanTable& operator=(const PlanTable&) = delete;
   ~PlanTable();
-  // Creates `table` and enqueues the write on q (nullptr = the context's queue).
-  void upload_host(detail::ContextImpl& c, cl_command_queue q, const std::string& what);
+  // Enqueues the write of `host` on q (nullptr = the context's queue) into the caller's
+  // buffer when it is big enough, else into a table it creates. Returns the table bytes.
+  int64_t upload_host(detail::ContextImpl& c, cl_command_queue q, const std::string& what, const PlanBuffer& into = {});
 };
 
 // Builds the first candidate (file, options) that compiles; a failed build is logged with

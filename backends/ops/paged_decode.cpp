@@ -394,7 +394,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   }
 
   build_kernels(c, tile, cache, *st, plan);
-  st->upload_host(c, queue, "decode plan table");
+  plan.table_bytes = st->upload_host(c, queue, "decode plan table", opt.plan_buffer);
   rt::log().debug(
       "decode plan: B={} Hq={} Hkv={} D={} P={} kv={} variant={} WG={} TPT={} GMAX={} x{} UNROLL={} LOAD={} "
       "EARLY_V={} ({}); {} work items, chunk {}, {} partials, {} merges, workspace {} B",
@@ -549,7 +549,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   st->gmax = t.gmax, st->n_hblk = t.n_hblk, st->wg = size_t(t.wg);
   auto& c = rt::impl(ctx);
   build_kernels(c, t, p.cache, *st, p);
-  st->upload_host(c, queue, "decode plan table");
+  p.table_bytes = st->upload_host(c, queue, "decode plan table");
   p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.early_v, t.n_hblk};
   p.state_ = st;
   return p;

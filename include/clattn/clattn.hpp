@@ -9,3 +9,4 @@
 #include "clattn/linear.hpp"
 #include "clattn/mla.hpp"
 #include "clattn/ops.hpp"
+#include "clattn/backend.hpp"

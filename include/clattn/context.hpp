@@ -75,6 +75,10 @@ class CLATTN_API Context {
   std::shared_ptr<detail::ContextImpl> impl_;
 };
 
+// Device buffers clattn has created in this process (DeviceBuffer and plan tables): lets
+// engines and tests check that steady-state steps allocate nothing.
+CLATTN_API unsigned long long device_allocation_count() noexcept;
+
 // Owning device buffer helper for tools, tests and engines that want one.
 class CLATTN_API DeviceBuffer {
  public:

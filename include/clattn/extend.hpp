@@ -49,6 +49,7 @@ struct ExtendOptions {
   // asks for the tensor-core kernel (falls back to generic, logged, when unavailable).
   std::string variant;
   std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
+  PlanBuffer plan_buffer;             // optional caller-owned table memory (ops.hpp PlanBuffer)
 };
 
 // Contiguous (ragged) K or V: element (token, head, d) at token*stride_token +
@@ -77,6 +78,7 @@ class CLATTN_API ExtendPlan {
   int64_t page_ids_needed = 0;    // int32 entries of page_ids (kv_indices or page_table)
   int64_t mask_bytes_needed = 0;  // bytes of custom_mask (0 = no mask)
   bool has_mask = false;
+  int64_t table_bytes = 0;        // bytes of the plan's work table (PlanBuffer size that fits)
   int num_tiles = 0;              // (request, row tile) work items; x num_kv_heads work-groups
   std::string variant;            // "generic" or "nv_mma_sync"
   std::string kernel_options;

@@ -55,6 +55,7 @@ struct MlaOptions {
   int max_splits = 0;            // decode: KV chunks per request; 0 = planner's choice; 1 = never split
   bool validate = true;          // run metadata validation (off for the hot path)
   std::map<std::string, int> params;  // parameter overrides (QB, LANES, LOAD_BYTES, ...)
+  PlanBuffer plan_buffer;             // optional caller-owned table memory (ops.hpp PlanBuffer)
 };
 
 namespace detail { struct MlaPlanState; }
@@ -71,6 +72,7 @@ class CLATTN_API MlaPlan {
   int64_t page_ids_needed = 0;    // int32 entries the run's page_ids buffer must hold
   int num_work = 0, num_partials = 0, num_merges = 0, chunk_tokens = 0;
   int64_t workspace_bytes = 0;    // caller's workspace for mla_run (0 = none)
+  int64_t table_bytes = 0;        // bytes of the plan's work table (PlanBuffer size that fits)
   std::string variant, kernel_options;
   struct Tile {
     int qb = 0, lanes = 0, wg = 0, load_bytes = 0;  // query vectors, lanes (= tile tokens) per vector

@@ -46,6 +46,17 @@ struct PagedKV {
   CLATTN_API int64_t required_bytes() const;
 };
 
+// Caller-owned device memory a plan uploads its work table into (FlashInfer's
+// int_workspace_buffer idea): with one per plan kind, reused step after step on one
+// in-order queue, re-planning allocates nothing. Too small or null: the plan allocates its
+// own table (see the plan's table_bytes for the size to provide next time). The caller
+// must not reuse the buffer for another plan while this plan's runs are still queued
+// on a different queue.
+struct PlanBuffer {
+  cl_mem mem = nullptr;
+  std::size_t bytes = 0;
+};
+
 // ------------------------------------------------------------------------------ append
 // Writes new K/V rows into the paged cache at slot_mapping (slot s -> page s / P, offset
 // s % P); negative slots are skipped (vLLM padding). Converts the source dtype to the
@@ -110,6 +121,7 @@ struct DecodeOptions {
   int max_splits = 0;               // per request; 0 = planner's choice; 1 = never split
   bool validate = true;             // run metadata validation (off for the hot path)
   std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
+  PlanBuffer plan_buffer;           // optional caller-owned table memory (see PlanBuffer)
 };
 
 namespace detail { struct DecodePlanState; }
@@ -132,6 +144,7 @@ class CLATTN_API DecodePlan {
   int num_merges = 0;             // requests merged by the second pass
   int chunk_tokens = 0;           // split tile (tokens), 0 = no split
   int64_t workspace_bytes = 0;    // caller's workspace size for decode_run (0 = none)
+  int64_t table_bytes = 0;        // bytes of the plan's work table (PlanBuffer size that fits)
   std::string variant;            // kernel variant chosen ("nv_ptx_shfl", "generic")
   std::string kernel_options;     // its build options
   // The kernel's tile: work-group size, lanes per token, query heads per group block,

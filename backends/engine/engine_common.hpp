@@ -1,0 +1,66 @@
+// Pieces every engine backend shares: grow-only device buffers (steady-state steps
+// allocate nothing), the step's batch checked and copied once, the backend's queue.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "clattn/backend.hpp"
+#include "clattn/metadata.hpp"
+
+namespace clattn::engine {
+
+// A device buffer that only grows (by half again, so ragged steps settle quickly). Uploads
+// are non-blocking; the host source must stay untouched until wait() (next step).
+class GrowBuffer {
+ public:
+  GrowBuffer() = default;
+  ~GrowBuffer();
+  GrowBuffer(const GrowBuffer&) = delete;
+  GrowBuffer& operator=(const GrowBuffer&) = delete;
+
+  // Makes the buffer at least `bytes` long (never shrinks). Returns true when it allocated.
+  bool reserve(const Context& ctx, std::size_t bytes, const char* what);
+  // reserve + non-blocking write of `bytes` from `src` on q (one pending upload at a time).
+  void upload(const Context& ctx, cl_command_queue q, const void* src, std::size_t bytes, const char* what);
+  void wait();  // the pending upload is done: its host source may change
+  cl_mem get() const { return mem_; }
+  std::size_t bytes() const { return bytes_; }
+  PlanBuffer plan_buffer() const { return {mem_, bytes_}; }
+
+ private:
+  cl_mem mem_ = nullptr;
+  std::size_t bytes_ = 0;
+  cl_event pending_ = nullptr;
+};
+
+// The step's batch as the backends use it: the caller's arrays (valid during
+// init_forward_metadata only) and the copies that must outlive it.
+struct StepBatch {
+  ForwardMode mode = ForwardMode::Decode;
+  bool extend = false;              // extend or mixed
+  int batch_size = 0;
+  int64_t num_tokens = 0;
+  EngineBatch eb;                   // points into the caller's arrays
+  std::vector<int32_t> prefix_lens, extend_lens, seq_lens;  // copies (host)
+  std::vector<int32_t> qo_indptr;   // [B+1] over new tokens
+  std::vector<int32_t> mask_indptr; // [B+1] bytes, empty = no custom mask
+  cl_mem custom_mask = nullptr;
+  // Slots of the new tokens (int64 from out_cache_loc or int32 from req_to_token).
+  std::vector<int64_t> slots64;
+  std::vector<int32_t> slots32;
+  bool slots_are_64 = false;
+
+  // Checks the ForwardBatch's fields (naming them) and fills the copies. `cache` bounds
+  // the slots (num_pages * page_size); without `paged` (linear layers only) req_to_token
+  // and the slots are not needed.
+  void load(const ForwardBatch& fb, const std::string& backend, const CacheShape* cache, bool paged = true);
+};
+
+cl_command_queue backend_queue(const Context& ctx, const BackendConfig& cfg);
+// The spec of layer_id among `layers` (throws InvalidArgument naming the backend).
+const LayerSpec& find_layer(const std::vector<LayerSpec>& layers, int layer_id, const std::string& backend);
+// A layer's error prefix: "<backend>: layer <id> (<kind>)".
+std::string layer_tag(const std::string& backend, const LayerSpec& l);
+
+}  // namespace clattn::engine

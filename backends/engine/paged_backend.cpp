@@ -1,0 +1,207 @@
+// "paged" / "paged_table": MHA, GQA and MQA layers on the paged KV cache. One metadata
+// build and one upload per step serve every layer; one plan per distinct layer shape.
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "backends/engine/backends.hpp"
+#include "backends/engine/engine_common.hpp"
+#include "clattn/extend.hpp"
+#include "runtime/error.hpp"
+
+namespace clattn::engine {
+namespace {
+
+bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
+
+class PagedBackend final : public AttentionBackend {
+ public:
+  PagedBackend(const Context& ctx, const KVPool& pool, const BackendConfig& cfg, bool page_table)
+      : ctx_(ctx), pool_(pool), cfg_(cfg), table_(page_table), name_(page_table ? "paged_table" : "paged") {
+    for (const auto& l : cfg.layers) {
+      const std::string tag = layer_tag(name_, l);
+      if (l.kind != LayerKind::MHA)
+        rt::invalid(tag + ": this backend serves MHA/GQA/MQA layers; use \"hybrid\" to mix layer kinds");
+      check_pool_layer(pool, l, name_);
+      if (l.num_qo_heads <= 0 || l.num_kv_heads <= 0 || l.num_qo_heads % l.num_kv_heads != 0)
+        rt::invalid(tag + ": num_qo_heads " + std::to_string(l.num_qo_heads) + " must be a positive multiple of num_kv_heads " +
+                    std::to_string(l.num_kv_heads));
+      if (l.num_qo_heads / l.num_kv_heads > 16)
+        rt::invalid(tag + ": GQA group " + std::to_string(l.num_qo_heads / l.num_kv_heads) + " > 16 is not supported");
+      if (!supported_head_dim(l.head_dim))
+        rt::invalid(tag + ": head_dim " + std::to_string(l.head_dim) + " is not one of 64 80 96 128 192 256");
+      if (l.head_dim_v != 0 && l.head_dim_v != l.head_dim)
+        rt::invalid(tag + ": head_dim_v must equal head_dim for MHA layers");
+      const auto& kv = pool.layer(l.layer_id).kv;
+      if (kv.num_kv_heads != l.num_kv_heads || kv.head_dim != l.head_dim)
+        rt::invalid(tag + ": the KVPool layer has Hkv " + std::to_string(kv.num_kv_heads) + ", D " +
+                    std::to_string(kv.head_dim) + " but the spec says " + std::to_string(l.num_kv_heads) + ", " +
+                    std::to_string(l.head_dim));
+      const std::string key = shape_key(l, kv);
+      key_of_[l.layer_id] = key;
+      if (!shapes_.count(key)) {
+        shapes_[key].spec = l;
+        try {
+          warm(shapes_[key]);
+        } catch (const Error& e) {
+          rethrow_for_layer(e, tag, ctx);
+        }
+      }
+    }
+    if (cfg.act_dtype != DType::F32 && cfg.act_dtype != DType::F16 && cfg.act_dtype != DType::BF16)
+      rt::invalid(name_ + ": act_dtype " + dtype_name(cfg.act_dtype) + " is not f32/f16/bf16");
+  }
+
+  std::string name() const override { return name_; }
+
+  void init_forward_metadata(const ForwardBatch& fb) override {
+    ready_ = false;
+    ids_.wait();
+    slots_.wait();
+    const int P = pool_.config().page_size;
+    const CacheShape cs{pool_.config().num_pages, P};
+    step_.load(fb, name_, &cs);
+    if (table_) {
+      build_page_table(step_.eb, P, 0, pt_);
+      validate(pt_, cs);
+      ids_.upload(ctx_, q(), pt_.page_table.data(), pt_.page_table.size() * 4, "paged_table: page table");
+    } else {
+      build_csr(step_.eb, P, -1, csr_);
+      validate(csr_, cs, step_.eb.seq_lens);
+      ids_.upload(ctx_, q(), csr_.kv_indices.data(), csr_.kv_indices.size() * 4, "paged: kv_indices");
+    }
+    if (step_.slots_are_64)
+      slots_.upload(ctx_, q(), step_.slots64.data(), step_.slots64.size() * 8, "paged: slot mapping");
+    else
+      slots_.upload(ctx_, q(), step_.slots32.data(), step_.slots32.size() * 4, "paged: slot mapping");
+    std::size_t ws = 0;
+    for (auto& [key, s] : shapes_) {
+      const PagedKV& cache = pool_.layer(s.spec.layer_id).kv;
+      if (!step_.extend) {
+        DecodeOptions o = decode_options(s.spec);
+        o.plan_buffer = s.table.plan_buffer();
+        s.decode = table_ ? decode_plan(ctx_, pt_, cache, o, q()) : decode_plan(ctx_, csr_, cache, o, q());
+        s.table.reserve(ctx_, size_t(s.decode.table_bytes), "decode plan table");  // next step fits
+        ws = std::max(ws, size_t(s.decode.workspace_bytes));
+      } else {
+        ExtendOptions o = extend_options(s.spec);
+        o.plan_buffer = s.table.plan_buffer();
+        o.mask_indptr = step_.mask_indptr;
+        s.extend = table_ ? extend_plan(ctx_, pt_, cache, o, q()) : extend_plan(ctx_, csr_, cache, o, q());
+        s.table.reserve(ctx_, size_t(s.extend.table_bytes), "extend plan table");
+      }
+    }
+    workspace_.reserve(ctx_, ws, "decode split-K workspace");
+    ready_ = true;
+  }
+
+  void forward(int layer_id, const LayerIO& io, bool save_kv_cache) override {
+    if (!ready_) rt::invalid(name_ + ": forward before a successful init_forward_metadata");
+    const LayerSpec& spec = find_layer(cfg_.layers, layer_id, name_);
+    const std::string tag = layer_tag(name_, spec);
+    if (!io.q || !io.o) rt::invalid(tag + ": LayerIO.q and LayerIO.o are required");
+    const KVPool::Layer& L = pool_.layer(layer_id);
+    Shape& s = shapes_.at(key_of_.at(layer_id));
+    const Enqueue e{q(), 0, nullptr, nullptr};
+    if (save_kv_cache && step_.num_tokens > 0) {
+      if (!io.k || !io.v) rt::invalid(tag + ": LayerIO.k and LayerIO.v are required with save_kv_cache");
+      AppendKVArgs a;
+      a.k = io.k, a.v = io.v, a.src_dtype = cfg_.act_dtype;
+      a.slot_mapping = slots_.get();
+      a.slot_dtype = step_.slots_are_64 ? DType::I64 : DType::I32;
+      a.num_tokens = step_.num_tokens;
+      a.k_cache = L.k, a.v_cache = L.v, a.cache = L.kv;
+      a.k_scale = pool_.config().k_scale, a.v_scale = pool_.config().v_scale;
+      append_kv(ctx_, a, e);
+    }
+    if (!step_.extend) {
+      DecodeBuffers b;
+      b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = ids_.get(), b.o = io.o, b.lse = io.lse;
+      b.workspace = workspace_.get(), b.sinks = spec.sinks;
+      b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
+      decode_run(ctx_, s.decode, b, e);
+    } else {
+      ExtendBuffers b;
+      b.q = io.q, b.k = L.k, b.v = L.v, b.page_ids = ids_.get(), b.o = io.o, b.lse = io.lse, b.sinks = spec.sinks;
+      b.custom_mask = step_.custom_mask;
+      b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
+      extend_run(ctx_, s.extend, b, e);
+    }
+  }
+
+  int64_t scratch_bytes() const override {
+    int64_t n = int64_t(ids_.bytes() + slots_.bytes() + workspace_.bytes());
+    for (const auto& kv : shapes_) n += int64_t(kv.second.table.bytes());
+    return n;
+  }
+
+ private:
+  struct Shape {
+    LayerSpec spec;
+    DecodePlan decode;
+    ExtendPlan extend;
+    GrowBuffer table;  // caller-owned plan table, reused every step
+  };
+
+  static std::string shape_key(const LayerSpec& l, const PagedKV& kv) {
+    return std::to_string(l.num_qo_heads) + "/" + std::to_string(l.num_kv_heads) + "/" + std::to_string(l.head_dim) +
+           "/w" + std::to_string(l.window_left) + "/s" + std::to_string(l.sm_scale) + "/c" +
+           std::to_string(l.logits_soft_cap) + "/" + std::to_string(kv.page_stride()) + "," +
+           std::to_string(kv.token_stride()) + "," + std::to_string(kv.head_stride());
+  }
+
+  DecodeOptions decode_options(const LayerSpec& l) const {
+    DecodeOptions o;
+    o.num_qo_heads = l.num_qo_heads;
+    o.q_dtype = o.o_dtype = cfg_.act_dtype;
+    o.sm_scale = l.sm_scale, o.logits_soft_cap = l.logits_soft_cap, o.window_left = l.window_left;
+    o.deterministic = cfg_.deterministic, o.max_splits = cfg_.max_splits;
+    o.validate = false;  // validated once per step in init_forward_metadata
+    return o;
+  }
+
+  ExtendOptions extend_options(const LayerSpec& l) const {
+    ExtendOptions o;
+    o.num_qo_heads = l.num_qo_heads;
+    o.q_dtype = o.o_dtype = cfg_.act_dtype;
+    o.sm_scale = l.sm_scale, o.logits_soft_cap = l.logits_soft_cap, o.window_left = l.window_left;
+    o.causal = true;
+    o.validate = false;
+    return o;
+  }
+
+  // Builds both kernels for the shape now (compile at load) with a one-token batch.
+  void warm(Shape& s) {
+    const PagedKV& cache = pool_.layer(s.spec.layer_id).kv;
+    PagedCsr c;
+    c.page_size = cache.page_size;
+    c.kv_indptr = {0, 1}, c.kv_indices = {0}, c.kv_last_page_len = {1};
+    s.decode = decode_plan(ctx_, c, cache, decode_options(s.spec), q());
+    c.qo_indptr = {0, 1};
+    s.extend = extend_plan(ctx_, c, cache, extend_options(s.spec), q());
+  }
+
+  cl_command_queue q() const { return backend_queue(ctx_, cfg_); }
+
+  Context ctx_;
+  const KVPool& pool_;
+  BackendConfig cfg_;
+  bool table_;
+  std::string name_;
+  std::map<std::string, Shape> shapes_;
+  std::map<int, std::string> key_of_;
+  StepBatch step_;
+  PagedCsr csr_;
+  PageTable pt_;
+  GrowBuffer ids_, slots_, workspace_;
+  bool ready_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBackend> make_paged(const Context& ctx, const KVPool& pool, const BackendConfig& cfg,
+                                             bool page_table) {
+  return std::make_unique<PagedBackend>(ctx, pool, cfg, page_table);
+}
+
+}  // namespace clattn::engine

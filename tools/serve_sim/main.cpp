@@ -1,0 +1,116 @@
+// clattn-serve-sim: plays an inference engine on one device through the AttentionBackend
+// layer (continuous batching, shared-prefix pages, sampled reference checks) and reports
+// tokens/s, the attention share of the step time, KV memory and decode bandwidth.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "sim.hpp"
+
+namespace {
+
+clattn::DType parse_dtype(const std::string& s) {
+  if (s == "f32") return clattn::DType::F32;
+  if (s == "f16") return clattn::DType::F16;
+  if (s == "bf16") return clattn::DType::BF16;
+  if (s == "fp8_e4m3" || s == "fp8") return clattn::DType::FP8_E4M3;
+  if (s == "fp8_e5m2") return clattn::DType::FP8_E5M2;
+  throw CLI::ValidationError("dtype", "unknown dtype '" + s + "' (f32 f16 bf16 fp8_e4m3 fp8_e5m2)");
+}
+
+void progress_bar(int done, int total) {
+  const int width = 40;
+  const int filled = total ? done * width / total : width;
+  std::fprintf(stderr, "\r  [%s%s] %d/%d requests", std::string(size_t(filled), '#').c_str(),
+               std::string(size_t(width - filled), '.').c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"clattn-serve-sim: an engine loop on clattn's attention backends, checked against a reference"};
+  clattn::sim::Config cfg;
+  std::string device, act = "bf16", kv = "bf16";
+  bool no_progress = false, big = false;
+  std::string models;
+  for (const auto& m : clattn::sim::preset_names()) models += (models.empty() ? "" : "|") + m;
+  app.add_option("--device", device, "device selector (index, vendor, name); default $CLATTN_DEVICE, GPU, CPU");
+  app.add_option("--model", cfg.model, "head-config preset: " + models)->capture_default_str();
+  app.add_option("--layers", cfg.num_layers, "layers (0 = the preset's full depth)")->capture_default_str();
+  app.add_option("--backend", cfg.backend, "backend name (default: the preset's: paged, hybrid, mla)");
+  app.add_option("--prefill-backend", cfg.prefill_backend, "hybrid: MHA backend for extend steps")->capture_default_str();
+  app.add_option("--decode-backend", cfg.decode_backend, "hybrid: MHA backend for decode steps")->capture_default_str();
+  app.add_option("--dtype", act, "q/k/v/o dtype: f32 f16 bf16")->capture_default_str();
+  app.add_option("--kv-dtype", kv, "cache dtype: f32 f16 bf16 fp8_e4m3 fp8_e5m2")->capture_default_str();
+  app.add_option("--page-size", cfg.page_size, "tokens per page (0 = the preset's)");
+  app.add_option("--requests", cfg.num_requests, "requests to serve")->capture_default_str();
+  app.add_option("--max-running", cfg.max_running, "concurrent requests (decode batch)")->capture_default_str();
+  app.add_option("--system-prompt", cfg.system_prompt, "shared prefix tokens")->capture_default_str();
+  app.add_option("--prompt-min", cfg.prompt_min)->capture_default_str();
+  app.add_option("--prompt-max", cfg.prompt_max)->capture_default_str();
+  app.add_option("--output-min", cfg.output_min)->capture_default_str();
+  app.add_option("--output-max", cfg.output_max)->capture_default_str();
+  app.add_option("--prefill-budget", cfg.prefill_token_budget, "prompt tokens admitted per step")->capture_default_str();
+  app.add_option("--pages", cfg.num_pages, "KV pages (0 = enough for all requests)");
+  app.add_option("--check-every", cfg.check_every, "check every n-th step (0 = never)")->capture_default_str();
+  app.add_option("--check-requests", cfg.check_requests, "requests checked per layer")->capture_default_str();
+  app.add_flag("--check-all-layers", cfg.check_all_layers, "check every layer of a checked step");
+  app.add_flag("!--no-mixed", cfg.mixed, "prefill and decode in separate steps (default: mixed steps)");
+  app.add_option("--seed", cfg.seed)->capture_default_str();
+  app.add_flag("--no-progress", no_progress);
+  app.add_flag("--big", big, "a GPU-sized run: full depth, 64 requests x ~1-2k tokens, checks every 50th step");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    cfg.act_dtype = parse_dtype(act);
+    cfg.kv_dtype = parse_dtype(kv);
+    if (big) {
+      cfg.num_requests = 128, cfg.max_running = 64, cfg.system_prompt = 512;
+      cfg.prompt_min = 256, cfg.prompt_max = 1536, cfg.output_min = 64, cfg.output_max = 256;
+      cfg.prefill_token_budget = 8192, cfg.check_every = 50, cfg.check_requests = 1;
+    }
+    if (!no_progress) cfg.progress = progress_bar;
+    auto ctx = clattn::Context::create(device);
+    const auto limits = clattn::measure_limits(ctx);
+    std::printf("clattn-serve-sim on %s (%s), model %s\n", ctx.profile().device_name.c_str(),
+                ctx.profile().platform_name.c_str(), cfg.model.c_str());
+    const auto r = clattn::sim::run(ctx, cfg);
+    const double toks = double(r.prompt_tokens + r.generated_tokens);
+    std::printf("  model          %s, backend %s, act %s, kv %s\n", r.model.c_str(), r.backend.c_str(), act.c_str(), kv.c_str());
+    std::printf("  steps          %d (%d extend, %d mixed, %d decode)\n", r.steps, r.extend_steps, r.mixed_steps,
+                r.decode_steps);
+    std::printf("  tokens         %lld prompt (%lld served from the shared prefix), %lld generated\n",
+                (long long)r.prompt_tokens, (long long)r.cached_prefix_tokens, (long long)r.generated_tokens);
+    std::printf("  throughput     %.1f tokens/s (%.1f generated/s) over %.2f s (reference checks excluded)\n",
+                toks / r.wall_s, double(r.generated_tokens) / r.wall_s, r.wall_s);
+    if (r.attention_s > 0) {
+      std::printf("  attention      %.3f s device time, %.1f%% of the step time\n", r.attention_s,
+                  100.0 * r.attention_s / r.wall_s);
+      if (r.decode_attention_s > 0) {
+        const double gbps = r.decode_kv_bytes / r.decode_attention_s * 1e-9;
+        std::printf("  decode steps   %.1f GB/s of KV/state read, %.1f%% of the measured stream-read %.1f GB/s\n", gbps,
+                    100.0 * gbps / limits.stream_read_gbps, limits.stream_read_gbps);
+      }
+    } else {
+      std::printf("  attention      (queue without profiling: no device times)\n");
+    }
+    std::printf("  KV memory      peak %.1f MiB used of %.1f MiB allocated (%d of %d pages), backend scratch %.2f MiB\n",
+                double(r.kv_bytes_peak_used) / 1048576.0, double(r.kv_bytes_allocated) / 1048576.0, r.pages_peak_used,
+                r.pages_total, double(r.scratch_bytes) / 1048576.0);
+    std::printf("  allocations    %llu device allocations in steady-state decode steps\n", r.steady_decode_allocations);
+    std::printf("  checks         %d layer checks against the double-precision reference, max |err| %.2e, %d mismatches\n",
+                r.checks, r.max_abs_err, r.mismatches);
+    for (const auto& f : r.failures) std::printf("  MISMATCH       %s\n", f.c_str());
+    if (r.mismatches > 0) {
+      std::printf("FAILED: attention results differ from the reference\n");
+      return 1;
+    }
+    std::printf("OK\n");
+    return 0;
+  } catch (const clattn::Error& e) {
+    std::fprintf(stderr, "\nclattn-serve-sim: %s: %s\n", clattn::status_name(e.status()), e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,602 @@
+// The simulated engine loop. Every token's layer inputs (q, k, v, ...) are rows of per-layer
+// random tables indexed by token id (the model's "projections"), so the reference can
+// regenerate any request's whole history from its token ids; the next token is derived
+// from the last layer's output, so a wrong attention result changes what follows.
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <list>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "reference/reference.hpp"
+#include "sim.hpp"
+
+namespace clattn::sim {
+namespace {
+
+constexpr int kVocab = 97;
+
+enum Field { Q = 0, QPE, K, V, G, BETA, NUM_FIELDS };
+
+double decode_value(const uint8_t* p, DType dt) {
+  switch (dt) {
+    case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
+    case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return ref::half_to_float(h); }
+    case DType::BF16: { uint16_t h; std::memcpy(&h, p, 2); return ref::bf16_to_float(h); }
+    case DType::FP8_E4M3: return ref::fp8_e4m3_to_float(*p);
+    case DType::FP8_E5M2: return ref::fp8_e5m2_to_float(*p);
+    default: return 0;
+  }
+}
+
+void encode_value(double x, DType dt, uint8_t* p) {
+  switch (dt) {
+    case DType::F32: { float f = float(x); std::memcpy(p, &f, 4); break; }
+    case DType::F16: { uint16_t h = ref::float_to_half(float(x)); std::memcpy(p, &h, 2); break; }
+    case DType::BF16: { uint16_t h = ref::float_to_bf16(float(x)); std::memcpy(p, &h, 2); break; }
+    case DType::FP8_E4M3: *p = ref::float_to_fp8_e4m3(float(x)); break;
+    case DType::FP8_E5M2: *p = ref::float_to_fp8_e5m2(float(x)); break;
+    default: break;
+  }
+}
+
+// The value as the cache stores it (the kernels read back exactly this).
+double store_round(double x, DType dt) {
+  uint8_t b[4];
+  encode_value(x, dt, b);
+  return decode_value(b, dt);
+}
+
+// One input field of one layer: a table of kVocab rows of `width` values in `dtype`.
+struct FieldTable {
+  int width = 0;
+  DType dtype = DType::F32;
+  std::vector<uint8_t> rows;
+  const uint8_t* row(int tok) const { return rows.data() + size_t(tok) * width * dtype_size(dtype); }
+  double at(int tok, int i) const { return decode_value(row(tok) + size_t(i) * dtype_size(dtype), dtype); }
+};
+
+struct Request {
+  int id = 0;
+  int row = -1;                 // req_to_token row = state slot
+  std::vector<int> toks;        // every token fed so far (prompt, then generated)
+  int prompt_len = 0, output_len = 0, generated = 0;
+  int cached = 0;               // KV tokens already in the cache (seq_len before the step)
+  int reserved_pages = 0;       // pages still reserved for this request's growth
+  std::vector<int> own_pages;
+  bool shares_prefix = false;
+};
+
+class Engine {
+ public:
+  Engine(const Context& ctx, const Config& cfg) : ctx_(ctx), cfg_(cfg), rng_(cfg.seed) {
+    model_ = preset(cfg.model, cfg.num_layers);
+    if (cfg.page_size > 0) model_.page_size = cfg.page_size;
+    P_ = model_.page_size;
+    sys_len_ = (cfg.system_prompt / P_) * P_;
+    max_ctx_ = sys_len_ + cfg.prompt_max + cfg.output_max + 1;
+    pool_rows_ = cfg.max_running + 1;  // row 0: the shared system prompt
+    has_linear_ = has_paged_ = false;
+    for (auto& l : model_.layers) (l.kind == LayerKind::Linear ? has_linear_ : has_paged_) = true;
+    const int pages_per_req = (max_ctx_ + P_ - 1) / P_;
+    num_pages_ = cfg.num_pages > 0 ? cfg.num_pages : pages_per_req * (cfg.num_requests + 1) + 1;
+
+    make_sinks();
+    KVPoolConfig pc;
+    pc.num_pages = num_pages_;
+    pc.page_size = P_;
+    pc.kv_dtype = cfg.kv_dtype;
+    pc.num_state_slots = pool_rows_;
+    pool_ = KVPool(ctx, pc, model_.layers);
+    BackendConfig bc;
+    bc.layers = model_.layers;
+    bc.act_dtype = cfg.act_dtype;
+    bc.prefill_backend = cfg.prefill_backend;
+    bc.decode_backend = cfg.decode_backend;
+    backend_name_ = cfg.backend.empty() ? model_.backend : cfg.backend;
+    backend_ = create_backend(backend_name_, ctx, pool_, bc);
+
+    make_tables();
+    max_tokens_ = std::max(cfg.prefill_token_budget, sys_len_) + cfg.max_running + cfg.prompt_max + 1;
+    for (int s = 0; s < 2; ++s)
+      for (int f = 0; f < NUM_FIELDS; ++f) {
+        int64_t w = 0;
+        for (const auto& t : tables_) w = std::max<int64_t>(w, int64_t(t[size_t(f)].width) * int64_t(dtype_size(t[size_t(f)].dtype)));
+        if (w == 0) continue;
+        staging_[s][f].assign(size_t(w * max_tokens_), 0);
+        dev_[s][f] = DeviceBuffer(ctx, size_t(w * max_tokens_));
+      }
+    int64_t ow = 0;
+    for (const auto& l : model_.layers) ow = std::max<int64_t>(ow, out_width(l));
+    o_dev_ = DeviceBuffer(ctx, size_t(ow * int64_t(dtype_size(cfg.act_dtype)) * max_tokens_));
+    req_to_token_.assign(size_t(pool_rows_) * max_ctx_, 0);
+    for (int p = num_pages_ - 1; p >= 0; --p) free_pages_.push_back(p);
+    for (int r = pool_rows_ - 1; r >= 1; --r) free_rows_.push_back(r);
+    report_.device = ctx.profile().device_name;
+    report_.backend = backend_->name();
+    report_.model = model_.name + " (" + std::to_string(model_.layers.size()) + " layers)";
+    report_.pages_total = num_pages_;
+    report_.kv_bytes_allocated = pool_.bytes_allocated();
+  }
+
+  ~Engine() {
+    for (auto& half : pending_)
+      for (cl_event& e : half)
+        if (e) clWaitForEvents(1, &e), clReleaseEvent(e);
+    for (auto& m : markers_) clReleaseEvent(m);
+  }
+
+  Report run() {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uniform_int_distribution<int> tok(0, kVocab - 1);
+    for (int i = 0; i < sys_len_; ++i) sys_toks_.push_back(tok(rng_));
+    for (int i = 0; i < cfg_.num_requests; ++i) {
+      Request r;
+      r.id = i;
+      r.toks = sys_toks_;
+      const int user = std::uniform_int_distribution<int>(cfg_.prompt_min, cfg_.prompt_max)(rng_);
+      for (int j = 0; j < user; ++j) r.toks.push_back(tok(rng_));
+      r.prompt_len = int(r.toks.size());
+      r.output_len = std::uniform_int_distribution<int>(std::max(1, cfg_.output_min), std::max(1, cfg_.output_max))(rng_);
+      waiting_.push_back(r);
+    }
+    if (sys_len_ > 0) prefill_system_prompt();
+    const int total = cfg_.num_requests;
+    while (!waiting_.empty() || !running_.empty()) {
+      step();
+      if (cfg_.progress) cfg_.progress(finished_, total);
+    }
+    ctx_.finish();
+    report_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - check_s_;
+    report_.scratch_bytes = backend_->scratch_bytes();
+    return report_;
+  }
+
+ private:
+  // ---------------------------------------------------------------- model tables
+  void make_tables() {
+    const DType act = cfg_.act_dtype;
+    for (const auto& l : model_.layers) {
+      std::array<FieldTable, NUM_FIELDS> t;
+      if (l.kind == LayerKind::MHA) {
+        t[Q] = {l.num_qo_heads * l.head_dim, act, {}};
+        t[K] = {l.num_kv_heads * l.head_dim, act, {}};
+        t[V] = {l.num_kv_heads * l.head_dim, act, {}};
+      } else if (l.kind == LayerKind::MLA) {
+        t[Q] = {l.num_qo_heads * kMlaCkvDim, act, {}};
+        t[QPE] = {l.num_qo_heads * kMlaKpeDim, act, {}};
+        t[K] = {kMlaCkvDim, act, {}};
+        t[V] = {kMlaKpeDim, act, {}};
+      } else {
+        const auto& c = l.linear;
+        t[Q] = {c.num_qk_heads * c.head_dim_k, act, {}};
+        t[K] = {c.num_qk_heads * c.head_dim_k, act, {}};
+        t[V] = {c.num_v_heads * c.head_dim_v, act, {}};
+        t[G] = {c.num_v_heads, DType::F32, {}};
+        if (l.linear_kind == LinearKind::GDN) t[BETA] = {c.num_v_heads, DType::F32, {}};
+      }
+      std::mt19937_64 g(cfg_.seed * 1000003ull + uint64_t(l.layer_id));
+      for (int f = 0; f < NUM_FIELDS; ++f) {
+        auto& ft = t[size_t(f)];
+        if (!ft.width) continue;
+        const size_t es = dtype_size(ft.dtype);
+        ft.rows.resize(size_t(kVocab) * ft.width * es);
+        std::uniform_real_distribution<double> u(f == G ? -0.4 : f == BETA ? 0.05 : -1.0, f == G ? -0.02 : f == BETA ? 0.95 : 1.0);
+        for (size_t i = 0; i < size_t(kVocab) * ft.width; ++i) encode_value(u(g), ft.dtype, &ft.rows[i * es]);
+      }
+      tables_.push_back(std::move(t));
+    }
+  }
+
+  void make_sinks() {
+    std::mt19937_64 g(cfg_.seed + 77);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    if (model_.name != "gpt-oss") return;
+    for (auto& l : model_.layers) {
+      std::vector<float> s(size_t(l.num_qo_heads));
+      for (auto& x : s) x = u(g);
+      sinks_host_[l.layer_id] = std::vector<double>(s.begin(), s.end());
+      sinks_dev_.emplace_back(ctx_, s.size() * 4);
+      sinks_dev_.back().write(ctx_, s.data(), s.size() * 4);
+      l.sinks = sinks_dev_.back().get();
+    }
+  }
+
+  static int64_t out_width(const LayerSpec& l) {
+    if (l.kind == LayerKind::MHA) return int64_t(l.num_qo_heads) * l.head_dim;
+    if (l.kind == LayerKind::MLA) return int64_t(l.num_qo_heads) * kMlaCkvDim;
+    return int64_t(l.linear.num_v_heads) * l.linear.head_dim_v;
+  }
+
+  // ---------------------------------------------------------------- pages
+  int take_page() {
+    if (free_pages_.empty()) throw Error(Status::OutOfMemory, "serve-sim: out of KV pages");
+    const int p = free_pages_.back();
+    free_pages_.pop_back();
+    report_.pages_peak_used = std::max(report_.pages_peak_used, num_pages_ - int(free_pages_.size()));
+    report_.kv_bytes_peak_used = std::max<int64_t>(report_.kv_bytes_peak_used,
+                                                   int64_t(report_.pages_peak_used) * pool_.bytes_per_page());
+    return p;
+  }
+  int pages_needed(const Request& r) const {
+    const int total = (r.prompt_len + r.output_len + P_ - 1) / P_;
+    return total - (r.shares_prefix ? sys_len_ / P_ : 0);
+  }
+  // Gives every position < len of row `row` a slot, taking pages as positions cross them.
+  void map_tokens(Request& r, int len) {
+    int32_t* row = &req_to_token_[size_t(r.row) * max_ctx_];
+    for (int pos = r.cached; pos < len; ++pos) {
+      if (pos % P_ == 0) {
+        if (pos < sys_len_ && r.shares_prefix) {
+          // shared system-prompt page: already mapped when admitted
+        } else {
+          r.own_pages.push_back(take_page());
+          --r.reserved_pages;
+        }
+      }
+      if (!(pos < sys_len_ && r.shares_prefix)) row[pos] = r.own_pages.back() * P_ + pos % P_;
+    }
+  }
+
+  // ---------------------------------------------------------------- steps
+  void prefill_system_prompt() {
+    Request s;
+    s.id = -1;
+    s.row = 0;
+    s.toks = sys_toks_;
+    s.prompt_len = sys_len_;
+    s.reserved_pages = sys_len_ / P_;
+    std::vector<Request*> batch{&s};
+    std::vector<int> lens{sys_len_};
+    forward_step(ForwardMode::Extend, batch, lens);
+    sys_pages_ = s.own_pages;
+    report_.prompt_tokens += sys_len_;
+  }
+
+  void step() {
+    // Admit what fits: a free row, the prefill budget, pages for the whole request.
+    std::vector<Request*> fresh;
+    int budget = cfg_.prefill_token_budget;
+    while (!waiting_.empty() && !free_rows_.empty()) {
+      Request& w = waiting_.front();
+      w.shares_prefix = sys_len_ > 0;
+      const int new_toks = w.prompt_len - (w.shares_prefix ? sys_len_ : 0);
+      const int need = pages_needed(w);
+      if (new_toks > budget && !fresh.empty()) break;
+      if (need > int(free_pages_.size()) - reserved_) break;
+      budget -= new_toks;
+      w.row = free_rows_.back();
+      free_rows_.pop_back();
+      w.reserved_pages = need;
+      reserved_ += need;
+      if (w.shares_prefix) {
+        int32_t* row = &req_to_token_[size_t(w.row) * max_ctx_];
+        std::copy(req_to_token_.begin(), req_to_token_.begin() + sys_len_, row);
+        w.cached = sys_len_;
+        report_.cached_prefix_tokens += sys_len_;
+      }
+      running_.push_back(w);
+      waiting_.pop_front();
+      fresh.push_back(&running_.back());
+    }
+    if (has_linear_)
+      for (Request* r : fresh)
+        if (r->shares_prefix) pool_.copy_state(ctx_, 0, r->row);  // fork the system prompt's state
+    if (running_.empty() && fresh.empty())
+      throw Error(Status::OutOfMemory, "serve-sim: the KV pool (" + std::to_string(num_pages_) +
+                                           " pages) cannot hold the next request; raise --pages");
+    std::vector<Request*> batch;
+    std::vector<int> lens;
+    ForwardMode mode = ForwardMode::Decode;
+    const bool decoding = running_.size() > fresh.size();
+    if (!fresh.empty() && (!decoding || cfg_.mixed)) {
+      mode = decoding ? ForwardMode::Mixed : ForwardMode::Extend;
+      for (auto& r : running_) {
+        const bool is_new = std::find(fresh.begin(), fresh.end(), &r) != fresh.end();
+        if (!is_new && !cfg_.mixed) continue;
+        batch.push_back(&r);
+        lens.push_back(is_new ? r.prompt_len - r.cached : 1);
+      }
+    } else {
+      if (!fresh.empty()) {  // no mixing: prefill the new requests first
+        mode = ForwardMode::Extend;
+        for (Request* r : fresh) batch.push_back(r), lens.push_back(r->prompt_len - r->cached);
+      } else {
+        for (auto& r : running_) batch.push_back(&r), lens.push_back(1);
+      }
+    }
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (lens[i] > 1 || batch[i]->generated == 0) report_.prompt_tokens += lens[i];
+    forward_step(mode, batch, lens);
+    // Retire finished requests: free their own pages and their row.
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (it->generated >= it->output_len) {
+        for (int p : it->own_pages) free_pages_.push_back(p);
+        reserved_ -= it->reserved_pages;
+        free_rows_.push_back(it->row);
+        ++finished_;
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Runs one step over `batch` (lens[i] new tokens each): metadata, every layer, checks,
+  // then the next token of every request from the last layer's output.
+  void forward_step(ForwardMode mode, std::vector<Request*>& batch, const std::vector<int>& lens) {
+    const int B = int(batch.size());
+    pool_idx_.assign(size_t(B), 0), seq_.assign(size_t(B), 0), prefix_.assign(size_t(B), 0), ext_.assign(size_t(B), 0);
+    int64_t T = 0;
+    for (int i = 0; i < B; ++i) {
+      Request& r = *batch[size_t(i)];
+      const int len = r.cached + lens[size_t(i)];
+      map_tokens(r, len);
+      pool_idx_[size_t(i)] = r.row, prefix_[size_t(i)] = r.cached, ext_[size_t(i)] = lens[size_t(i)], seq_[size_t(i)] = len;
+      T += lens[size_t(i)];
+    }
+    if (T > max_tokens_) throw Error(Status::Internal, "serve-sim: step exceeds the staging size");
+    ForwardBatch fb;
+    fb.mode = mode;
+    fb.batch_size = B;
+    fb.req_to_token = req_to_token_.data();
+    fb.pool_size = pool_rows_;
+    fb.max_ctx = max_ctx_;
+    fb.req_pool_indices = pool_idx_.data();
+    fb.seq_lens = seq_.data();
+    if (mode != ForwardMode::Decode) fb.prefix_lens = prefix_.data(), fb.extend_lens = ext_.data();
+    const unsigned long long allocs0 = device_allocation_count();
+    backend_->init_forward_metadata(fb);
+
+    // The step's token ids, request-major (the q/k/v rows of every layer).
+    step_toks_.clear();
+    for (int i = 0; i < B; ++i)
+      for (int p = prefix_[size_t(i)]; p < seq_[size_t(i)]; ++p) step_toks_.push_back(batch[size_t(i)]->toks[size_t(p)]);
+
+    const bool check_step = cfg_.check_every > 0 && (report_.steps % cfg_.check_every == 0);
+    std::map<int, bool> kind_checked;
+    double attn_s = 0;
+    cl_command_queue q = ctx_.cl_queue();
+    for (size_t li = 0; li < model_.layers.size(); ++li) {
+      const LayerSpec& l = model_.layers[li];
+      const int s = int(li % 2);
+      LayerIO io;
+      cl_mem* slot[NUM_FIELDS] = {&io.q, &io.q_pe, &io.k, &io.v, &io.g, &io.beta};
+      for (int f = 0; f < NUM_FIELDS; ++f) {
+        const FieldTable& ft = tables_[li][size_t(f)];
+        if (!ft.width) continue;
+        if (pending_[s][f]) {  // the staging half we reuse: its previous upload must be done
+          clWaitForEvents(1, &pending_[s][f]);
+          clReleaseEvent(pending_[s][f]);
+          pending_[s][f] = nullptr;
+        }
+        const size_t rb = size_t(ft.width) * dtype_size(ft.dtype);
+        uint8_t* dst = staging_[s][f].data();
+        for (size_t t = 0; t < step_toks_.size(); ++t) std::memcpy(dst + t * rb, ft.row(step_toks_[t]), rb);
+        if (T > 0)
+          clEnqueueWriteBuffer(q, dev_[s][f].get(), CL_FALSE, 0, rb * size_t(T), dst, 0, nullptr, &pending_[s][f]);
+        *slot[f] = dev_[s][f].get();
+      }
+      io.o = o_dev_.get();
+      // Markers around the layer's attention (appended + attention kernels only): their
+      // end times bound its device time; read after the step's final sync.
+      cl_event before = nullptr, after = nullptr;
+      if (ctx_.profiling_enabled()) clEnqueueMarkerWithWaitList(q, 0, nullptr, &before);
+      backend_->forward(l.layer_id, io, true);
+      if (ctx_.profiling_enabled()) {
+        clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
+        markers_.push_back(before), markers_.push_back(after);
+      }
+      const bool first_of_kind = !kind_checked[int(l.kind)];
+      if (check_step && (cfg_.check_all_layers || first_of_kind) && T > 0) {
+        kind_checked[int(l.kind)] = true;
+        check_layer(li, batch);
+      }
+    }
+    next_tokens(batch);  // syncs the queue
+    for (size_t m = 0; m + 1 < markers_.size(); m += 2) {
+      cl_ulong t0 = 0, t1 = 0;
+      clGetEventProfilingInfo(markers_[m], CL_PROFILING_COMMAND_END, sizeof t0, &t0, nullptr);
+      clGetEventProfilingInfo(markers_[m + 1], CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
+      if (t1 > t0) attn_s += double(t1 - t0) * 1e-9;
+    }
+    for (auto& m : markers_) clReleaseEvent(m);
+    markers_.clear();
+    ++report_.steps;
+    report_.attention_s += attn_s;
+    if (mode == ForwardMode::Decode) {
+      ++report_.decode_steps;
+      report_.decode_attention_s += attn_s;
+      report_.decode_kv_bytes += decode_bytes(batch);
+      if (report_.decode_steps > 3) report_.steady_decode_allocations += device_allocation_count() - allocs0;
+    } else {
+      ++(mode == ForwardMode::Mixed ? report_.mixed_steps : report_.extend_steps);
+    }
+    for (int i = 0; i < B; ++i) batch[size_t(i)]->cached = seq_[size_t(i)];
+  }
+
+  // Bytes one decode step's attention reads: KV (window-limited) or state read + write.
+  double decode_bytes(const std::vector<Request*>& batch) const {
+    double bytes = 0;
+    for (const auto& l : model_.layers)
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const double len = seq_[i];
+        const double keys = l.window_left >= 0 ? std::min(len, double(l.window_left + 1)) : len;
+        if (l.kind == LayerKind::MHA)
+          bytes += keys * 2.0 * l.num_kv_heads * l.head_dim * double(dtype_size(cfg_.kv_dtype));
+        else if (l.kind == LayerKind::MLA)
+          bytes += keys * (kMlaCkvDim + kMlaKpeDim) * double(dtype_size(cfg_.kv_dtype));
+        else
+          bytes += 2.0 * l.linear.num_v_heads * l.linear.head_dim_k * l.linear.head_dim_v * double(dtype_size(DType::F32));
+      }
+    return bytes;
+  }
+
+  // Next token = a hash of the last layer's output row of each request's last new token.
+  void next_tokens(std::vector<Request*>& batch) {
+    const LayerSpec& last = model_.layers.back();
+    const size_t es = dtype_size(cfg_.act_dtype);
+    const size_t rb = size_t(out_width(last)) * es;
+    last_rows_.resize(batch.size() * rb);
+    int64_t row = -1;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      row += ext_[i];
+      if (ext_[i] == 0) continue;
+      clEnqueueReadBuffer(ctx_.cl_queue(), o_dev_.get(), CL_FALSE, size_t(row) * rb, rb, &last_rows_[i * rb], 0, nullptr,
+                          nullptr);
+    }
+    ctx_.finish();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Request& r = *batch[i];
+      if (ext_[i] == 0 || seq_[i] < r.prompt_len) continue;  // chunk without the prompt's end
+      int best = 0;
+      double best_v = -1e300;
+      const int n = std::min<int>(kVocab, int(out_width(last)));
+      for (int k = 0; k < n; ++k) {
+        const double v = decode_value(&last_rows_[i * rb + size_t(k) * es], cfg_.act_dtype);
+        if (v > best_v) best_v = v, best = k;
+      }
+      ++r.generated;
+      ++report_.generated_tokens;
+      if (r.generated < r.output_len) r.toks.push_back((best * 31 + int(r.toks.size())) % kVocab);
+    }
+  }
+
+  // ---------------------------------------------------------------- reference checks
+  std::vector<double> field_rows(size_t li, Field f, const Request& r, int from, int to, DType store) const {
+    const FieldTable& ft = tables_[li][size_t(f)];
+    std::vector<double> out(size_t(to - from) * ft.width);
+    for (int p = from; p < to; ++p)
+      for (int i = 0; i < ft.width; ++i) {
+        const double x = ft.at(r.toks[size_t(p)], i);
+        out[size_t(p - from) * ft.width + i] = store == ft.dtype ? x : store_round(x, store);
+      }
+    return out;
+  }
+
+  void check_layer(size_t li, const std::vector<Request*>& batch) {
+    ctx_.finish();  // the layer's device time is not check time
+    const auto c0 = std::chrono::steady_clock::now();
+    const LayerSpec& l = model_.layers[li];
+    const int64_t W = out_width(l);
+    const size_t es = dtype_size(cfg_.act_dtype);
+    // Requests to check: a spread over the batch.
+    const int B = int(batch.size());
+    const int n = std::min(B, std::max(1, cfg_.check_requests));
+    std::vector<int64_t> first(size_t(B) + 1, 0);
+    for (int i = 0; i < B; ++i) first[size_t(i) + 1] = first[size_t(i)] + ext_[size_t(i)];
+    const double tol = cfg_.act_dtype == DType::F32 ? 2e-3 : cfg_.act_dtype == DType::F16 ? 1e-2 : 4e-2;
+    for (int k = 0; k < n; ++k) {
+      const int i = (k * B) / n;
+      const Request& r = *batch[size_t(i)];
+      const int qn = ext_[size_t(i)], len = seq_[size_t(i)];
+      if (qn == 0) continue;
+      std::vector<uint8_t> got_b(size_t(qn) * W * es);
+      o_dev_.read(ctx_, got_b.data(), got_b.size(), size_t(first[size_t(i)]) * W * es);
+      std::vector<double> want(size_t(qn) * W);
+      if (l.kind == LayerKind::MHA) {
+        auto qv = field_rows(li, Q, r, len - qn, len, cfg_.act_dtype);
+        auto kv = field_rows(li, K, r, 0, len, cfg_.kv_dtype);
+        auto vv = field_rows(li, V, r, 0, len, cfg_.kv_dtype);
+        ref::AttnOptions o;
+        o.sm_scale = l.sm_scale > 0 ? l.sm_scale : 1.0 / std::sqrt(double(l.head_dim));
+        o.logits_soft_cap = l.logits_soft_cap;
+        o.window_left = l.window_left;
+        auto sk = sinks_host_.find(l.layer_id);
+        if (sk != sinks_host_.end()) o.sinks = sk->second.data();
+        ref::attention(qv.data(), kv.data(), vv.data(), qn, len, l.num_qo_heads, l.num_kv_heads, l.head_dim, l.head_dim, o,
+                       want.data(), nullptr);
+      } else if (l.kind == LayerKind::MLA) {
+        auto qn_ = field_rows(li, Q, r, len - qn, len, cfg_.act_dtype);
+        auto qp = field_rows(li, QPE, r, len - qn, len, cfg_.act_dtype);
+        auto ckv = field_rows(li, K, r, 0, len, cfg_.kv_dtype);
+        auto kpe = field_rows(li, V, r, 0, len, cfg_.kv_dtype);
+        ref::mla_attention(qn_.data(), qp.data(), ckv.data(), kpe.data(), qn, len, l.num_qo_heads, kMlaCkvDim, kMlaKpeDim,
+                           l.sm_scale, true, want.data(), nullptr);
+      } else {
+        const auto& c = l.linear;
+        auto qv = field_rows(li, Q, r, 0, len, cfg_.act_dtype);
+        auto kv = field_rows(li, K, r, 0, len, cfg_.act_dtype);
+        auto vv = field_rows(li, V, r, 0, len, cfg_.act_dtype);
+        auto g = field_rows(li, G, r, 0, len, DType::F32);
+        std::vector<double> state(size_t(c.num_v_heads) * c.head_dim_k * c.head_dim_v, 0.0);
+        std::vector<double> all(size_t(len) * W);
+        const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.head_dim_k));
+        if (l.linear_kind == LinearKind::GDN) {
+          auto beta = field_rows(li, BETA, r, 0, len, DType::F32);
+          ref::gdn_recurrent(qv.data(), kv.data(), vv.data(), g.data(), beta.data(), len, c.num_qk_heads, c.num_v_heads,
+                             c.head_dim_k, c.head_dim_v, scale, c.l2norm_qk, state.data(), all.data());
+        } else {
+          ref::gla_recurrent(qv.data(), kv.data(), vv.data(), g.data(), len, c.num_qk_heads, c.num_v_heads, c.head_dim_k,
+                             c.head_dim_v, scale, state.data(), all.data());
+        }
+        std::copy(all.end() - std::ptrdiff_t(want.size()), all.end(), want.begin());
+      }
+      double worst = 0, worst_want = 0, worst_got = 0;
+      size_t worst_at = 0;
+      bool bad = false;
+      for (size_t e = 0; e < want.size(); ++e) {
+        const double got = decode_value(&got_b[e * es], cfg_.act_dtype);
+        const double err = std::fabs(got - want[e]);
+        if (!(err <= tol + tol * std::fabs(want[e]))) bad = true;
+        if (!(err <= worst)) worst = err, worst_at = e, worst_want = want[e], worst_got = got;
+      }
+      ++report_.checks;
+      report_.max_abs_err = std::max(report_.max_abs_err, worst);
+      if (bad) {
+        ++report_.mismatches;
+        if (report_.failures.size() < 5) {
+          std::ostringstream m;
+          m << "step " << report_.steps << " layer " << l.layer_id << " (" << layer_kind_name(l.kind) << ") request "
+            << r.id << " (" << qn << " new of " << len << " tokens): element " << worst_at << " got " << worst_got
+            << " want " << worst_want;
+          report_.failures.push_back(m.str());
+        }
+      }
+    }
+    check_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+  }
+
+  const Context& ctx_;
+  Config cfg_;
+  std::mt19937_64 rng_;
+  Model model_;
+  int P_ = 16, sys_len_ = 0, max_ctx_ = 0, pool_rows_ = 0, num_pages_ = 0;
+  int64_t max_tokens_ = 0;
+  bool has_linear_ = false, has_paged_ = false;
+  KVPool pool_;
+  std::string backend_name_;
+  std::unique_ptr<AttentionBackend> backend_;
+  std::vector<std::array<FieldTable, NUM_FIELDS>> tables_;
+  std::vector<uint8_t> staging_[2][NUM_FIELDS];
+  DeviceBuffer dev_[2][NUM_FIELDS];
+  cl_event pending_[2][NUM_FIELDS] = {};
+  std::vector<cl_event> markers_;
+  DeviceBuffer o_dev_;
+  std::vector<DeviceBuffer> sinks_dev_;
+  std::map<int, std::vector<double>> sinks_host_;
+  std::vector<int32_t> req_to_token_;
+  std::vector<int> free_pages_, free_rows_, sys_pages_, sys_toks_;
+  int reserved_ = 0, finished_ = 0;
+  std::deque<Request> waiting_;
+  std::list<Request> running_;
+  std::vector<int32_t> pool_idx_, seq_, prefix_, ext_;
+  std::vector<int> step_toks_;
+  std::vector<uint8_t> last_rows_;
+  double check_s_ = 0;
+  Report report_;
+};
+
+}  // namespace
+
+Report run(const Context& ctx, const Config& cfg) {
+  Engine e(ctx, cfg);
+  return e.run();
+}
+
+}  // namespace clattn::sim

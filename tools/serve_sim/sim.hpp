@@ -1,0 +1,65 @@
+// clattn-serve-sim's engine: a small random model served through an AttentionBackend
+// with continuous batching, paged KV with a shared system-prompt prefix, and sampled
+// checks against the double-precision reference. Used by the tool and by the backend tests.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <clattn/clattn.hpp>
+
+namespace clattn::sim {
+
+struct Model {
+  std::string name;
+  std::vector<LayerSpec> layers;
+  std::string backend;    // registry name that serves it
+  int page_size = 16;
+};
+// "llama-8b" (GQA 32/8, D 128), "qwen3-next" (3 Gated DeltaNet : 1 full GQA 16/2 D 256),
+// "deepseek-v3-tp8" (MLA, 16 heads per rank), "gpt-oss" (sliding/full alternating, sinks,
+// GQA 64/8 D 64), "tiny" (small GQA for tests). num_layers = 0 keeps the preset's depth.
+Model preset(const std::string& name, int num_layers = 0);
+std::vector<std::string> preset_names();
+
+struct Config {
+  std::string model = "llama-8b";
+  int num_layers = 0;          // 0 = preset default
+  std::string backend;         // "" = the preset's
+  std::string prefill_backend = "paged", decode_backend = "paged";  // hybrid routing
+  DType act_dtype = DType::BF16, kv_dtype = DType::BF16;
+  int page_size = 0;           // 0 = the preset's
+  int num_requests = 12;
+  int max_running = 6;         // decode batch limit (pool rows)
+  int system_prompt = 32;      // shared prefix tokens (rounded down to whole pages)
+  int prompt_min = 4, prompt_max = 40;   // per-request user tokens
+  int output_min = 2, output_max = 12;   // generated tokens per request
+  int prefill_token_budget = 512;        // new prompt tokens admitted per step
+  bool mixed = true;           // admit prefills into decode steps (mixed mode)
+  int num_pages = 0;           // 0 = enough for every request at once
+  int check_every = 3;         // check every n-th step (0 = never); step 1 always
+  int check_requests = 3;      // requests checked per checked layer
+  bool check_all_layers = false;  // else the first layer of each kind
+  uint64_t seed = 1;
+  std::function<void(int done, int total)> progress;  // called once per step
+};
+
+struct Report {
+  std::string device, backend, model;
+  int steps = 0, decode_steps = 0, extend_steps = 0, mixed_steps = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, cached_prefix_tokens = 0;
+  double wall_s = 0, attention_s = 0;    // attention_s: device time of forward() calls (profiling)
+  double decode_attention_s = 0;         // of which decode steps
+  double decode_kv_bytes = 0;            // KV bytes the decode steps' attention read
+  int64_t kv_bytes_allocated = 0, kv_bytes_peak_used = 0, scratch_bytes = 0;
+  int pages_total = 0, pages_peak_used = 0;
+  int checks = 0, mismatches = 0;
+  double max_abs_err = 0;
+  std::vector<std::string> failures;     // first few mismatch descriptions
+  unsigned long long steady_decode_allocations = 0;  // device allocations in decode steps after the first few
+};
+
+Report run(const Context& ctx, const Config& cfg);
+
+}  // namespace clattn::sim
