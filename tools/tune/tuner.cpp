@@ -242,6 +242,13 @@ Measured measured_from(const nlohmann::json& j) {
 }  // namespace
 
 Report run(bench::Harness& h, const Options& opt, std::FILE* log) {
+  for (auto& name : opt.ops)
+    if (std::none_of(op_specs().begin(), op_specs().end(), [&](const OpSpec& s) { return s.name == name; }))
+      throw Error(Status::InvalidArgument, "--ops: unknown op '" + name + "' (known: " + [] {
+        std::string n;
+        for (auto& s : op_names()) n += (n.empty() ? "" : " ") + s;
+        return n;
+      }() + ")");
   Context& ctx = h.ctx();
   const auto& p = ctx.profile();
   if (opt.warmup >= 0) h.warmup = opt.warmup;
@@ -257,9 +264,6 @@ Report run(bench::Harness& h, const Options& opt, std::FILE* log) {
   std::vector<const OpSpec*> todo;
   for (auto& s : op_specs())
     if (opt.ops.empty() || std::find(opt.ops.begin(), opt.ops.end(), s.name) != opt.ops.end()) todo.push_back(&s);
-  for (auto& name : opt.ops)
-    if (std::none_of(op_specs().begin(), op_specs().end(), [&](const OpSpec& s) { return s.name == name; }))
-      throw Error(Status::InvalidArgument, "--ops: unknown op '" + name + "'");
   const auto t0 = Clock::now();
   for (size_t i = 0; i < todo.size(); ++i) {
     double budget = 0;
