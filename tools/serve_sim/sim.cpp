@@ -399,11 +399,16 @@ class Engine {
       }
     }
     next_tokens(batch);  // syncs the queue
+    // In an in-order queue a layer cannot start before the previous layer's end marker;
+    // clamping to it keeps drivers that stamp markers at submission from double counting.
+    cl_ulong prev_end = 0;
     for (size_t m = 0; m + 1 < markers_.size(); m += 2) {
       cl_ulong t0 = 0, t1 = 0;
       clGetEventProfilingInfo(markers_[m], CL_PROFILING_COMMAND_END, sizeof t0, &t0, nullptr);
       clGetEventProfilingInfo(markers_[m + 1], CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
+      t0 = std::max(t0, prev_end);
       if (t1 > t0) attn_s += double(t1 - t0) * 1e-9;
+      prev_end = std::max(prev_end, t1);
     }
     for (auto& m : markers_) clReleaseEvent(m);
     markers_.clear();
