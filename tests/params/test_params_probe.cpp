@@ -1,0 +1,55 @@
+// clattn-probe with a tuned file: the JSON names the file the runtime reads, and the entry
+// of a tuned op and key comes from it ("tuned:<file>"), with the tuner's origin string.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.hpp"
+
+namespace {
+
+std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = pclose(p);
+  return out;
+}
+
+TEST(ParamsProbe, ShowsTheTunedFileAndWhereEachEntryComesFrom) {
+  const auto& prof = clattn::test::ctx().profile();
+  auto file = std::filesystem::temp_directory_path() / ("clattn-probe-tuned-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << nlohmann::json{
+      {"device", prof.device_name},
+      {"date", "2026-11-22"},
+      {"ops", {{"decode", {{"bf16", {{"params", {{"UNROLL", 8}}}, {"value", 123.4}, {"metric", "GB/s"}}}}}}}}
+                             .dump();
+  int st = -1;
+  std::string out = run("CLATTN_TUNED_FILE=" + file.string() + " " + CLATTN_PROBE_EXE + " --json --device '" + prof.device_name + "'", &st);
+  ASSERT_EQ(st, 0) << out;
+  auto doc = nlohmann::json::parse(out);
+  ASSERT_FALSE(doc["devices"].empty());
+  auto& ch = doc["devices"][0]["choices"];
+  ASSERT_EQ(doc["devices"][0]["profile"]["CL_DEVICE_NAME"], prof.device_name);
+  EXPECT_EQ(ch["tuned_file"]["path"], file.string());
+  EXPECT_EQ(ch["tuned_file"]["present"], true);
+  EXPECT_EQ(ch["tuned_file"]["rows"], 1);
+  auto& bf16 = ch["ops"]["decode"]["keys"]["bf16"];
+  EXPECT_EQ(bf16["source"], "tuned:" + file.string());
+  EXPECT_EQ(bf16["level"], "tuned");
+  EXPECT_EQ(bf16["params"]["UNROLL"], 8);
+  EXPECT_NE(bf16["origins"].back().get<std::string>().find("clattn-tune 2026-11-22 (123.4 GB/s)"), std::string::npos)
+      << bf16["origins"];
+  // The op's "*" entry is not tuned (the file only has bf16) and says where it comes from.
+  EXPECT_NE(ch["ops"]["decode"]["source"], "tuned:" + file.string());
+  std::filesystem::remove(file);
+}
+
+}  // namespace
