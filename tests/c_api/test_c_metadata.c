@@ -3,6 +3,19 @@
  * untouched. */
 #include "c_test_util.h"
 
+#if defined(__unix__)
+#include <pthread.h>
+/* A failing call on another thread: its message stays on that thread. */
+static char other_msg[256];
+static void* fail_elsewhere(void* arg) {
+  int w;
+  (void)arg;
+  clattn_max_table_pages(8, -3, &w);
+  snprintf(other_msg, sizeof other_msg, "%s", clattn_last_error());
+  return NULL;
+}
+#endif
+
 enum { P = 4, POOL = 3, CTX = 12, B = 2 };
 
 /* req_to_token rows: row 0 owns pages 2, 5; row 1 page 7; row 2 pages 1, 3, 4. */
@@ -263,5 +276,21 @@ int main(void) {
   /* a misaligned token: row 0 position 3 moved to offset 2 of its page (expected 3) */
   r2t[0 * CTX + 3] = 2 * P + 2;
   CHECK_FAILS(clattn_validate_engine_batch(&ex, 8, P), CLATTN_INVALID_ARGUMENT, "req_to_token");
+#if defined(__unix__)
+  /* ---- the last error is per thread */
+  {
+    int w;
+    CHECK_FAILS(clattn_max_table_pages(CTX, 0, &w), CLATTN_INVALID_ARGUMENT, "page_size");
+    char mine[256];
+    snprintf(mine, sizeof mine, "%s", clattn_last_error());
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, fail_elsewhere, NULL) == 0);
+    pthread_join(th, NULL);
+    CHECK(strstr(other_msg, "-3") != NULL);
+    CHECK(strcmp(clattn_last_error(), mine) == 0);
+    CHECK(clattn_max_table_pages(CTX, P, &w) == CLATTN_SUCCESS);
+    CHECK(clattn_last_error()[0] == '\0');
+  }
+#endif
   return report();
 }
