@@ -55,6 +55,33 @@ void check_capacity(const char* what, int64_t capacity, int64_t needed) {
             std::to_string(needed) + " entries");
 }
 
+// Copies a built CSR into the caller's arrays (capacity checked before anything is written).
+void write_csr(const clattn::PagedCsr& c, int batch_size, const clattn_csr_out* out, int64_t* num_indices) {
+  const int64_t n = c.kv_indptr.back();
+  if (num_indices) *num_indices = n;
+  if (n > 0) need(out->kv_indices, "out.kv_indices");
+  check_capacity("out.kv_indices_capacity", out->kv_indices_capacity, n);
+  put(out->kv_indptr, c.kv_indptr);
+  put(out->kv_indices, c.kv_indices);
+  put(out->kv_last_page_len, c.kv_last_page_len);
+  if (out->qo_indptr && !c.qo_indptr.empty()) put(out->qo_indptr, c.qo_indptr);
+  if (out->kv_start_offset) {
+    if (c.windowed()) put(out->kv_start_offset, c.kv_start_offset);
+    else std::fill(out->kv_start_offset, out->kv_start_offset + batch_size, 0);
+  }
+}
+
+void write_table(const clattn::PageTable& t, const clattn_page_table_out* out, int* width) {
+  if (width) *width = t.max_pages;
+  const int64_t n = int64_t(t.batch_size()) * t.max_pages;
+  if (n > 0) need(out->page_table, "out.page_table");
+  check_capacity("out.page_table_capacity", out->page_table_capacity, n);
+  put(out->page_table, t.page_table);
+  if (out->cu_seqlens_q && !t.cu_seqlens_q.empty()) put(out->cu_seqlens_q, t.cu_seqlens_q);
+  if (out->cu_seqlens_k) put(out->cu_seqlens_k, t.cu_seqlens_k);
+  if (out->seq_lens) put(out->seq_lens, t.seq_lens);
+}
+
 }  // namespace
 
 using clattn::capi::guard;
@@ -99,20 +126,8 @@ clattn_status clattn_build_csr(const clattn_engine_batch* b, int page_size, int 
     need(out->kv_last_page_len, "out.kv_last_page_len");
     if (window_left >= 0) need(out->kv_start_offset, "out.kv_start_offset (required with window_left >= 0)");
     clattn::EngineBatch e = to_cpp_batch(b);
-    clattn::PagedCsr& c = scratch_csr;
-    clattn::build_csr(e, page_size, window_left, c);
-    const int64_t n = c.kv_indptr.back();
-    if (num_indices) *num_indices = n;
-    if (n > 0) need(out->kv_indices, "out.kv_indices");
-    check_capacity("out.kv_indices_capacity", out->kv_indices_capacity, n);
-    put(out->kv_indptr, c.kv_indptr);
-    put(out->kv_indices, c.kv_indices);
-    put(out->kv_last_page_len, c.kv_last_page_len);
-    if (out->qo_indptr && e.is_extend()) put(out->qo_indptr, c.qo_indptr);
-    if (out->kv_start_offset) {
-      if (c.windowed()) put(out->kv_start_offset, c.kv_start_offset);
-      else std::fill(out->kv_start_offset, out->kv_start_offset + e.batch_size, 0);
-    }
+    clattn::build_csr(e, page_size, window_left, scratch_csr);
+    write_csr(scratch_csr, e.batch_size, out, num_indices);
   });
 }
 
@@ -121,15 +136,8 @@ clattn_status clattn_build_page_table(const clattn_engine_batch* b, int page_siz
   return guard([&] {
     need(out, "out");
     clattn::EngineBatch e = to_cpp_batch(b);
-    clattn::PageTable& t = scratch_table;
-    clattn::build_page_table(e, page_size, max_pages, t);
-    if (width) *width = t.max_pages;
-    const int64_t n = int64_t(e.batch_size) * t.max_pages;
-    if (n > 0) need(out->page_table, "out.page_table");
-    check_capacity("out.page_table_capacity", out->page_table_capacity, n);
-    put(out->page_table, t.page_table);
-    if (out->cu_seqlens_q && e.is_extend()) put(out->cu_seqlens_q, t.cu_seqlens_q);
-    if (out->cu_seqlens_k) put(out->cu_seqlens_k, t.cu_seqlens_k);
+    clattn::build_page_table(e, page_size, max_pages, scratch_table);
+    write_table(scratch_table, out, width);
   });
 }
 
@@ -159,6 +167,25 @@ clattn_status clattn_build_block_table(const clattn_engine_batch* b, int block_s
     if (n > 0) need(table, "table");
     check_capacity("capacity", capacity, n);
     put(table, t.page_table);
+  });
+}
+
+clattn_status clattn_csr_to_page_table(const clattn_csr* csr, const clattn_page_table_out* out, int* width) {
+  return guard([&] {
+    need(out, "out");
+    clattn::PagedCsr c = to_cpp(csr, "csr", true, true);
+    write_table(clattn::csr_to_page_table(c), out, width);
+  });
+}
+
+clattn_status clattn_page_table_to_csr(const clattn_page_table* table, const clattn_csr_out* out,
+                                       int64_t* num_indices) {
+  return guard([&] {
+    need(out, "out");
+    need(out->kv_indptr, "out.kv_indptr");
+    need(out->kv_last_page_len, "out.kv_last_page_len");
+    clattn::PageTable t = to_cpp(table, "table", true, true);
+    write_csr(clattn::page_table_to_csr(t), table->batch_size, out, num_indices);
   });
 }
 

@@ -233,6 +233,7 @@ typedef struct clattn_page_table_out {
   int64_t page_table_capacity;  /* entries */
   int32_t* cu_seqlens_q;        /* [B+1] or NULL (extend only; decode leaves it alone) */
   int32_t* cu_seqlens_k;        /* [B+1] or NULL */
+  int32_t* seq_lens;            /* [B] or NULL (clattn_csr_to_page_table; the builder copies the batch's) */
 } clattn_page_table_out;
 /* max_pages = 0: the tightest width; larger pads. *width (nullable) gets the row width,
  * also when the capacity is too small. */
@@ -245,6 +246,14 @@ CLATTN_API clattn_status clattn_build_slot_mapping(const clattn_engine_batch* b,
 /* Page ids at a fixed block size (MLA's 64): [B, width] padded with -1. */
 CLATTN_API clattn_status clattn_build_block_table(const clattn_engine_batch* b, int block_size, int max_blocks,
                                                   int32_t* table, int64_t capacity, int* width);
+
+/* Conversions between the two forms (exact inverses on builder output), into caller
+ * arrays like the builders; *num_indices / *width as there. A windowed CSR (with
+ * kv_start_offset) has no page-table form and is rejected. qo_indptr <-> cu_seqlens_q are
+ * carried over when the input has them and the output pointer is non-NULL. */
+CLATTN_API clattn_status clattn_csr_to_page_table(const clattn_csr* csr, const clattn_page_table_out* out, int* width);
+CLATTN_API clattn_status clattn_page_table_to_csr(const clattn_page_table* table, const clattn_csr_out* out,
+                                                  int64_t* num_indices);
 
 /* Validation against a cache of num_pages pages. On failure CLATTN_INVALID_ARGUMENT and
  * clattn_last_error() names the field, the request and the value. csr.qo_indptr is checked

@@ -112,7 +112,7 @@ int main(void) {
 
   /* ---- page table */
   int32_t table[12], cuq[B + 1], cuk[B + 1];
-  clattn_page_table_out po = {table, 12, cuq, cuk};
+  clattn_page_table_out po = {table, 12, cuq, cuk, NULL};
   int width = 0;
   CHECK(clattn_build_page_table(&ex, P, 0, &po, &width) == CLATTN_SUCCESS);
   static const int32_t e_table[] = {1, 3, 4, 2, 5, -1}, e_cuk[] = {0, 10, 15};
@@ -231,6 +231,29 @@ int main(void) {
       for (size_t i = 0; i < sizeof all_m / sizeof all_m[0]; ++i) clReleaseMemObject(all_m[i]);
       clattn_context_release(ctx);
     }
+  }
+
+  /* ---- conversions: CSR <-> page table, exact inverses */
+  {
+    clattn_csr ec = {B, P, e_indptr, e_indices, e_last, NULL, e_qo};
+    int32_t t2[8], q2[B + 1], k2[B + 1], s2[B];
+    clattn_page_table_out to = {t2, 8, q2, k2, s2};
+    int w2 = 0;
+    CHECK(clattn_csr_to_page_table(&ec, &to, &w2) == CLATTN_SUCCESS);
+    CHECK(w2 == 3 && eq(t2, e_table, 6) && eq(q2, e_qo, 3) && eq(k2, e_cuk, 3) && eq(s2, seq, 2));
+    clattn_page_table et = {B, P, 3, e_table, seq, e_qo};
+    int32_t ip2[B + 1], ix2[8], la2[B], qo2[B + 1];
+    clattn_csr_out co2 = {ip2, ix2, 8, la2, qo2, NULL};
+    int64_t n2 = 0;
+    CHECK(clattn_page_table_to_csr(&et, &co2, &n2) == CLATTN_SUCCESS);
+    CHECK(n2 == 5 && eq(ip2, e_indptr, 3) && eq(ix2, e_indices, 5) && eq(la2, e_last, 2) && eq(qo2, e_qo, 3));
+    /* a windowed CSR has no page-table form */
+    clattn_csr wc = {B, P, w_indptr, w_indices, w_last, w_start, NULL};
+    for (int i = 0; i < 8; ++i) t2[i] = -77;
+    CHECK_FAILS(clattn_csr_to_page_table(&wc, &to, &w2), CLATTN_INVALID_ARGUMENT, "kv_start_offset");
+    CHECK(all(t2, 8, -77));
+    co2.kv_indices_capacity = 4;
+    CHECK_FAILS(clattn_page_table_to_csr(&et, &co2, &n2), CLATTN_INVALID_ARGUMENT, "kv_indices_capacity");
   }
 
   /* ---- validation */
