@@ -364,7 +364,7 @@ std::string table(const Report& r) {
         if (i < o.flops.size() && !bw) v = o.flops[i] / (m.ms[i] * 1e9);
         if (v <= 0) return "";
         if (bw && r.stream_read_gbps > 0) std::snprintf(c, sizeof c, " %7.1f %3.0f%%", v, 100.0 * v / r.stream_read_gbps);
-        else std::snprintf(c, sizeof c, " %7.2f", v);
+        else std::snprintf(c, sizeof c, " %8.3g", v);
         return c;
       };
       std::snprintf(buf, sizeof buf, "%-44s | %-27s | %-27s | %-27s\n", o.shapes[i].substr(0, 44).c_str(),
@@ -377,7 +377,7 @@ std::string table(const Report& r) {
       if (!m.ok) return std::string("failed");
       if (bw && r.stream_read_gbps > 0)
         std::snprintf(c, sizeof c, "%7.1f GB/s %3.0f%% x%.2f", m.rate, 100.0 * m.rate / r.stream_read_gbps, m.score);
-      else std::snprintf(c, sizeof c, "%7.2f %s x%.2f", m.rate, o.metric.c_str(), m.score);
+      else std::snprintf(c, sizeof c, "%7.3g %s x%.2f", m.rate, o.metric.c_str(), m.score);
       return std::string(c);
     };
     std::snprintf(buf, sizeof buf, "%-44s | %-27s | %-27s | %-27s\n", "geomean (x = speed-up vs reference)",
@@ -386,7 +386,13 @@ std::string table(const Report& r) {
     os << "  tuned:   " << params_str(o.tuned.params) << "\n";
     os << "  changed vs vendor default: " << params_str(o.tuned.params, &o.vendor.params) << "\n";
   }
-  return os.str();
+  std::string t = os.str(), out;  // without the column padding at line ends
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '\n')
+      while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += t[i];
+  }
+  return out;
 }
 
 std::string emit_rows(const Report& r) {
