@@ -176,7 +176,7 @@ typedef struct clattn_device_info {
   int reserved[16];              /* zero; room for later fields */
 } clattn_device_info;
 
-/* The context's device. */
+/* The context's device (index -1 when an adopted device is not in the list). */
 CLATTN_API clattn_status clattn_device_info_get(clattn_context ctx, clattn_device_info* out);
 /* Every OpenCL device on every platform (0 when there is none: not an error). */
 CLATTN_API clattn_status clattn_device_count(int* out);
@@ -185,7 +185,7 @@ CLATTN_API clattn_status clattn_device_info_at(int index, clattn_device_info* ou
 
 /* ---------------------------------------------------------------- metadata (see clattn/metadata.hpp)
  * Host builders from SGLang-style engine tables. They write into caller arrays: ask for the
- * sizes first (clattn_metadata_sizes gives the exact ones for a batch, clattn_max_csr_pages /
+ * sizes first (clattn_metadata_sizes_get gives the exact ones for a batch, clattn_max_csr_pages /
  * clattn_max_table_pages bounds for any batch of a shape). A rejected call (bad batch, array
  * too small) writes nothing to the output arrays. */
 typedef struct clattn_engine_batch {
@@ -233,7 +233,7 @@ typedef struct clattn_page_table_out {
   int64_t page_table_capacity;  /* entries */
   int32_t* cu_seqlens_q;        /* [B+1] or NULL (extend only; decode leaves it alone) */
   int32_t* cu_seqlens_k;        /* [B+1] or NULL */
-  int32_t* seq_lens;            /* [B] or NULL (clattn_csr_to_page_table; the builder copies the batch's) */
+  int32_t* seq_lens;            /* [B] or NULL: the requests' KV lengths */
 } clattn_page_table_out;
 /* max_pages = 0: the tightest width; larger pads. *width (nullable) gets the row width,
  * also when the capacity is too small. */
