@@ -46,12 +46,14 @@ const std::vector<Row>& rows_decode() {
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
        "AMD CDNA/RDNA: 4 x wave64 per group (one per SIMD of a CU), 128 VGPRs per lane keeps 4 waves per SIMD "
        "(AMD Instinct MI200/MI300 ISA and CDNA3 tuning guide, occupancy tables); dwordx4 global loads; "
-       "not tuned on hardware"},
+       "split-K thresholds as the generic row; not tuned on hardware"},
       {"decode", Level::Vendor, "intel", "*",
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
        "Intel Xe: 128 GRF x 32 bytes per EU thread at SIMD16 leaves ~48 floats per lane for q/acc after "
-       "addressing (oneAPI GPU optimization guide, GRF and occupancy); 16-byte block loads; not tuned on hardware"},
+       "addressing (oneAPI GPU optimization guide, GRF and occupancy; sub-groups of 8/16/32 through "
+       "cl_intel_required_subgroup_size, 16 the compiler's usual choice); 16-byte block loads; split-K thresholds "
+       "as the generic row; not tuned on hardware"},
       {"decode", Level::Vendor, "cpu", "*",
        {{"WG", 32}, {"QREGS", 512}, {"QREGS_MAX", 4096}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},

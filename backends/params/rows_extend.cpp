@@ -22,7 +22,8 @@ const std::vector<Row>& rows_extend() {
       {"extend", Level::Generic, "", "*",
        {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}},
        "variant generic: 128 work-items (4 warps / 2 wave64), 16 rows x 8 lanes, 32-key steps: 27 KB of local "
-       "memory at D=128, inside OpenCL's 32 KB minimum; not tuned"},
+       "memory at D=128, inside OpenCL's 32 KB minimum; not tuned. MMA_WARPS / MMA_KEYS are read only where MMA=1 "
+       "(the nvidia row explains them)"},
       {"extend", Level::Generic, "", "d256", {{"KEYS", 16}, {"MMA_KEYS", 32}},
        "variant generic: 16-key steps keep D=256 at 34 KB of local memory (48 KB on NVIDIA, 64 KB on AMD/Intel)"},
       {"extend", Level::Vendor, "nvidia", "*",

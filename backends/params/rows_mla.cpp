@@ -29,11 +29,12 @@ const std::vector<Row>& rows_mla() {
       {"mla_decode", Level::Vendor, "amd", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
        "4 x wave64 per group, 64 KB LDS per CU holds one bf16 group plus change (AMD CDNA3 ISA / tuning guide, "
-       "LDS and occupancy); dwordx4 loads; not tuned on hardware"},
+       "LDS and occupancy); dwordx4 loads; split-K thresholds as the generic row; not tuned on hardware"},
       {"mla_decode", Level::Vendor, "intel", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
        "Xe: 256 work-items per group is the common maximum, 64 KB SLM per Xe-core (oneAPI GPU optimization guide, "
-       "SLM); not tuned on hardware"},
+       "SLM); 16 lanes = one SIMD16 sub-group per query vector (cl_intel_required_subgroup_size offers 8/16/32); "
+       "split-K thresholds as the generic row; not tuned on hardware"},
       {"mla_decode", Level::Vendor, "cpu", "*",
        {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 16}},
        "PoCL pthread device: a group is one vectorised loop per core; 64 work-items keep the per-barrier "
