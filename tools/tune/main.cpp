@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
         }
         clattn::tune::write_json(j, out);
         std::fprintf(stderr, "clattn-tune: wrote %s (the runtime reads it at its next start)\n", out.c_str());
+        if (!h.ctx().profile().vendor_forced.empty())
+          std::fprintf(stderr, "clattn-tune: note: CLATTN_FORCE_VENDOR=%s is set; the runtime ignores tuned rows while it is\n",
+                       h.ctx().profile().vendor_forced.c_str());
       }
     }
     if (!(emit && !from.empty())) std::cout << clattn::tune::table(rep);
