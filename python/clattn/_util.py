@@ -108,6 +108,11 @@ def context_of(*xs, ctx=None):
     return default_context()
 
 
+def is_raw_buffer(x):
+    """True for a pyopencl Buffer or a raw cl_mem int (no shape/dtype of its own)."""
+    return _is_pyopencl_buffer(x) or (isinstance(x, int) and not isinstance(x, bool))
+
+
 def as_tensor(ctx, x, name, dtype=None, shape=None):
     """Turns an op argument into a clattn Tensor on ctx, zero-copy where it can:
     clattn.Tensor (dtype override allowed when the item size matches), pyopencl Array
@@ -135,7 +140,7 @@ def as_tensor(ctx, x, name, dtype=None, shape=None):
         elif _ITEMSIZE[dt] != x.dtype.itemsize:
             raise error(f"{name}: Array dtype {x.dtype} does not hold {dt}")
         return ctx.wrap(x.base_data, tuple(x.shape), dt)
-    if _is_pyopencl_buffer(x) or isinstance(x, int):
+    if is_raw_buffer(x):
         if shape is None or dt is None:
             raise error(f"{name}: a pyopencl Buffer or cl_mem handle needs explicit shape and dtype")
         return ctx.wrap(x, tuple(shape), dt)

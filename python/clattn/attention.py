@@ -4,7 +4,7 @@ listed in docs/python.md and in each docstring."""
 import numpy as np
 
 from . import _clattn
-from ._util import as_tensor, check, context_of, dtype_name, error, host_i32, _ITEMSIZE
+from ._util import as_tensor, check, context_of, dtype_name, error, host_i32, is_raw_buffer, _ITEMSIZE
 
 _FLOAT_IO = ("f32", "f16", "bf16")
 _KV_DTYPES = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
@@ -247,18 +247,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
         d = self._dims
         ctx = self._ctx
         k_cache, v_cache = _split_kv_cache(paged_kv_cache)
-        q = check(as_tensor(ctx, q, "q"), "q", (d["q_dtype"],), (d["batch_size"], d["num_qo_heads"], d["head_dim"]))
-        k_cache = as_tensor(ctx, k_cache, "k_cache", d["kv_dtype"] if _is_bits(k_cache) else None)
-        v_cache = as_tensor(ctx, v_cache, "v_cache", d["kv_dtype"] if _is_bits(v_cache) else None)
+        qshape = (d["batch_size"], d["num_qo_heads"], d["head_dim"])
+        q = check(_arg(ctx, q, "q", qshape, d["q_dtype"]), "q", (d["q_dtype"],), qshape)
+        k_cache = _cache_arg(ctx, k_cache, "k_cache", self._kv_layout, d)
+        v_cache = _cache_arg(ctx, v_cache, "v_cache", self._kv_layout, d)
         _check_cache(k_cache, v_cache, self._kv_layout, d)
         if out is None:
-            out = ctx.empty((d["batch_size"], d["num_qo_heads"], d["head_dim"]), d["o_dtype"])
+            out = ctx.empty(qshape, d["o_dtype"])
         else:
-            out = check(as_tensor(ctx, out, "out"), "out", (d["o_dtype"],), tuple(q.shape))
+            out = check(_arg(ctx, out, "out", qshape, d["o_dtype"]), "out", (d["o_dtype"],), qshape)
         if lse is None and return_lse:
-            lse = ctx.empty((d["batch_size"], d["num_qo_heads"]), "f32")
+            lse = ctx.empty(qshape[:2], "f32")
         elif lse is not None:
-            lse = check(as_tensor(ctx, lse, "lse"), "lse", ("f32",), (d["batch_size"], d["num_qo_heads"]))
+            lse = check(_arg(ctx, lse, "lse", qshape[:2], "f32"), "lse", ("f32",), qshape[:2])
         if sinks is not None:
             sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
         ws = self._ws.get(self._plan.workspace_bytes)
@@ -272,10 +273,31 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """No-op (FlashInfer compatibility)."""
 
 
-def _is_bits(x):
-    """True when x is a numpy/pyopencl buffer whose dtype cannot name bf16/fp8 itself."""
+def _arg(ctx, x, name, shape, dtype):
+    """as_tensor where the wrapper knows the shape and dtype: raw Buffers / cl_mem ints are
+    wrapped with them, uint16/uint8 arrays read as `dtype` bits, others keep their own."""
+    if is_raw_buffer(x):
+        return as_tensor(ctx, x, name, dtype, shape)
+    return as_tensor(ctx, x, name, dtype if _is_bits(x, dtype) else None)
+
+
+def _cache_arg(ctx, x, name, layout, d):
+    """A paged cache argument; for a raw buffer the page count comes from its size."""
+    if is_raw_buffer(x):
+        per_page = d["page_size"] * d["num_kv_heads"] * d["head_dim"] * _ITEMSIZE[d["kv_dtype"]]
+        n = ctx.wrap(x, (1,), "u8").buffer_bytes // per_page
+        return as_tensor(ctx, x, name, d["kv_dtype"],
+                         _cache_shape(layout, n, d["page_size"], d["num_kv_heads"], d["head_dim"]))
+    return as_tensor(ctx, x, name, d["kv_dtype"] if _is_bits(x, d["kv_dtype"]) else None)
+
+
+def _is_bits(x, want):
+    """True when x is a numpy/pyopencl array of raw bits (uint16/uint8) and the wrapper
+    expects bf16/fp8, which numpy cannot name: the bits are then read as `want`."""
     dt = getattr(x, "dtype", None)
-    return dt is not None and not isinstance(dt, str) and np.dtype(dt) in (np.dtype(np.uint16), np.dtype(np.uint8))
+    if dt is None or isinstance(dt, str) or want not in ("bf16", "fp8_e4m3", "fp8_e5m2"):
+        return False
+    return np.dtype(dt) in (np.dtype(np.uint16), np.dtype(np.uint8))
 
 
 def _check_cache(k_cache, v_cache, layout, d):
@@ -343,14 +365,15 @@ class _PrefillBase:
     def _outputs(self, q, out, lse, return_lse, d):
         ctx = self._ctx
         T = d["num_tokens"]
+        oshape = (T, d["num_qo_heads"], d["head_dim"])
         if out is None:
-            out = ctx.empty((T, d["num_qo_heads"], d["head_dim"]), d["o_dtype"])
+            out = ctx.empty(oshape, d["o_dtype"])
         else:
-            out = check(as_tensor(ctx, out, "out"), "out", (d["o_dtype"],), (T, d["num_qo_heads"], d["head_dim"]))
+            out = check(_arg(ctx, out, "out", oshape, d["o_dtype"]), "out", (d["o_dtype"],), oshape)
         if lse is None and return_lse:
-            lse = ctx.empty((T, d["num_qo_heads"]), "f32")
+            lse = ctx.empty(oshape[:2], "f32")
         elif lse is not None:
-            lse = check(as_tensor(ctx, lse, "lse"), "lse", ("f32",), (T, d["num_qo_heads"]))
+            lse = check(_arg(ctx, lse, "lse", oshape[:2], "f32"), "lse", ("f32",), oshape[:2])
         return out, lse
 
     def end_forward(self):
@@ -501,9 +524,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             raise error("run() before plan()")
         d, ctx = self._dims, self._ctx
         k_cache, v_cache = _split_kv_cache(paged_kv_cache)
-        q = check(as_tensor(ctx, q, "q"), "q", (d["q_dtype"],), (d["num_tokens"], d["num_qo_heads"], d["head_dim"]))
-        k_cache = as_tensor(ctx, k_cache, "k_cache", d["kv_dtype"] if _is_bits(k_cache) else None)
-        v_cache = as_tensor(ctx, v_cache, "v_cache", d["kv_dtype"] if _is_bits(v_cache) else None)
+        qshape = (d["num_tokens"], d["num_qo_heads"], d["head_dim"])
+        q = check(_arg(ctx, q, "q", qshape, d["q_dtype"]), "q", (d["q_dtype"],), qshape)
+        k_cache = _cache_arg(ctx, k_cache, "k_cache", self._kv_layout, d)
+        v_cache = _cache_arg(ctx, v_cache, "v_cache", self._kv_layout, d)
         _check_cache(k_cache, v_cache, self._kv_layout, d)
         out, lse = self._outputs(q, out, lse, return_lse, d)
         if sinks is not None:
@@ -613,10 +637,11 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         if self._plan is None:
             raise error("run() before plan()")
         d, ctx = self._dims, self._ctx
-        q = check(as_tensor(ctx, q, "q"), "q", (d["q_dtype"],), (d["num_tokens"], d["num_qo_heads"], d["head_dim"]))
+        qshape = (d["num_tokens"], d["num_qo_heads"], d["head_dim"])
+        q = check(_arg(ctx, q, "q", qshape, d["q_dtype"]), "q", (d["q_dtype"],), qshape)
         shp = (d["kv_tokens"], d["num_kv_heads"], d["head_dim"])
-        k = check(as_tensor(ctx, k, "k", d["kv_dtype"] if _is_bits(k) else None), "k", (d["kv_dtype"],), shp)
-        v = check(as_tensor(ctx, v, "v", d["kv_dtype"] if _is_bits(v) else None), "v", (d["kv_dtype"],), shp)
+        k = check(_arg(ctx, k, "k", shp, d["kv_dtype"]), "k", (d["kv_dtype"],), shp)
+        v = check(_arg(ctx, v, "v", shp, d["kv_dtype"]), "v", (d["kv_dtype"],), shp)
         out, lse = self._outputs(q, out, lse, return_lse, d)
         if sinks is not None:
             sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
@@ -655,7 +680,7 @@ def merge_state(v_a, s_a, v_b, s_b, *, out=None, s_out=None, ctx=None):
     if len(va.shape) != 3:
         raise error(f"v_a: shape {list(va.shape)}, expected [seq_len, num_heads, head_dim]")
     sa = check(as_tensor(c, s_a, "s_a"), "s_a", ("f32",), va.shape[:2])
-    vb = check(as_tensor(c, v_b, "v_b", va.dtype if _is_bits(v_b) else None), "v_b", (va.dtype,), va.shape)
+    vb = check(as_tensor(c, v_b, "v_b", va.dtype if _is_bits(v_b, va.dtype) else None), "v_b", (va.dtype,), va.shape)
     sb = check(as_tensor(c, s_b, "s_b"), "s_b", ("f32",), va.shape[:2])
     out = c.empty(va.shape, va.dtype) if out is None else check(as_tensor(c, out, "out"), "out", (va.dtype,), va.shape)
     s_out = c.empty(va.shape[:2], "f32") if s_out is None else check(as_tensor(c, s_out, "s_out"), "s_out", ("f32",), va.shape[:2])

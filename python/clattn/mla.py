@@ -2,8 +2,8 @@
 import numpy as np
 
 from . import _clattn
-from ._util import as_tensor, check, dtype_name, error, host_i32
-from .attention import _Workspace, _workspace_context, _is_bits
+from ._util import as_tensor, check, dtype_name, error, host_i32, is_raw_buffer, _ITEMSIZE
+from .attention import _Workspace, _workspace_context, _arg
 
 CKV_DIM, KPE_DIM = 512, 64
 
@@ -113,6 +113,14 @@ class BatchMLAPagedAttentionWrapper:
         self._dims = dict(num_tokens=int(qo[-1]), num_heads=int(num_heads), page_size=int(page_size),
                           num_pages=num_pages, q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt)
 
+    def _cache(self, x, name, width):
+        d = self._dims
+        if is_raw_buffer(x):
+            per_page = d["page_size"] * width * _ITEMSIZE[d["kv_dtype"]]
+            n = self._ctx.wrap(x, (1,), "u8").buffer_bytes // per_page
+            return as_tensor(self._ctx, x, name, d["kv_dtype"], (n, d["page_size"], width))
+        return _arg(self._ctx, x, name, None, d["kv_dtype"])
+
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False, profiler_buffer=None,
             kv_len=None, page_table=None, kv_scale=None):
         r"""Run the MLA attention computation.
@@ -144,24 +152,23 @@ class BatchMLAPagedAttentionWrapper:
             raise error("profiler_buffer / kv_len / page_table are not supported", "Unsupported")
         d, ctx = self._dims, self._ctx
         T, H = d["num_tokens"], d["num_heads"]
-        qn = check(as_tensor(ctx, q_nope, "q_nope", d["q_dtype"] if _is_bits(q_nope) else None), "q_nope",
-                   (d["q_dtype"],), (T, H, CKV_DIM))
-        qp = check(as_tensor(ctx, q_pe, "q_pe", d["q_dtype"] if _is_bits(q_pe) else None), "q_pe",
-                   (d["q_dtype"],), (T, H, KPE_DIM))
-        ckv = check(as_tensor(ctx, ckv_cache, "ckv_cache", d["kv_dtype"] if _is_bits(ckv_cache) else None),
-                    "ckv_cache", (d["kv_dtype"],), (None, d["page_size"], CKV_DIM))
-        kpe = check(as_tensor(ctx, kpe_cache, "kpe_cache", d["kv_dtype"] if _is_bits(kpe_cache) else None),
-                    "kpe_cache", (d["kv_dtype"],), (ckv.shape[0], d["page_size"], KPE_DIM))
+        qn = check(_arg(ctx, q_nope, "q_nope", (T, H, CKV_DIM), d["q_dtype"]), "q_nope", (d["q_dtype"],),
+                   (T, H, CKV_DIM))
+        qp = check(_arg(ctx, q_pe, "q_pe", (T, H, KPE_DIM), d["q_dtype"]), "q_pe", (d["q_dtype"],), (T, H, KPE_DIM))
+        ckv = check(self._cache(ckv_cache, "ckv_cache", CKV_DIM), "ckv_cache", (d["kv_dtype"],),
+                    (None, d["page_size"], CKV_DIM))
+        kpe = check(self._cache(kpe_cache, "kpe_cache", KPE_DIM), "kpe_cache", (d["kv_dtype"],),
+                    (ckv.shape[0], d["page_size"], KPE_DIM))
         if ckv.shape[0] < d["num_pages"]:
             raise error(f"ckv_cache: {ckv.shape[0]} pages, the planned indices reach page {d['num_pages'] - 1}")
         if out is None:
             out = ctx.empty((T, H, CKV_DIM), d["o_dtype"])
         else:
-            out = check(as_tensor(ctx, out, "out"), "out", (d["o_dtype"],), (T, H, CKV_DIM))
+            out = check(_arg(ctx, out, "out", (T, H, CKV_DIM), d["o_dtype"]), "out", (d["o_dtype"],), (T, H, CKV_DIM))
         if lse is None and return_lse:
             lse = ctx.empty((T, H), "f32")
         elif lse is not None:
-            lse = check(as_tensor(ctx, lse, "lse"), "lse", ("f32",), (T, H))
+            lse = check(_arg(ctx, lse, "lse", (T, H), "f32"), "lse", ("f32",), (T, H))
         ws = self._ws.get(self._plan.workspace_bytes)
         _clattn._mla_run(ctx, self._plan, qn, qp, ckv, kpe, self._indices, out, lse, ws,
                          1.0 if kv_scale is None else float(kv_scale))

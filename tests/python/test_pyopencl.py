@@ -81,3 +81,27 @@ def test_pyopencl_errors(clq, ctx):
         clattn.merge_state(buf, s, buf, s, ctx=actx)
     with pytest.raises(clattn.Error, match="another OpenCL context"):
         clattn.merge_state(ctx.zeros((2, 2, 64)), s, big[:2], s)
+
+
+def test_wrappers_take_raw_buffers(clq, rng):
+    """Buffers and cl_mem ints without shape: the wrapper supplies it from the plan (the
+    cache's page count from the buffer size)."""
+    c, q = clq
+    actx = clattn.Context((c, q))
+    kv_lens, Hq, Hkv, D, P = [19], 2, 1, 64, 16
+    indptr, indices, last, num_pages = ref.make_csr(rng, kv_lens, P)
+    k = rng.standard_normal((num_pages, P, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((num_pages, P, Hkv, D)).astype(np.float32)
+    qh = rng.standard_normal((1, Hq, D)).astype(np.float32)
+    mf = cl.mem_flags
+    kb = cl.Buffer(c, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=k)
+    vb = cl.Buffer(c, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=v)
+    qb = cl.Buffer(c, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=qh)
+    ob = cl.Buffer(c, mf.READ_WRITE, qh.nbytes)
+    w = clattn.BatchDecodeWithPagedKVCacheWrapper(actx)
+    w.plan(indptr, indices, last, Hq, Hkv, D, P, q_data_type="float32")
+    w.run(qb, (kb.int_ptr, vb), out=ob.int_ptr)
+    got = np.empty_like(qh)
+    cl.enqueue_copy(q, got, ob)
+    ro, _ = ref.attention(qh, ref.gather_pages(k, indices, 19), ref.gather_pages(v, indices, 19))
+    np.testing.assert_allclose(got, ro, atol=2e-3, rtol=2e-3)
