@@ -537,8 +537,16 @@ as uint16 raw bits (:func:`clattn.bf16_to_float` converts), fp8 as uint8.)doc")
            }, "clone() -> Tensor: a device copy (enqueued).")
       .def("__dlpack_device__", [](const Tensor& t) { return py::make_tuple(kDLOpenCL, device_index_of(t.ctx)); },
            "(kDLOpenCL = 4, global device index).")
-      .def("__dlpack__", [](py::object self, py::object stream) {
+      .def("__dlpack__", [](py::object self, py::object stream, py::object max_version, py::object dl_device,
+                            py::object copy) {
              auto t = self.cast<TensorPtr>();
+             if (!copy.is_none() && copy.cast<bool>())
+               throw py::buffer_error("clattn.Tensor.__dlpack__: copy=True is not supported (zero-copy export only)");
+             if (!dl_device.is_none()) {
+               auto dev = dl_device.cast<std::pair<int, int>>();
+               if (dev.first != kDLOpenCL || dev.second != device_index_of(t->ctx))
+                 throw py::buffer_error("clattn.Tensor.__dlpack__: export to another device is not supported");
+             }
              // Producer's work must be visible to a consumer on any queue: finish ours.
              {
                py::gil_scoped_release nogil;
@@ -561,12 +569,15 @@ as uint16 raw bits (:func:`clattn.bf16_to_float` converts), fp8 as uint8.)doc")
                throw py::error_already_set();
              }
              return py::reinterpret_steal<py::object>(cap);
-           }, py::arg("stream") = py::none(),
-           R"doc(__dlpack__(stream=None) -> PyCapsule
+           }, py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
+           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+           R"doc(__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None) -> PyCapsule
 
 DLPack export with device type kDLOpenCL (4): ``data`` is the cl_mem handle (byte_offset
-0, compact strides). The context's queue is finished first, so a consumer may read on any
-queue of the same cl_context. ``stream`` is accepted and ignored.)doc")
+0, compact strides), an unversioned ``dltensor`` capsule whatever ``max_version`` asks.
+The context's queue is finished first, so a consumer may read on any queue of the same
+cl_context. ``stream`` is accepted and ignored; ``copy=True`` and another ``dl_device``
+raise BufferError.)doc")
       .def("__repr__", [](const Tensor& t) {
         return "<clattn.Tensor shape=" + shape_str(t.shape) + " dtype=" + dtype_str(t.dtype) + ">";
       });

@@ -94,3 +94,15 @@ def linear(kind, q, k, v, g, beta, scale, state, l2norm=False):
             S[h] += np.outer(kt, u)
             o[t, h] = S[h].T @ (qt * scale)
     return o, S
+
+
+def fp8_to_float(bits, kind="e4m3"):
+    """uint8 fp8 bit patterns -> float64 (e4m3fn: bias 7, no inf; e5m2: bias 15)."""
+    b = np.asarray(bits, np.uint8).astype(np.int64)
+    sign = np.where(b >> 7, -1.0, 1.0)
+    if kind == "e4m3":
+        e, m, bias, mb = (b >> 3) & 0xF, b & 7, 7, 3
+    else:
+        e, m, bias, mb = (b >> 2) & 0x1F, b & 3, 15, 2
+    val = np.where(e == 0, m / 2.0 ** mb * 2.0 ** (1 - bias), (1 + m / 2.0 ** mb) * 2.0 ** (e - bias))
+    return sign * val

@@ -138,3 +138,13 @@ def test_decode_docstring_example_runs():
     for t in doctest.DocTestFinder(recurse=False).find(clattn.BatchDecodeWithPagedKVCacheWrapper):
         runner.run(t)
     assert runner.failures == 0 and runner.tries > 5
+
+
+def test_dlpack_versioned_kwargs(ctx):
+    t = ctx.zeros((2,), "f32")
+    cap = t.__dlpack__(stream=None, max_version=(1, 0), dl_device=(4, ctx.device_index), copy=False)
+    assert clattn.from_dlpack(cap, ctx=ctx).shape == (2,)
+    with pytest.raises(BufferError):
+        t.__dlpack__(copy=True)
+    with pytest.raises(BufferError):
+        t.__dlpack__(dl_device=(1, 0))

@@ -102,3 +102,29 @@ def test_decode_errors(ctx, rng):
         w.run(np.zeros((2, 4, 64), np.float32), (cache[:1], cache[:1]))
     with pytest.raises(clattn.Error, match="bf16"):
         w.run(np.zeros((2, 4, 64), np.uint16), (cache, cache))
+
+
+@pytest.mark.parametrize("kind", ["fp8_e4m3", "fp8_e5m2"])
+def test_decode_fp8_cache_via_append(ctx, rng, kind):
+    """append_kv quantises f32 rows into an fp8 cache (value / scale); decode reads it back
+    with the same scales. The reference decodes the stored bits itself."""
+    kv_lens, Hq, Hkv, D, P, scale = [21, 6], 4, 2, 64, 16, 0.5
+    indptr, indices, last, num_pages = ref.make_csr(rng, kv_lens, P)
+    k_cache, v_cache = ctx.zeros((num_pages, P, Hkv, D), kind), ctx.zeros((num_pages, P, Hkv, D), kind)
+    bi, pos = clattn.get_batch_indices_positions(np.concatenate([[0], np.cumsum(kv_lens)]).astype(np.int32),
+                                                 np.array(kv_lens, np.int32), sum(kv_lens))
+    k_new = rng.standard_normal((sum(kv_lens), Hkv, D)).astype(np.float32)
+    v_new = rng.standard_normal((sum(kv_lens), Hkv, D)).astype(np.float32)
+    slots = indices[indptr[bi] + pos // P].astype(np.int64) * P + pos % P
+    clattn.append_kv(k_new, v_new, slots, k_cache, v_cache, k_scale=scale, v_scale=scale)
+    kc = ref.fp8_to_float(k_cache.numpy(), kind[4:]) * scale
+    vc = ref.fp8_to_float(v_cache.numpy(), kind[4:]) * scale
+    np.testing.assert_allclose(kc.reshape(-1, Hkv, D)[slots], k_new, rtol=0.13, atol=0.02)  # fp8 rounding
+    q = rng.standard_normal((2, Hq, D)).astype(np.float32)
+    w = clattn.BatchDecodeWithPagedKVCacheWrapper(ctx)
+    w.plan(indptr, indices, last, Hq, Hkv, D, P, q_data_type="float32", kv_data_type=kind)
+    o = w.run(q, (k_cache, v_cache), k_scale=scale, v_scale=scale).numpy()
+    for i, n in enumerate(kv_lens):
+        sel = indices[indptr[i]:indptr[i + 1]]
+        ro, _ = ref.attention(q[i:i + 1], ref.gather_pages(kc, sel, n), ref.gather_pages(vc, sel, n))
+        np.testing.assert_allclose(o[i], ro[0], atol=2e-3, rtol=2e-3)
