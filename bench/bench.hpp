@@ -23,11 +23,7 @@ struct Harness {
   // Runs `enqueue` (which must enqueue work on ctx's queue and return the LAST event, or
   // nullptr to use a marker) warmup+iters times; returns the median device milliseconds
   // measured from a marker before each run to the event/marker after it.
-  // gate_host: the start marker waits on a user event set only after `enqueue` returns, so
-  // the device runs the op's commands back to back and the host's enqueue time (argument
-  // checks, clSetKernelArg) is not counted: the time an engine that enqueues ahead sees.
-  // `enqueue` must then not block on its own work (plain *_run calls only).
-  double time_ms(const std::function<void()>& enqueue, bool gate_host = false);
+  double time_ms(const std::function<void()>& enqueue);
   // Prints one aligned result line and (if json_out) appends a JSON row.
   void report(const std::string& op, const std::string& shape, double ms, double bytes, double flops,
               const std::string& limit_kind = "stream_read");

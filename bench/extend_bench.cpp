@@ -129,7 +129,7 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, double p
   ExtendPlan plan = extend_plan(ctx, csr, cache, opt);
   ExtendBuffers eb;
   eb.q = q.get(), eb.k = kc.get(), eb.v = vc.get(), eb.page_ids = ids.get(), eb.o = o.get(), eb.lse = lse.get();
-  double ms = h.time_ms([&] { extend_run(ctx, plan, eb); }, true);
+  double ms = h.time_ms([&] { extend_run(ctx, plan, eb); });
   const double flops = 4.0 * D * H * visible_pairs(c);
   char shape[160];
   std::snprintf(shape, sizeof shape, "%dx(q%d,kv%d) H=%d D=%d f16 causal %s", B, c.qo, c.kv, H, D,

@@ -25,24 +25,14 @@ const Limits& Harness::get_limits() {
   return limits;
 }
 
-double Harness::time_ms(const std::function<void()>& enqueue, bool gate_host) {
+double Harness::time_ms(const std::function<void()>& enqueue) {
   cl_command_queue q = ctx().cl_queue();
   std::vector<double> times;
   for (int i = 0; i < warmup + iters; ++i) {
-    cl_event a = nullptr, b = nullptr, gate = nullptr;
-    if (gate_host) {
-      cl_int err = CL_SUCCESS;
-      gate = clCreateUserEvent(ctx().cl_ctx(), &err);
-      if (err != CL_SUCCESS) gate = nullptr;
-    }
-    clEnqueueMarkerWithWaitList(q, gate ? 1 : 0, gate ? &gate : nullptr, &a);
+    cl_event a = nullptr, b = nullptr;
+    clEnqueueMarkerWithWaitList(q, 0, nullptr, &a);
     enqueue();
     clEnqueueMarkerWithWaitList(q, 0, nullptr, &b);
-    if (gate) {
-      clFlush(q);
-      clSetUserEventStatus(gate, CL_COMPLETE);
-      clReleaseEvent(gate);
-    }
     clWaitForEvents(1, &b);
     cl_ulong s = 0, e = 0;
     // Markers carry profiling info on every driver we know; END of the start marker and

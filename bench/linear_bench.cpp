@@ -61,7 +61,7 @@ void run_case(Harness& h, const LinCase& c, DType io) {
   b.cu_seqlens_dev = cu_d.get();
   b.num_tokens = T;
   auto fn = c.decode ? (c.gdn ? gdn_decode : gla_decode) : (c.gdn ? gdn_prefill : gla_prefill);
-  double ms = h.time_ms([&] { fn(ctx, cfg, t, pool, b, nullptr); }, true);
+  double ms = h.time_ms([&] { fn(ctx, cfg, t, pool, b, nullptr); });
   double bytes = double(2 * nqk + 2 * nv) * es + double(ng) * (c.gdn ? 8 : 4) + 2.0 * c.B * slot * 4;
   const double C = 64;
   double per_tok = 3 * 2.0 * c.Dk * c.Dv + (c.gdn ? 2 : 1) * C * c.Dk + (c.gdn ? 2 : 1) * C * c.Dv;
