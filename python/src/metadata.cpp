@@ -100,8 +100,6 @@ clattn::PageTable table_from(int page_size, py::object page_table, py::object se
 }  // namespace
 
 void init_metadata(py::module_& m) {
-
-
   m.def("_build_csr", [](py::object r2t, py::object idx, py::object seq, int page_size, py::object prefix,
                          py::object extend, int window_left) {
     EngineArrays e(r2t, idx, seq, prefix, extend);
