@@ -11,6 +11,7 @@
 
 #include "clattn/clattn.h"
 #include "clattn/context.hpp"
+#include "clattn/linear.hpp"
 #include "clattn/metadata.hpp"
 #include "clattn/ops.hpp"
 #include "runtime/error.hpp"
@@ -72,6 +73,22 @@ inline PagedKV to_cpp(const clattn_paged_kv& c) {
   k.stride_token = c.stride_token;
   k.stride_head = c.stride_head;
   return k;
+}
+
+// Linear-attention config (linear ops and backend layer specs).
+inline LinearConfig to_cpp(const clattn_linear_config* c) {
+  need(c, "cfg");
+  LinearConfig x;
+  x.num_qk_heads = c->num_qk_heads;
+  x.num_v_heads = c->num_v_heads;
+  x.head_dim_k = c->head_dim_k;
+  x.head_dim_v = c->head_dim_v;
+  x.dtype = static_cast<DType>(c->dtype);
+  x.scale = c->scale;
+  x.l2norm_qk = c->l2norm_qk != 0;
+  x.beta_is_logits = c->beta_is_logits != 0;
+  x.constant_decay = c->constant_decay != 0;
+  return x;
 }
 
 inline Enqueue to_cpp(const clattn_enqueue* e) {

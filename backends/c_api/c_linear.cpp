@@ -9,21 +9,6 @@ namespace {
 using clattn::capi::need;
 using clattn::capi::with_enqueue;
 
-clattn::LinearConfig to_cpp_cfg(const clattn_linear_config* c) {
-  need(c, "cfg");
-  clattn::LinearConfig x;
-  x.num_qk_heads = c->num_qk_heads;
-  x.num_v_heads = c->num_v_heads;
-  x.head_dim_k = c->head_dim_k;
-  x.head_dim_v = c->head_dim_v;
-  x.dtype = static_cast<clattn::DType>(c->dtype);
-  x.scale = c->scale;
-  x.l2norm_qk = c->l2norm_qk != 0;
-  x.beta_is_logits = c->beta_is_logits != 0;
-  x.constant_decay = c->constant_decay != 0;
-  return x;
-}
-
 clattn::LinearStatePool to_cpp_pool(const clattn_linear_state_pool* p) {
   need(p, "pool");
   clattn::LinearStatePool x;
@@ -40,7 +25,7 @@ clattn_status linear_op(LinearFn fn, const char* what, clattn_context ctx, const
                         const clattn_linear_tensors* t, const clattn_linear_state_pool* pool,
                         const clattn_linear_batch* batch, const clattn_enqueue* e) {
   return clattn::capi::guard([&] {
-    auto c = to_cpp_cfg(cfg);
+    auto c = clattn::capi::to_cpp(cfg);
     auto p = to_cpp_pool(pool);
     need(t, "tensors");
     need(batch, "batch");
@@ -99,7 +84,7 @@ clattn_status clattn_linear_zero_slots(clattn_context ctx, const clattn_linear_c
                                        const clattn_linear_state_pool* pool, const int32_t* slots, int n,
                                        const clattn_enqueue* e) {
   return guard([&] {
-    auto c = to_cpp_cfg(cfg);
+    auto c = clattn::capi::to_cpp(cfg);
     auto p = to_cpp_pool(pool);
     if (n > 0) need(slots, "slots");
     with_enqueue(ctx, e, "linear_zero_slots",
@@ -111,7 +96,7 @@ clattn_status clattn_linear_copy_slot(clattn_context ctx, const clattn_linear_co
                                       const clattn_linear_state_pool* pool, int src, int dst,
                                       const clattn_enqueue* e) {
   return guard([&] {
-    auto c = to_cpp_cfg(cfg);
+    auto c = clattn::capi::to_cpp(cfg);
     auto p = to_cpp_pool(pool);
     with_enqueue(ctx, e, "linear_copy_slot",
                  [&](cl_command_queue q) { clattn::linear_copy_slot(ctx->ctx, c, p, src, dst, q); });

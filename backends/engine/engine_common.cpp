@@ -43,7 +43,7 @@ GrowBuffer::~GrowBuffer() {
 bool GrowBuffer::reserve(const Context& ctx, std::size_t bytes, const char* what) {
   if (bytes <= bytes_ && mem_) return false;
   wait();
-  const std::size_t grown = std::max<std::size_t>(bytes + bytes / 2, 256);
+  const std::size_t grown = std::max<std::size_t>(2 * bytes, 256);
   cl_int err = CL_SUCCESS;
   cl_mem m = rt::create_buffer(ctx.cl_ctx(), CL_MEM_READ_WRITE, grown, &err);
   rt::check_cl(err, "clCreateBuffer", std::string(what) + " (" + std::to_string(grown) + " bytes)");

@@ -10,7 +10,7 @@
 
 namespace clattn::engine {
 
-// A device buffer that only grows (by half again, so ragged steps settle quickly). Uploads
+// A device buffer that only grows (to twice the request, so ragged steps settle quickly). Uploads
 // are non-blocking; the host source must stay untouched until wait() (next step).
 class GrowBuffer {
  public:

@@ -526,7 +526,95 @@ CLATTN_API clattn_status clattn_linear_copy_slot(clattn_context ctx, const clatt
                                                  const clattn_linear_state_pool* pool, int src, int dst,
                                                  const clattn_enqueue* e);
 
-/* ---- engine backend (see backend section) ---- */
+/* ---- engine backend (see clattn/backend.hpp, docs/backend.md) ----
+ * SGLang-shaped attention backends over a KV pool: describe the model's layers once, then
+ * per step clattn_backend_init_forward_metadata and per layer clattn_backend_forward. */
+typedef enum clattn_layer_kind { CLATTN_LAYER_MHA = 0, CLATTN_LAYER_MLA = 1, CLATTN_LAYER_LINEAR = 2 } clattn_layer_kind;
+typedef enum clattn_forward_mode { CLATTN_MODE_DECODE = 0, CLATTN_MODE_EXTEND = 1, CLATTN_MODE_MIXED = 2 } clattn_forward_mode;
+
+typedef struct clattn_layer_spec {
+  int layer_id;                 /* index in the KV pool, 0 .. num_layers-1 */
+  int kind;                     /* clattn_layer_kind */
+  int num_qo_heads, num_kv_heads, head_dim, head_dim_v;  /* MLA: num_qo_heads = H only */
+  float sm_scale;               /* 0 = 1/sqrt(D) for MHA; required for MLA */
+  float logits_soft_cap;        /* MHA */
+  int window_left;              /* MHA, -1 = none */
+  cl_mem sinks;                 /* MHA, [Hq] f32, nullable */
+  int linear_kind;              /* 0 Gated DeltaNet, 1 GLA */
+  clattn_linear_config linear;  /* linear layers (dtype comes from the backend's act_dtype) */
+} clattn_layer_spec;
+CLATTN_API void clattn_layer_spec_init(clattn_layer_spec* l);
+
+typedef struct clattn_kv_pool_config {
+  int num_pages, page_size;     /* full-attention / MLA layers */
+  int kv_dtype, layout;         /* cache dtype, NHD/HND (MHA) */
+  float k_scale, v_scale;       /* fp8: loaded = stored * scale */
+  int num_state_slots, state_dtype;  /* linear layers */
+} clattn_kv_pool_config;
+CLATTN_API void clattn_kv_pool_config_init(clattn_kv_pool_config* c);
+
+typedef struct clattn_kv_pool_s* clattn_kv_pool;
+/* allocate != 0: the pool allocates every layer's buffers; 0: the engine supplies them
+ * with clattn_kv_pool_set_layer (never released by clattn). */
+CLATTN_API clattn_status clattn_kv_pool_create(clattn_context ctx, const clattn_kv_pool_config* cfg,
+                                               const clattn_layer_spec* layers, int num_layers, int allocate,
+                                               clattn_kv_pool* out);
+/* MHA: k and v caches; MLA: ckv and kpe caches; linear: the state pool in `k` (v unused). */
+CLATTN_API clattn_status clattn_kv_pool_set_layer(clattn_kv_pool pool, int layer_id, cl_mem k, cl_mem v);
+CLATTN_API clattn_status clattn_kv_pool_get_layer(clattn_kv_pool pool, int layer_id, cl_mem* k, cl_mem* v);
+CLATTN_API clattn_status clattn_kv_pool_bytes(clattn_kv_pool pool, int64_t* allocated, int64_t* per_page,
+                                              int64_t* per_state_slot);
+/* Linear layers: fork (copy) or zero request states in every linear layer (enqueue only). */
+CLATTN_API clattn_status clattn_kv_pool_copy_state(clattn_context ctx, clattn_kv_pool pool, int src_slot, int dst_slot);
+CLATTN_API clattn_status clattn_kv_pool_zero_states(clattn_context ctx, clattn_kv_pool pool, const int32_t* slots, int n);
+CLATTN_API void clattn_kv_pool_release(clattn_kv_pool pool);
+
+typedef struct clattn_backend_config {
+  int act_dtype;                /* q/k/v/o: f32 f16 bf16 */
+  int deterministic, max_splits;
+  cl_command_queue queue;       /* NULL = the context's */
+  const char* prefill_backend;  /* "hybrid": MHA backend for extend/mixed (NULL = "paged") */
+  const char* decode_backend;   /* "hybrid": MHA backend for decode (NULL = "paged") */
+} clattn_backend_config;
+CLATTN_API void clattn_backend_config_init(clattn_backend_config* c);
+
+typedef struct clattn_backend_s* clattn_backend;
+/* name: "paged", "paged_table", "mla", "linear" or "hybrid". The pool must outlive the
+ * backend. Builds every kernel the layers need; a device that cannot run a layer gives
+ * CLATTN_UNSUPPORTED naming the layer. */
+CLATTN_API clattn_status clattn_backend_create(clattn_context ctx, const char* name, clattn_kv_pool pool,
+                                               const clattn_layer_spec* layers, int num_layers,
+                                               const clattn_backend_config* cfg, clattn_backend* out);
+CLATTN_API const char* clattn_backend_names(void);  /* comma-separated */
+
+typedef struct clattn_forward_batch {
+  int mode;                          /* clattn_forward_mode */
+  int batch_size;
+  const int32_t* req_to_token;       /* [pool_size, max_ctx] slots */
+  int pool_size, max_ctx;
+  const int32_t* req_pool_indices;   /* [B] */
+  const int32_t* seq_lens;           /* [B], after this step */
+  const int32_t* prefix_lens;        /* [B], extend/mixed */
+  const int32_t* extend_lens;        /* [B], extend/mixed */
+  const int64_t* out_cache_loc;      /* [num_tokens] or NULL (from req_to_token) */
+  const int32_t* mask_indptr;        /* [B+1] bytes, tree mask, or NULL */
+  cl_mem custom_mask;                /* packed mask bits, or NULL */
+  const int32_t* state_slots;        /* [B] linear state slots, NULL = req_pool_indices */
+} clattn_forward_batch;
+CLATTN_API clattn_status clattn_backend_init_forward_metadata(clattn_backend b, const clattn_forward_batch* batch);
+
+typedef struct clattn_layer_io {
+  cl_mem q, q_pe, k, v, o;           /* MLA: q = q_nope, k = new ckv rows, v = new kpe rows */
+  cl_mem g, beta;                    /* linear */
+  cl_mem lse;                        /* optional */
+} clattn_layer_io;
+CLATTN_API clattn_status clattn_backend_forward(clattn_backend b, int layer_id, const clattn_layer_io* io,
+                                                int save_kv_cache);
+CLATTN_API clattn_status clattn_backend_scratch_bytes(clattn_backend b, int64_t* out);
+CLATTN_API void clattn_backend_release(clattn_backend b);
+
+/* Device buffers clattn has created in this process (steady-state steps create none). */
+CLATTN_API unsigned long long clattn_device_allocation_count(void);
 
 
 #ifdef __cplusplus

@@ -418,7 +418,7 @@ class Engine {
       ++report_.decode_steps;
       report_.decode_attention_s += attn_s;
       report_.decode_kv_bytes += decode_bytes(batch);
-      if (report_.decode_steps > 3) report_.steady_decode_allocations += device_allocation_count() - allocs0;
+      if (finished_ * 2 >= cfg_.num_requests) report_.steady_decode_allocations += device_allocation_count() - allocs0;
     } else {
       ++(mode == ForwardMode::Mixed ? report_.mixed_steps : report_.extend_steps);
     }

@@ -57,7 +57,9 @@ struct Report {
   int checks = 0, mismatches = 0;
   double max_abs_err = 0;
   std::vector<std::string> failures;     // first few mismatch descriptions
-  unsigned long long steady_decode_allocations = 0;  // device allocations in decode steps after the first few
+  // Device allocations during the decode steps of the run's second half (batch and
+  // context sizes have settled by then; grow-only buffers stop growing).
+  unsigned long long steady_decode_allocations = 0;
 };
 
 Report run(const Context& ctx, const Config& cfg);

@@ -1,0 +1,137 @@
+/* The engine backend through the C ABI, compiled as C: a KV pool and a "paged" backend for
+ * one GQA layer; an extend step (6 prompt tokens) then a decode step, each checked against
+ * a double-precision loop here; registry and batch errors; no allocation when a decode
+ * step repeats. */
+#include <math.h>
+
+#include "c_test_util.h"
+
+enum { HQ = 4, HKV = 2, D = 64, P = 4, PAGES = 8, MAXCTX = 16, T0 = 6 };
+
+static float qv[T0 + 1][HQ * D], kv[T0 + 1][HKV * D], vv[T0 + 1][HKV * D];
+
+/* Causal attention of query row `pos` over keys 0..pos, head h (double precision). */
+static void reference(int pos, const float* q, double* o) {
+  for (int h = 0; h < HQ; ++h) {
+    const int g = h / (HQ / HKV);
+    double m = -1e300, s[T0 + 1], sum = 0;
+    for (int t = 0; t <= pos; ++t) {
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += (double)q[h * D + d] * kv[t][g * D + d];
+      s[t] = dot / sqrt((double)D);
+      if (s[t] > m) m = s[t];
+    }
+    for (int d = 0; d < D; ++d) o[h * D + d] = 0;
+    for (int t = 0; t <= pos; ++t) {
+      const double w = exp(s[t] - m);
+      sum += w;
+      for (int d = 0; d < D; ++d) o[h * D + d] += w * vv[t][g * D + d];
+    }
+    for (int d = 0; d < D; ++d) o[h * D + d] /= sum;
+  }
+}
+
+static int close_rows(const float* got, const double* want, int n) {
+  for (int i = 0; i < n; ++i)
+    if (fabs(got[i] - want[i]) > 1e-4 + 1e-4 * fabs(want[i])) {
+      fprintf(stderr, "element %d: got %g want %g\n", i, got[i], want[i]);
+      return 0;
+    }
+  return 1;
+}
+
+int main(void) {
+  clattn_context ctx = NULL;
+  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
+  if (!ctx) return report();
+  cl_command_queue q;
+  cl_context c;
+  cl_objects(ctx, &q, &c);
+
+  clattn_layer_spec layer;
+  clattn_layer_spec_init(&layer);
+  layer.kind = CLATTN_LAYER_MHA;
+  layer.num_qo_heads = HQ, layer.num_kv_heads = HKV, layer.head_dim = D;
+  clattn_kv_pool_config pc;
+  clattn_kv_pool_config_init(&pc);
+  pc.num_pages = PAGES, pc.page_size = P, pc.kv_dtype = 0; /* f32 */
+  clattn_kv_pool pool = NULL;
+  CHECK(clattn_kv_pool_create(ctx, &pc, &layer, 1, 1, &pool) == CLATTN_SUCCESS);
+  clattn_backend_config bc;
+  clattn_backend_config_init(&bc);
+  bc.act_dtype = 0; /* f32 */
+  clattn_backend be = NULL;
+  CHECK_FAILS(clattn_backend_create(ctx, "flash", pool, &layer, 1, &bc, &be), CLATTN_INVALID_ARGUMENT, "flash");
+  CHECK(strstr(clattn_backend_names(), "hybrid") != NULL);
+  CHECK(clattn_backend_create(ctx, "paged", pool, &layer, 1, &bc, &be) == CLATTN_SUCCESS);
+  if (!be) return report();
+
+  for (int t = 0; t <= T0; ++t) {
+    for (int i = 0; i < HQ * D; ++i) qv[t][i] = rnd();
+    for (int i = 0; i < HKV * D; ++i) kv[t][i] = rnd(), vv[t][i] = rnd();
+  }
+  /* Pool row 0 owns pages 3 and 6: positions 0..3 -> slots 12..15, 4..7 -> 24..27. */
+  int32_t r2t[2 * MAXCTX];
+  for (int t = 0; t < MAXCTX; ++t) r2t[t] = (t < 4 ? 3 * P + t : 6 * P + (t - 4)), r2t[MAXCTX + t] = 0;
+  int32_t row = 0, seq = T0, prefix = 0, ext = T0;
+  cl_mem qb = buffer(c, sizeof qv, qv, q), kb = buffer(c, sizeof kv, kv, q), vb = buffer(c, sizeof vv, vv, q);
+  cl_mem ob = buffer(c, sizeof qv, NULL, q);
+
+  clattn_forward_batch fb;
+  memset(&fb, 0, sizeof fb);
+  fb.mode = CLATTN_MODE_EXTEND, fb.batch_size = 1, fb.req_to_token = r2t, fb.pool_size = 2, fb.max_ctx = MAXCTX;
+  fb.req_pool_indices = &row, fb.seq_lens = &seq, fb.prefix_lens = &prefix, fb.extend_lens = &ext;
+  clattn_layer_io io;
+  memset(&io, 0, sizeof io);
+  io.q = qb, io.k = kb, io.v = vb, io.o = ob;
+  CHECK_FAILS(clattn_backend_forward(be, 0, &io, 1), CLATTN_INVALID_ARGUMENT, "init_forward_metadata");
+  CHECK(clattn_backend_init_forward_metadata(be, &fb) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_forward(be, 0, &io, 1) == CLATTN_SUCCESS);
+  static float got[T0 + 1][HQ * D];
+  static double want[HQ * D];
+  read_back(q, ob, got, sizeof(float) * T0 * HQ * D);
+  int ok = 1;
+  for (int t = 0; t < T0; ++t) {
+    reference(t, qv[t], want);
+    ok &= close_rows(got[t], want, HQ * D);
+  }
+  CHECK(ok);
+
+  /* Decode the 7th token: its q/k/v are row T0 of the host arrays. */
+  cl_mem q1 = buffer(c, sizeof qv[0], qv[T0], q), k1 = buffer(c, sizeof kv[0], kv[T0], q);
+  cl_mem v1 = buffer(c, sizeof vv[0], vv[T0], q);
+  memset(&fb, 0, sizeof fb);
+  seq = T0 + 1;
+  fb.mode = CLATTN_MODE_DECODE, fb.batch_size = 1, fb.req_to_token = r2t, fb.pool_size = 2, fb.max_ctx = MAXCTX;
+  fb.req_pool_indices = &row, fb.seq_lens = &seq;
+  io.q = q1, io.k = k1, io.v = v1;
+  CHECK(clattn_backend_init_forward_metadata(be, &fb) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_forward(be, 0, &io, 1) == CLATTN_SUCCESS);
+  read_back(q, ob, got[0], sizeof(float) * HQ * D);
+  reference(T0, qv[T0], want);
+  CHECK(close_rows(got[0], want, HQ * D));
+  /* The same decode step again allocates nothing (metadata, plan table, workspace reused). */
+  const unsigned long long before = clattn_device_allocation_count();
+  CHECK(clattn_backend_init_forward_metadata(be, &fb) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_forward(be, 0, &io, 0) == CLATTN_SUCCESS);
+  clFinish(q);
+  CHECK(clattn_device_allocation_count() == before);
+
+  /* Batch errors name the field. */
+  seq = 0;
+  CHECK_FAILS(clattn_backend_init_forward_metadata(be, &fb), CLATTN_INVALID_ARGUMENT, "seq_lens[0]");
+  fb.mode = 7;
+  CHECK_FAILS(clattn_backend_init_forward_metadata(be, &fb), CLATTN_INVALID_ARGUMENT, "mode");
+  CHECK_FAILS(clattn_backend_init_forward_metadata(be, NULL), CLATTN_INVALID_ARGUMENT, "batch");
+
+  int64_t alloc = 0, per_page = 0;
+  CHECK(clattn_kv_pool_bytes(pool, &alloc, &per_page, NULL) == CLATTN_SUCCESS);
+  CHECK(per_page == 2 * P * HKV * D * 4 && alloc == per_page * PAGES);
+
+  clattn_backend_release(be);
+  clattn_kv_pool_release(pool);
+  clReleaseMemObject(qb), clReleaseMemObject(kb), clReleaseMemObject(vb), clReleaseMemObject(ob);
+  clReleaseMemObject(q1), clReleaseMemObject(k1), clReleaseMemObject(v1);
+  clattn_context_release(ctx);
+  return report();
+}
