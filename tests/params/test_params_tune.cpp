@@ -41,7 +41,7 @@ TEST(Tune, WritesJsonThatLookupReadsAsTuned) {
     EXPECT_TRUE(o.tuned.ok) << o.op;
     EXPECT_TRUE(o.generic.ok) << o.op;
     EXPECT_GE(o.tried, 2) << o.op;  // generic + vendor at least
-    EXPECT_EQ(o.rejected_wrong, 0) << o.op;
+    EXPECT_EQ(o.rejected_wrong, 0) << o.op << ": a parameter set the tuner tried computes a wrong result (stderr says which)";
   }
   const std::string file = temp_file("ok");
   tune::write_json(tune::to_json(rep), file);

@@ -395,6 +395,16 @@ std::string table(const Report& r) {
   return out;
 }
 
+// A C++ string literal's body.
+std::string cxx(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
 std::string emit_rows(const Report& r) {
   std::ostringstream os;
   os << "// clattn-tune " << r.date << " on " << r.device << " (" << r.platform << ", driver " << r.driver
@@ -405,7 +415,7 @@ std::string emit_rows(const Report& r) {
     for (auto& s : op_specs())
       if (s.name == o.op) file = s.rows_file;
     os << "\n// " << file << "\n";
-    os << "      {\"" << o.op << "\", Level::Device, \"" << r.device << "\", \"" << o.key << "\",\n       {";
+    os << "      {\"" << o.op << "\", Level::Device, \"" << cxx(r.device) << "\", \"" << o.key << "\",\n       {";
     bool first = true;
     for (auto& [k, v] : o.tuned.params) {
       os << (first ? "" : ", ") << "{\"" << k << "\", " << v << "}";
@@ -422,8 +432,9 @@ std::string emit_rows(const Report& r) {
                     o.vendor.rate, o.generic.rate);
     std::string shapes;
     for (auto& s : o.shapes) shapes += (shapes.empty() ? "" : "; ") + s;
-    os << "},\n       \"clattn-tune " << r.date << " (driver " << r.driver << "): " << fig << " (geomean over " << shapes
-       << "); " << o.tried << " candidates, " << o.rejected_wrong << " rejected as wrong\"},\n";
+    os << "},\n       \"" << cxx("clattn-tune " + r.date + " (driver " + r.driver + "): " + fig + " (geomean over " + shapes + "); " +
+                       std::to_string(o.tried) + " candidates, " + std::to_string(o.rejected_wrong) + " rejected as wrong")
+       << "\"},\n";
   }
   return os.str();
 }
