@@ -403,6 +403,7 @@ std::vector<OpSpec> build_specs() {
                  std::vector<Axis> a = {{"MAX_SPLITS", {16, 32, 64, 128, 256}},
                                         {"WGS_PER_CU", {1, 2, 4, 8}},
                                         {"MIN_CHUNK", {64, 128, 256, 512, 1024}},
+                                        {"FUSE_MERGE", {0, 1}},
                                         {"QREGS", {16, 32, 64, 128}},
                                         {"UNROLL", {1, 2, 4, 8}},
                                         {"WG", {64, 128, 256}},
@@ -446,10 +447,14 @@ std::vector<OpSpec> build_specs() {
                  return v;
                }});
   s.push_back({"mla_decode", "*", false, "backends/params/rows_mla.cpp",
-               [](const DeviceProfile&, bool quick) {
+               [](const DeviceProfile& p, bool quick) {
                  std::vector<Axis> a = {{"MAX_SPLITS", {16, 32, 64, 128}}, {"WGS_PER_CU", {1, 2, 4}},
-                                        {"MIN_CHUNK", {128, 256, 512}},    {"QB", {4, 8, 16, 32}},
-                                        {"LANES", {4, 8, 16}},             {"LOAD_BYTES", {8, 16}}};
+                                        {"MIN_CHUNK", {128, 256, 512}}};
+                 if (params::variant_available(p, "nv_mma_sync"))
+                   for (Axis x : std::vector<Axis>{{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4}}, {"MMA_KEYS", {16, 32}}})
+                     a.push_back(x);
+                 for (Axis x : std::vector<Axis>{{"QB", {4, 8, 16, 32}}, {"LANES", {4, 8, 16}}, {"LOAD_BYTES", {8, 16}}})
+                   a.push_back(x);
                  if (quick) a = {{"MAX_SPLITS", {4, 16}}, {"LANES", {4, 16}}};
                  return a;
                },
@@ -466,8 +471,12 @@ std::vector<OpSpec> build_specs() {
                  return v;
                }});
   s.push_back({"mla_extend", "*", true, "backends/params/rows_mla.cpp",
-               [](const DeviceProfile&, bool quick) {
-                 std::vector<Axis> a = {{"QB", {4, 8, 16, 32}}, {"LANES", {4, 8, 16}}, {"LOAD_BYTES", {8, 16}}};
+               [](const DeviceProfile& p, bool quick) {
+                 std::vector<Axis> a;
+                 if (params::variant_available(p, "nv_mma_sync"))
+                   a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4}}, {"MMA_KEYS", {16, 32}}};
+                 for (Axis x : std::vector<Axis>{{"QB", {4, 8, 16, 32}}, {"LANES", {4, 8, 16}}, {"LOAD_BYTES", {8, 16}}})
+                   a.push_back(x);
                  if (quick) a = {{"QB", {4, 16}}};
                  return a;
                },

@@ -203,7 +203,11 @@ OpResult tune_op(const OpSpec& spec, bench::Harness& h, const Options& opt, doub
       if (out_of_time()) break;
       consider(p, "extra");
     }
-  std::vector<Axis> axes = spec.axes(ctx.profile(), opt.quick);
+  // Only parameters the database has for this op (an axis for a parameter a newer kernel
+  // reads is offered by tune_ops.cpp before every tree has it).
+  std::vector<Axis> axes;
+  for (auto& ax : spec.axes(ctx.profile(), opt.quick))
+    if (r.res.generic.params.count(ax.name) || r.res.vendor.params.count(ax.name)) axes.push_back(ax);
   for (int pass = 0; pass < opt.passes && !out_of_time(); ++pass) {
     bool improved = false;
     for (auto& ax : axes) {
