@@ -9,6 +9,7 @@
 #include "backends/ops/merge_state.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
+#include "backends/params/variants.hpp"
 #include "backends/planner/split_kv.hpp"
 #include "clattn/mla.hpp"
 #include "runtime/log.hpp"
@@ -199,11 +200,22 @@ struct Tile {
   int qb = 16, lanes = 16, load_bytes = 16;
   int wgs_per_cu = 2, min_chunk = 256, max_splits = 64;
   std::string source;
+  // Tensor-core kernel (mla_mma_nv.cl) when the parameters ask for it (MMA=1) and the
+  // device and cache allow it: 16 query vectors per group, MMA_WARPS warps, MMA_KEYS tokens.
+  bool mma = false;
+  int mma_warps = 4, mma_keys = 16;
+  std::string why_not_mma;
 };
 
 int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name, int fallback) {
   auto it = over.find(name);
   return it != over.end() ? it->second : e.get_or(name, fallback);
+}
+
+// mla_mma_nv.cl: the latent tile (keys x 576 16-bit values) + every warp's partial S
+// (16 x keys f32).
+size_t mma_local_bytes(int warps, int keys) {
+  return size_t(keys) * (kMlaCkvDim + kMlaKpeDim) * 2 + size_t(warps) * 16 * keys * 4;
 }
 
 size_t local_bytes(const Tile& t, DType dt) {
@@ -249,6 +261,35 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
     throw Error(Status::Unsupported, "latent cache strides/offsets (elements of " + std::string(dtype_name(c.dtype)) +
                                          ") must be multiples of 4 bytes");
   t.load_bytes = lb;
+
+  // Tensor-core variant: capability (inline PTX, sm_80+), a 16-bit or fp8 latent, chunk
+  // loads of 8 values (16 bytes, 8 for fp8) aligned, local memory for the tile.
+  if (param(e, ov, "MMA", 0) != 0) {
+    std::string why;
+    t.mma_warps = param(e, ov, "MMA_WARPS", 4);
+    t.mma_keys = param(e, ov, "MMA_KEYS", 16);
+    if (t.mma_warps != 2 && t.mma_warps != 4)
+      rt::invalid("mla parameter MMA_WARPS = " + to_string(t.mma_warps) + " must be 2 or 4");
+    if (t.mma_keys != 16 && t.mma_keys != 32)
+      rt::invalid("mla parameter MMA_KEYS = " + to_string(t.mma_keys) + " must be 16 or 32");
+    const bool dt_ok = c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::FP8_E4M3 ||
+                       c.dtype == DType::FP8_E5M2;
+    const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
+    while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys) > lmax) t.mma_keys /= 2;
+    if (!params::variant_available(prof, "nv_mma_sync", &why))
+      t.why_not_mma = why;
+    else if (!dt_ok)
+      t.why_not_mma = std::string("latent ") + dtype_name(c.dtype) + " (tensor cores take f16/bf16/fp8)";
+    else if (!aligned(8 * int(es)))
+      t.why_not_mma = "latent strides/offsets are not multiples of " + to_string(8 * es) + " bytes";
+    else if (mma_local_bytes(t.mma_warps, t.mma_keys) > lmax)
+      t.why_not_mma = "tile needs " + to_string(mma_local_bytes(t.mma_warps, t.mma_keys)) +
+                      " bytes of local memory, device has " + to_string(lmax);
+    else if (prof.max_work_group_size && size_t(32 * t.mma_warps) > prof.max_work_group_size)
+      t.why_not_mma = "device allows " + to_string(prof.max_work_group_size) + " work-items per group";
+    else
+      t.mma = true;
+  }
   return t;
 }
 
@@ -270,25 +311,82 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.page_table = page_table;
   plan.page_ids_needed = r.page_ids_needed;
 
+  // Kernel: the tensor-core variant first when chosen, then the portable kernel. A variant
+  // that fails to build or allows fewer work-items than its group is logged and skipped.
+  // Both take the same arguments and work entries (mla_run does not care which).
+  const std::string op = extend ? "mla_extend" : "mla_decode";
+  if (!tile.why_not_mma.empty())
+    rt::log().info("{}: nv_mma_sync not used ({}); using the generic kernel", op, tile.why_not_mma);
+  struct Cand {
+    const char* file;
+    const char* kernel;
+    ops::Candidate cand;
+    size_t wg;
+  };
+  std::vector<Cand> cands;
+  bool mma = false;
+  if (tile.mma)
+    cands.push_back({"mla_mma_nv.cl", "mla_mma",
+                     {"nv_mma_sync", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
+                                                       {"WARPS", to_string(tile.mma_warps)},
+                                                       {"KEYS", to_string(tile.mma_keys)}})},
+                     size_t(32 * tile.mma_warps)});
+  cands.push_back({"mla.cl", "mla_attn",
+                   {"generic", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
+                                                 {"QB", to_string(tile.qb)},
+                                                 {"LANES", to_string(tile.lanes)},
+                                                 {"LOAD_BYTES", to_string(tile.load_bytes)}})},
+                   size_t(tile.qb) * tile.lanes});
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const bool last = i + 1 == cands.size();
+    try {
+      ops::Chosen ch = ops::build_first(c, cands[i].file, {cands[i].cand}, op);
+      rt::Kernel* k = &ch.program->kernel(cands[i].kernel);
+      const size_t kmax = k->max_work_group_size(c.device);
+      if (kmax < cands[i].wg) {
+        if (last)
+          throw Error(Status::Unsupported, "mla kernel allows " + to_string(kmax) +
+                                               " work-items per group, tile needs " + to_string(cands[i].wg));
+        rt::log().warn("{}: variant {} allows only {} work-items per group (needs {}); trying {}", op,
+                       cands[i].cand.variant, kmax, cands[i].wg, cands[i + 1].cand.variant);
+        continue;
+      }
+      st->prog = ch.program;
+      st->attn_k = k;
+      st->wg = cands[i].wg;
+      plan.variant = ch.variant;
+      plan.kernel_options = ch.options;
+      mma = cands[i].cand.variant == "nv_mma_sync";
+      break;
+    } catch (const Error& e) {
+      if (e.status() != Status::BuildFailed || last) throw;
+      rt::log().warn("{}: variant {} failed to build, using {}: {}", op, cands[i].cand.variant,
+                     cands[i + 1].cand.variant, e.what());
+    }
+  }
+
   std::vector<int32_t>& h = st->host;
   auto push = [&h](int32_t kb, int32_t ke, int32_t part, int32_t pb, int32_t row0, int32_t nrows, int32_t vbeg,
                    int32_t cbase) {
     h.insert(h.end(), {kb, ke, part, pb, row0, nrows, vbeg, cbase});
   };
   std::vector<planner::MergeItem> merges;
+  // Work entries: blocks of the chosen kernel's query vectors; KV chunks aligned to its tile.
+  const int qb = mma ? 16 : tile.qb;  // one MMA m-tile of query vectors (H < 16: masked rows)
+  const int align = mma ? tile.mma_keys : tile.lanes;
   if (!extend) {
-    const int n_hblk = (H + tile.qb - 1) / tile.qb;
+    const int n_hblk = (H + qb - 1) / qb;
     planner::SplitKVConfig cfg;
     cfg.units_per_item = n_hblk;
     cfg.max_concurrent = int64_t(std::max(1u, c.profile.compute_units)) * tile.wgs_per_cu;
     cfg.min_chunk = tile.min_chunk;
     cfg.max_splits = opt.max_splits ? opt.max_splits : tile.max_splits;
-    cfg.align = tile.lanes;
+    cfg.align = align;
     std::vector<int32_t> begin(size_t(B), 0);
     planner::SplitKVPlan sk = planner::plan_split_kv(begin.data(), r.kv_len.data(), B, cfg);
     for (const auto& w : sk.work)
       for (int hb = 0; hb < n_hblk; ++hb)
-        push(w.begin, w.end, w.part, r.page_base[size_t(w.req)], r.qo_start[size_t(w.req)], 1, hb * tile.qb,
+        push(w.begin, w.end, w.part, r.page_base[size_t(w.req)], r.qo_start[size_t(w.req)], 1, hb * qb,
              r.kv_len[size_t(w.req)] - 1);
     merges = sk.merges;
     plan.num_partials = sk.num_partials;
@@ -298,8 +396,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
       const int64_t nv = int64_t(r.qo_len[i]) * H;
       const int32_t kv = r.kv_len[i], ql = r.qo_len[i];
       const int32_t cbase = opt.causal ? kv - ql : INT_MAX / 2;
-      for (int64_t vb = 0; vb < nv; vb += tile.qb) {
-        const int32_t last_row = int32_t((std::min<int64_t>(nv, vb + tile.qb) - 1) / H);
+      for (int64_t vb = 0; vb < nv; vb += qb) {
+        const int32_t last_row = int32_t((std::min<int64_t>(nv, vb + qb) - 1) / H);
         const int32_t ke = opt.causal ? std::min(kv, kv - ql + last_row + 1) : kv;
         push(0, ke, -1, r.page_base[i], r.qo_start[i], ql, int32_t(vb), cbase);
       }
@@ -320,21 +418,6 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->kpe_base = cache.kpe_base() * es / 4;
   st->log2_page = log2_int(cache.page_size);
   st->q_scale = opt.sm_scale * 1.4426950408889634f;
-  st->wg = size_t(tile.qb) * tile.lanes;
-
-  std::map<std::string, std::string> d = {{"KV_DT", to_string(int(cache.dtype))},
-                                          {"QB", to_string(tile.qb)},
-                                          {"LANES", to_string(tile.lanes)},
-                                          {"LOAD_BYTES", to_string(tile.load_bytes)}};
-  ops::Chosen ch = ops::build_first(c, "mla.cl", {{"generic", rt::make_options(d)}}, extend ? "mla_extend" : "mla_decode");
-  st->prog = ch.program;
-  st->attn_k = &ch.program->kernel("mla_attn");
-  const size_t kmax = st->attn_k->max_work_group_size(c.device);
-  if (kmax < st->wg)
-    throw Error(Status::Unsupported, "mla kernel allows " + to_string(kmax) + " work-items per group, tile needs " +
-                                         to_string(st->wg));
-  plan.variant = ch.variant;
-  plan.kernel_options = ch.options;
   if (plan.num_merges > 0) {
     auto mp = ops::merge_program(c);
     st->merge_prog = mp.program;
@@ -342,11 +425,13 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     st->merge_k = &mp.program->kernel("merge_partials");
   }
   plan.table_bytes = st->upload_host(c, queue, "mla plan table", opt.plan_buffer);
-  plan.tile = {tile.qb, tile.lanes, int(st->wg), tile.load_bytes};
-  rt::log().debug("{} plan: B={} T={} H={} P={} latent={} QB={} LANES={} LOAD={} ({}); {} work entries, chunk {}, "
-                  "{} partials, {} merges, workspace {} B",
-                  extend ? "mla_extend" : "mla_decode", B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype),
-                  tile.qb, tile.lanes, tile.load_bytes, tile.source, plan.num_work, plan.chunk_tokens,
+  // nv_mma_sync: lanes = tokens per tile (MMA_KEYS), loads of 8 values (16 bytes, 8 for fp8).
+  plan.tile = mma ? MlaPlan::Tile{qb, tile.mma_keys, int(st->wg), int(8 * es)}
+                  : MlaPlan::Tile{qb, tile.lanes, int(st->wg), tile.load_bytes};
+  rt::log().debug("{} plan: B={} T={} H={} P={} latent={} variant={} QB={} LANES={} WG={} LOAD={} ({}); {} work "
+                  "entries, chunk {}, {} partials, {} merges, workspace {} B",
+                  op, B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype), plan.variant, plan.tile.qb,
+                  plan.tile.lanes, plan.tile.wg, plan.tile.load_bytes, tile.source, plan.num_work, plan.chunk_tokens,
                   plan.num_partials, plan.num_merges, plan.workspace_bytes);
   plan.state_ = st;
   return plan;

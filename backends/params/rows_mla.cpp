@@ -12,6 +12,10 @@
 //   WGS_PER_CU  work-groups resident per compute unit (one wave = CUs x this)
 //   MIN_CHUNK   never split below this many tokens; MAX_SPLITS chunks per request at most
 // Local memory per group: LANES x 576 x dtype bytes (latent tile) + QB x LANES x (LANES+3) x 4.
+// Tensor-core kernel (cl_kernels/mla_mma_nv.cl, where variant_available("nv_mma_sync")):
+//   MMA         1: prefer it (16 query vectors per group = one mma m-tile)
+//   MMA_WARPS   warps per group (2 or 4): S split over the 576 dims, O over the 512 columns
+//   MMA_KEYS    tokens per tile (16 or 32); local = KEYS x 1152 + MMA_WARPS x KEYS x 64 bytes
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -22,10 +26,13 @@ const std::vector<Row>& rows_mla() {
        "portable default: 256 work-items (16 heads x 16 lanes), 16-token tiles, 128-bit loads; ~38 KB local "
        "memory for a bf16 tile (fits the 48 KB OpenCL minimum of GPUs); 2 groups per CU; not tuned"},
       {"mla_decode", Level::Vendor, "nvidia", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
+        {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
        "H100 by design, not measured yet: 256 threads at <= 128 registers (2 groups per SM by the register file, "
        "CUDA occupancy calculator sm_90); 18 KB of bf16 latent in flight per group through the register "
-       "prefetch; 32 splits + merge took GQA decode at B=1 S=32k from 46 GB/s to 1.35 TB/s (DEVICE.md)"},
+       "prefetch; 32 splits + merge took GQA decode at B=1 S=32k from 46 GB/s to 1.35 TB/s (DEVICE.md). "
+       "MMA=1: mla_mma_nv.cl where nv_inline_ptx and sm_80+ (4 warps, 16-token tiles, 22.5 KB local; "
+       "docs/mla.md, by design, not measured)"},
       {"mla_decode", Level::Vendor, "amd", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
        "4 x wave64 per group, 64 KB LDS per CU holds one bf16 group plus change (AMD CDNA3 ISA / tuning guide, "
@@ -42,7 +49,8 @@ const std::vector<Row>& rows_mla() {
       {"mla_extend", Level::Generic, "", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
        "same tile as mla_decode: query vectors are (row, head) pairs of one request"},
-      {"mla_extend", Level::Vendor, "nvidia", "*", {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
+      {"mla_extend", Level::Vendor, "nvidia", "*",
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
        "as mla_decode (by design, not measured)"},
       {"mla_extend", Level::Vendor, "amd", "*", {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
        "as mla_decode (vendor docs, not tuned)"},
