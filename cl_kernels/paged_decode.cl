@@ -18,9 +18,17 @@
 //
 // Build options (-D): HEAD_DIM, KV_DT (dtype code), GMAX (query heads per group block),
 // TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, EARLY_V (issue V loads with K),
-// UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals).
+// UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals), FUSE_MERGE
+// (split-K: the last work-group of a request merges its partial states, no second launch).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
+#define MERGE_WS_QUAL volatile const  // parts written by other work-groups of this launch
+#include "merge_parts.clh"
+
+#ifndef FUSE_MERGE
+#define FUSE_MERGE 0
+#endif
+#define FUSED_SUMS (WGSIZE > MERGE_COLS ? WGSIZE : MERGE_COLS)
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -192,8 +200,12 @@ UNROLL_LOOP
 }
 
 // tab layout (int32): work items of 8 at work_off: {req, begin, end, part, page_base,
-// token_offset, 0, 0}. part < 0: the item is the whole request, write o/lse; else write
+// token_offset, merge, 0}. part < 0: the item is the whole request, write o/lse; else write
 // the partial state to workspace row `part` (ws_o [P, Hq, D] f32, ws_lse at lse_off).
+// FUSE_MERGE: `merge` indexes the merge entries {req, first, count, 0} at merge_off, and
+// counters[counter_off + merge * num_groups(1) + group(1)] counts the finished parts of
+// that request and head block; the work-group that finishes last merges them and resets
+// the counter to 0 for the plan's next run (the plan uploads it as 0).
 // Token j of a request's key list sits at list slot token_offset + j, i.e. page
 // page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1)))
@@ -201,8 +213,15 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
                   __global const int* page_ids, __global const int* tab, int work_off, __global void* o, int o_dt,
                   __global float* lse, int has_lse, __global float* ws, ulong lse_off, __global const float* sinks,
                   int has_sinks, int num_qo_heads, int group, int n_hblk, long stride_page, long stride_token,
-                  long stride_head, int log2_page, float q_scale, float cap_log2, float inv_cap, float v_scale) {
+                  long stride_head, int log2_page, float q_scale, float cap_log2, float inv_cap, float v_scale,
+                  __global volatile int* counters, int merge_off, int counter_off) {
   __local float lmem[LMEM_FLOATS];
+#if FUSE_MERGE
+  __local float mw[MERGE_MAXP];
+  __local float mred[WGSIZE];
+  __local float4 msum[FUSED_SUMS];
+  __local int is_last;
+#endif
   const int lid = get_local_id(0);
   const int tl = lid % TPT, slot = lid / TPT;
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
@@ -408,4 +427,26 @@ UNROLL_LOOP
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
+#if FUSE_MERGE
+  if (part >= 0) {
+    // This part's rows are written; make them visible before counting it (threadfence
+    // reduction). The work-group that brings the count to `parts` merges every part.
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    __global const int* me = tab + merge_off + 4 * wk[6];
+    if (lid == 0) {
+      __global volatile int* cnt = counters + counter_off + wk[6] * (int)get_num_groups(1) + (int)get_group_id(1);
+      const int last = atomic_inc(cnt) == me[2] - 1;
+      if (last) atomic_xchg(cnt, 0);  // ready for the next run of the plan
+      is_last = last;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (is_last) {
+      mem_fence(CLK_GLOBAL_MEM_FENCE);
+      for (int g = 0; g < ng; ++g)
+        merge_parts_head(me[0], me[1], me[2], ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, num_qo_heads,
+                         HEAD_DIM, h0 + g, lid, WGSIZE, mw, mred, msum, FUSED_SUMS);
+    }
+  }
+#endif
 }

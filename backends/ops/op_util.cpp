@@ -127,7 +127,8 @@ int64_t PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const
     table = into.mem;
     owned = false;
   } else {
-    table = rt::create_buffer(c.ctx, CL_MEM_READ_ONLY, bytes, &err);
+    // Read-write: the fused split-K merge keeps its counters in the table.
+    table = rt::create_buffer(c.ctx, CL_MEM_READ_WRITE, bytes, &err);
     rt::check_cl(err, "clCreateBuffer", what + " (" + std::to_string(bytes) + " bytes)");
   }
   rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, table, CL_FALSE, 0, bytes, host.data(), 0, nullptr, &upload),

@@ -22,6 +22,8 @@ struct DecodePlanState : ops::PlanTable {
   rt::Kernel* merge_k = nullptr;
   size_t wg = 0, merge_wg = 0;
   int work_off = 0, merge_off = 0;
+  bool fuse = false;    // the decode kernel merges (FUSE_MERGE); counters follow the merge entries
+  int counter_off = 0;
   int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
   int64_t lse_off_floats = 0;
@@ -38,7 +40,7 @@ using ops::log2_int;
 using ops::pow2_ceil;
 
 constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
-constexpr int64_t kPlanVersion = 1;
+constexpr int64_t kPlanVersion = 2;
 
 // Parts one request may be split into: the merge pass keeps their weights in local memory
 // (MERGE_MAXP in merge_state.cl).
@@ -60,6 +62,7 @@ bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 12
 struct KTile {
   int wg = 128, tpt = 8, gmax = 4, unroll = 4, load_bytes = 16, early_v = 1;
   bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
+  int fuse_merge = 1;     // split-K merged by the last work-group of each request (no second launch)
   int n_hblk = 1;
   int unroll_hints = -1;  // -1: by device type (GPUs on, CPUs off)
   int fp8_fast = -1;      // -1: when the device keeps f32 denormals
@@ -75,7 +78,9 @@ size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
   size_t nslot = size_t(t.wg / t.tpt);
   size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
   size_t merge = nslot * head_dim + 2 * nslot * t.gmax;
-  return std::max(scr, merge) * 4;
+  // FUSE_MERGE: the merge's weights, reduction row and column sums, and a flag.
+  size_t fused = t.fuse_merge ? 256 + size_t(t.wg) + 4 * std::max<size_t>(size_t(t.wg), 128) + 1 : 0;
+  return (std::max(scr, merge) + fused) * 4;
 }
 
 int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
@@ -93,6 +98,8 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.unroll = std::max(1, param(e, over, "UNROLL"));
   t.early_v = param(e, over, "EARLY_V") ? 1 : 0;
   t.ptx_shfl = param(e, over, "PTX_SHFL") != 0;
+  t.fuse_merge = e.get_or("FUSE_MERGE", 1) != 0;
+  if (over.count("FUSE_MERGE")) t.fuse_merge = over.at("FUSE_MERGE") != 0;
   const int qregs = std::max(1, param(e, over, "QREGS"));
   const int qregs_max = std::max(qregs, param(e, over, "QREGS_MAX"));
   const int gcap = std::clamp(param(e, over, "GMAX_CAP"), 1, 16);
@@ -160,7 +167,7 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
       {"WGSIZE", std::to_string(t.wg)},         {"UNROLL", std::to_string(t.unroll)},
       {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
       {"USE_PTX_SHFL", shfl ? "1" : "0"},
-      {"UNROLL_HINTS", hints ? "1" : "0"}};
+      {"UNROLL_HINTS", hints ? "1" : "0"},      {"FUSE_MERGE", t.fuse_merge ? "1" : "0"}};
   // fp8 rows decoded by bit moves through f32 denormals (exact only where the device keeps
   // them); elsewhere the exact select-based decode.
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
@@ -380,12 +387,19 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   fill_scales(*st, cache, opt);
   st->work_off = 0;
   st->merge_off = 8 * plan.num_work;
-  st->host.resize(size_t(8) * plan.num_work + size_t(4) * plan.num_merges);
+  st->fuse = tile.fuse_merge != 0;
+  st->counter_off = st->merge_off + 4 * plan.num_merges;
+  // Fused merge: one zeroed counter per (merge entry, KV head x head block).
+  const size_t counters = st->fuse ? size_t(plan.num_merges) * size_t(plan.num_kv_heads) * size_t(tile.n_hblk) : 0;
+  st->host.assign(size_t(st->counter_off) + counters, 0);
+  std::vector<int32_t> merge_of(size_t(B), -1);
+  for (int m = 0; m < plan.num_merges; ++m) merge_of[size_t(sk.merges[size_t(m)].req)] = m;
   for (int w = 0; w < plan.num_work; ++w) {
     const auto& it = sk.work[size_t(w)];
     int32_t* e = &st->host[size_t(8) * w];
     e[0] = it.req, e[1] = it.begin, e[2] = it.end, e[3] = it.part;
-    e[4] = r.page_base[size_t(it.req)], e[5] = r.tok_off[size_t(it.req)], e[6] = 0, e[7] = 0;
+    e[4] = r.page_base[size_t(it.req)], e[5] = r.tok_off[size_t(it.req)];
+    e[6] = it.part >= 0 ? merge_of[size_t(it.req)] : 0, e[7] = 0;
   }
   for (int m = 0; m < plan.num_merges; ++m) {
     const auto& it = sk.merges[size_t(m)];
@@ -465,17 +479,19 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
   cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
   cl_mem ws = plan.workspace_bytes > 0 ? b.workspace : dummy;
   const bool merge = plan.num_merges > 0;
+  // A fused merge mutates the plan's counters: a plan runs one batch at a time (in order).
   size_t gws[2] = {size_t(plan.num_work) * st->wg, size_t(plan.num_kv_heads) * size_t(st->n_hblk)};
   size_t lws[2] = {st->wg, 1};
   cl_event ev1 = nullptr;
-  st->decode_k->launch(q, 2, gws, lws, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr, b.q,
+  st->decode_k->launch(q, 2, gws, lws, wl.size(), wl.data(), ((merge && !st->fuse) || e.event) ? &ev1 : nullptr, b.q,
                        cl_int(plan.q_dtype), k_cache, v_cache, page_ids, st->table, cl_int(st->work_off), b.o,
                        cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), sinks,
                        cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(st->group), cl_int(st->n_hblk),
                        cl_long(plan.cache.page_stride()), cl_long(plan.cache.token_stride()),
                        cl_long(plan.cache.head_stride()), cl_int(st->log2_page), cl_float(st->q_scale * b.k_scale),
-                       cl_float(st->cap_log2), cl_float(st->inv_cap), cl_float(b.v_scale));
-  if (!merge) {
+                       cl_float(st->cap_log2), cl_float(st->inv_cap), cl_float(b.v_scale), st->table,
+                       cl_int(st->merge_off), cl_int(st->counter_off));
+  if (!merge || st->fuse) {
     if (e.event) *e.event = ev1;
     return;
   }
@@ -505,15 +521,15 @@ std::vector<int64_t> DecodePlan::to_vector() const {
                             int64_t(cache.layout), int64_t(cache.dtype), cache.page_stride(), cache.token_stride(),
                             cache.head_stride(), num_work, num_partials, num_merges, chunk_tokens, workspace_bytes,
                             tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.early_v,
-                            tile.head_blocks, variant == "nv_ptx_shfl", st.group, st.log2_page, fbits(st.q_scale),
+                            tile.head_blocks, variant == "nv_ptx_shfl", int64_t(st.fuse), st.group, st.log2_page, fbits(st.q_scale),
                             fbits(st.cap_log2), fbits(st.inv_cap), st.lse_off_floats, st.work_off, st.merge_off,
-                            int64_t(st.host.size())};
+                            st.counter_off, int64_t(st.host.size())};
   v.insert(v.end(), st.host.begin(), st.host.end());
   return v;
 }
 
 DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue) {
-  constexpr size_t kHeader = 39;
+  constexpr size_t kHeader = 41;
   if (v.size() < kHeader || v[0] != kPlanMagic || v[1] != kPlanVersion)
     rt::invalid("DecodePlan::from_vector: not a decode plan vector (magic/version mismatch)");
   auto fval = [](int64_t x) {
@@ -536,10 +552,13 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   t.wg = int(v[i++]), t.tpt = int(v[i++]), t.gmax = int(v[i++]), t.unroll = int(v[i++]), t.load_bytes = int(v[i++]);
   t.early_v = int(v[i++]), t.n_hblk = int(v[i++]);
   t.ptx_shfl = v[i++] != 0;
+  t.fuse_merge = int(v[i++]);
   auto st = std::make_shared<DecodePlanState>();
+  st->fuse = t.fuse_merge != 0;
   st->group = int(v[i++]), st->log2_page = int(v[i++]);
   st->q_scale = fval(v[i++]), st->cap_log2 = fval(v[i++]), st->inv_cap = fval(v[i++]);
   st->lse_off_floats = v[i++], st->work_off = int(v[i++]), st->merge_off = int(v[i++]);
+  st->counter_off = int(v[i++]);
   const int64_t n = v[i++];
   if (i != kHeader || n < 0 || v.size() != kHeader + size_t(n))
     rt::invalid("DecodePlan::from_vector: table length does not match the vector");

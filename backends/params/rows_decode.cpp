@@ -25,9 +25,11 @@ const std::vector<Row>& rows_decode() {
   static const std::vector<Row> rows = {
       {"decode", Level::Generic, "", "*",
        {{"WG", 128}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
-        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
+        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024},
+        {"FUSE_MERGE", 1}},
        "portable defaults: 128 work-items (4 warps / 2 wave64), 16-byte loads, <= 2x64 live floats of q/acc "
-       "per work-item, local-memory butterflies; split-K from 4 groups per CU"},
+       "per work-item, local-memory butterflies; split-K from 4 groups per CU, merged by the last work-group "
+       "of each request (global atomics + fences, OpenCL 1.2: saves the merge launch)"},
       {"decode", Level::Vendor, "nvidia", "*",
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 1},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 128}, {"DET_CHUNK", 1024}},
