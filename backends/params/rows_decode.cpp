@@ -32,12 +32,22 @@ const std::vector<Row>& rows_decode() {
        "of each request (global atomics + fences, OpenCL 1.2: saves the merge launch; H100 B=1 S=32768: 93 -> 86 us)"},
       {"decode", Level::Vendor, "nvidia", "*",
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 1},
-        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 128}, {"DET_CHUNK", 1024}},
+        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},
        "H100 (clattn-bench decode --grid, 2026-11-22, bf16 B=64 S=4096 Hq=32 Hkv=8 D=128 P=16): QREGS 32 "
        "(16 lanes per token, one 16-byte load per lane per row) UNROLL 4 EARLY_V 1 = 2673 GB/s, 89.7% of "
        "stream-read; QREGS 64 (8 lanes) 79%, QREGS 128 (4 lanes) 37%; UNROLL 2 and EARLY_V 0 slower. "
        "4 blocks of 128 threads per SM (CUDA occupancy calculator, sm_90); DEVICE.md: 32 KV splits + merge "
-       "took B=1 S=32768 from 46 GB/s to 1.35 TB/s"},
+       "took B=1 S=32768 from 46 GB/s to 1.35 TB/s. MAX_SPLITS 32: the fused merge runs in one work-group per "
+       "request and head block, so fewer parts win (B=1 S=32768 grid: 32 splits 86 us, 64-128 splits 107 us; "
+       "unfused best 93 us)"},
+      // Tuned on the machine itself (clattn-tune --ops decode --time-budget 180 --emit-rows).
+      {"decode", Level::Device, "NVIDIA H100 80GB HBM3", "bf16",
+       {{"DET_CHUNK", 1024}, {"EARLY_V", 1}, {"FUSE_MERGE", 1}, {"GMAX_CAP", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 32},
+        {"MIN_CHUNK", 256}, {"PTX_SHFL", 1}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"WG", 128},
+        {"WGS_PER_CU", 2}},
+       "clattn-tune 2026-11-22 (driver 580.159.04): 2043 GB/s = 69% of stream-read 2982 GB/s; vendor default "
+       "1809, generic 1683 (geomean over B=1 S=32768, B=64 S=4096, B=8 S=16384; Hq=32 Hkv=8 D=128 P=16 bf16, "
+       "random page order); 31 candidates, 0 rejected as wrong"},
       {"decode", Level::Vendor, "nvidia", "fp8",
        {{"LOAD_BYTES", 16}, {"UNROLL", 4}},
        "H100 fp8 e4m3 B=64 S=4096 grid (2026-11-22): 16-byte loads + UNROLL 4 + the denormal-path decode "
