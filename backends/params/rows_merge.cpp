@@ -25,6 +25,10 @@ const std::vector<Row>& rows_merge() {
       {"merge", Level::Vendor, "cpu", "*", {{"MERGE_WG", 16}},
        "PoCL runs a work-group as one vectorised loop on a core thread; 16 lanes = one AVX-512 float vector "
        "(PoCL pthread device docs)"},
+      // Tuned on the machine itself (clattn-tune, docs/tuning.md).
+      {"merge", Level::Device, "NVIDIA H100 80GB HBM3", "*",
+       {{"MERGE_WG", 128}},
+       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 199.9 GB/s = 7% of stream-read 2993 GB/s; vendor default 199.9, generic 157.4 (geomean over T=1 states=128 H=32 D=128 f32; T=256 states=8 H=32 D=128 f32); 5 candidates, 0 rejected as wrong"},
   };
   return rows;
 }

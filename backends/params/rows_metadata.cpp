@@ -28,6 +28,10 @@ const std::vector<Row>& rows_metadata() {
       {"metadata", Level::Vendor, "cpu", "*", {{"WG", 16}},
        "PoCL runs a work-group as one loop on one core thread, vectorised over work-items; 16 is one AVX-512 "
        "int32 vector and keeps the per-group barrier loops short (PoCL pthread device docs)"},
+      // Tuned on the machine itself (clattn-tune, docs/tuning.md).
+      {"metadata", Level::Device, "NVIDIA H100 80GB HBM3", "*",
+       {{"WG", 128}},
+       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 33.91 GB/s = 1% of stream-read 2993 GB/s; vendor default 33.91, generic 31.88 (geomean over page_table B=256 max_ctx=8192 P=16); 5 candidates, 0 rejected as wrong"},
   };
   return rows;
 }
