@@ -4,6 +4,7 @@
 // steady-state decode steps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "sim.hpp"
@@ -84,6 +85,74 @@ TEST(Backend, Mla) {
   auto c = small("deepseek-v3-tp8", 2);
   c.page_size = 16;
   expect_clean(sim::run(ctx(), c));
+}
+
+// Speculative-decoding tree verification through the backend: a 5-token prompt, then 3
+// draft tokens as a tree (row 2 is a sibling of row 1, so it must not see key 6) in an
+// extend step with a packed custom mask.
+TEST(Backend, TreeMaskVerify) {
+  CLATTN_SEED_TRACE();
+  auto layers = sim::preset("tiny", 1).layers;
+  const int Hq = 4, Hkv = 2, D = 64, P = 4, N = 8;
+  KVPoolConfig pc;
+  pc.num_pages = 4, pc.page_size = P, pc.kv_dtype = DType::F32;
+  KVPool pool(ctx(), pc, layers);
+  BackendConfig bc;
+  bc.layers = layers;
+  bc.act_dtype = DType::F32;
+  auto be = create_backend("paged", ctx(), pool, bc);
+  test::Rng rng(7);
+  auto q = rng.vec(size_t(N) * Hq * D), k = rng.vec(size_t(N) * Hkv * D), v = rng.vec(size_t(N) * Hkv * D);
+  auto f32 = [](const std::vector<double>& x, size_t from, size_t n) {
+    return std::vector<float>(x.begin() + std::ptrdiff_t(from), x.begin() + std::ptrdiff_t(from + n));
+  };
+  std::vector<int32_t> r2t(size_t(N), 0);
+  for (int t = 0; t < N; ++t) r2t[size_t(t)] = (t < 4 ? 2 * P + t : 1 * P + t - 4);  // pages 2, 1
+  int32_t row = 0, seq = 5, prefix = 0, ext = 5;
+  ForwardBatch fb;
+  fb.mode = ForwardMode::Extend, fb.batch_size = 1, fb.req_to_token = r2t.data(), fb.pool_size = 1, fb.max_ctx = N;
+  fb.req_pool_indices = &row, fb.seq_lens = &seq, fb.prefix_lens = &prefix, fb.extend_lens = &ext;
+  auto run_step = [&](int from, int n, std::vector<double>& out) {
+    auto qb = test::upload(f32(q, size_t(from) * Hq * D, size_t(n) * Hq * D));
+    auto kb = test::upload(f32(k, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
+    auto vb = test::upload(f32(v, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
+    DeviceBuffer ob(ctx(), size_t(n) * Hq * D * 4);
+    LayerIO io;
+    io.q = qb.get(), io.k = kb.get(), io.v = vb.get(), io.o = ob.get();
+    be->init_forward_metadata(fb);
+    be->forward(0, io);
+    auto o = test::download<float>(ob, size_t(n) * Hq * D);
+    out.assign(o.begin(), o.end());
+  };
+  std::vector<double> got;
+  run_step(0, 5, got);
+  // Draft rows at positions 5, 6, 7: row 0 sees the prompt and itself, row 1 adds key 5,
+  // row 2 (a sibling of row 1) sees keys 5 and 7 only among the drafts.
+  std::vector<uint8_t> mask(3, 0);
+  auto allow = [&](int r, int key) { const int bit = r * N + key; mask[size_t(bit / 8)] |= uint8_t(1u << (bit % 8)); };
+  for (int r = 0; r < 3; ++r)
+    for (int key = 0; key < 5; ++key) allow(r, key);
+  allow(0, 5), allow(1, 5), allow(1, 6), allow(2, 5), allow(2, 7);
+  const int32_t mask_indptr[2] = {0, 3};
+  auto mb = test::upload(mask);
+  seq = 8, prefix = 5, ext = 3;
+  fb.mask_indptr = mask_indptr, fb.custom_mask = mb.get();
+  run_step(5, 3, got);
+  std::vector<double> want(size_t(3) * Hq * D);
+  ref::AttnOptions o;
+  o.sm_scale = 1.0 / std::sqrt(double(D));
+  o.custom_mask = mask.data();
+  ref::attention(q.data() + 5 * Hq * D, k.data(), v.data(), 3, N, Hq, Hkv, D, D, o, want.data(), nullptr);
+  EXPECT_TRUE(test::all_close(got, want, 2e-5, 2e-5, "tree-masked extend"));
+  // The mask changes row 2: without it, row 2 would also see key 6.
+  ref::AttnOptions causal = o;
+  causal.custom_mask = nullptr;
+  std::vector<double> plain(want.size());
+  ref::attention(q.data() + 5 * Hq * D, k.data(), v.data(), 3, N, Hq, Hkv, D, D, causal, plain.data(), nullptr);
+  EXPECT_FALSE(test::all_close(got, plain, 2e-5, 2e-5, "unmasked"));
+  // A mask in decode mode is rejected.
+  fb.mode = ForwardMode::Decode, fb.prefix_lens = nullptr, fb.extend_lens = nullptr;
+  EXPECT_TRUE(test::throws_error([&] { be->init_forward_metadata(fb); }, Status::InvalidArgument, "custom mask"));
 }
 
 // ------------------------------------------------------------------ errors and registry
