@@ -28,6 +28,16 @@
 #ifndef FUSE_MERGE
 #define FUSE_MERGE 0
 #endif
+// PREFETCH (with EARLY_V): the next tile's K and V rows are loaded into a second register
+// set while this tile is computed, so an iteration waits for memory only when the loads
+// take longer than the math (short chunks: split-K, small batches).
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
+#if !EARLY_V
+#undef PREFETCH
+#define PREFETCH 0
+#endif
 #define FUSED_SUMS (WGSIZE > MERGE_COLS ? WGSIZE : MERGE_COLS)
 
 #ifndef HEAD_DIM
@@ -271,10 +281,57 @@ UNROLL_LOOP
     const int ls = tok_off + (tok < end ? tok : begin);
     pid[u] = ntiles > 0 ? page_ids[page_base + (ls >> log2_page)] : 0;
   }
+#if PREFETCH
+  // Tile 0's rows into the "next" registers; pid then holds tile 1's page ids.
+  uint kw_n[UNROLL][NCH * LOAD_WORDS], vw_n[UNROLL][NCH * LOAD_WORDS];
+  bool valid_n[UNROLL];
+  if (ntiles > 0) {
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) {
+      const int tok = begin + u * NSLOT + slot;
+      valid_n[u] = tok < end;
+      const int ls = tok_off + (valid_n[u] ? tok : begin);
+      const size_t ro = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+      load_row(k_cache, ro, tl, kw_n[u]);
+      load_row(v_cache, ro, tl, vw_n[u]);
+      const int tok_n = tok + TILE;
+      const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
+      pid[u] = page_ids[page_base + (ls_n >> log2_page)];
+    }
+  }
+#endif
   for (int it = 0; it < ntiles; ++it) {
     const int tbase = begin + it * TILE;
-    size_t roff[UNROLL];
     bool valid[UNROLL];
+    uint kw[UNROLL][NCH * LOAD_WORDS];
+#if PREFETCH
+    uint vw[UNROLL][NCH * LOAD_WORDS];
+    int pid_next[UNROLL];
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) {
+      valid[u] = valid_n[u];
+UNROLL_LOOP
+      for (int w = 0; w < NCH * LOAD_WORDS; ++w) kw[u][w] = kw_n[u][w], vw[u][w] = vw_n[u][w];
+    }
+    if (it + 1 < ntiles) {  // issue tile it+1 (pid holds its page ids), fetch tile it+2's ids
+UNROLL_LOOP
+      for (int u = 0; u < UNROLL; ++u) {
+        const int tok = tbase + TILE + u * NSLOT + slot;
+        valid_n[u] = tok < end;
+        const int ls = tok_off + (valid_n[u] ? tok : begin);
+        const size_t ro = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+        load_row(k_cache, ro, tl, kw_n[u]);
+        load_row(v_cache, ro, tl, vw_n[u]);
+        const int tok_n = tok + TILE;
+        const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
+        pid_next[u] = page_ids[page_base + (ls_n >> log2_page)];
+      }
+    } else {
+UNROLL_LOOP
+      for (int u = 0; u < UNROLL; ++u) pid_next[u] = pid[u];
+    }
+#else
+    size_t roff[UNROLL];
     int pid_next[UNROLL];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
@@ -286,13 +343,13 @@ UNROLL_LOOP
       const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
       pid_next[u] = page_ids[page_base + (ls_n >> log2_page)];
     }
-    uint kw[UNROLL][NCH * LOAD_WORDS];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(k_cache, roff[u], tl, kw[u]);
 #if EARLY_V
     uint vw[UNROLL][NCH * LOAD_WORDS];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
+#endif
 #endif
 
     // Partial dot products of this lane's elements, then the slot sum.

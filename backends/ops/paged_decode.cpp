@@ -23,6 +23,7 @@ struct DecodePlanState : ops::PlanTable {
   size_t wg = 0, merge_wg = 0;
   int work_off = 0, merge_off = 0;
   bool fuse = false;    // the decode kernel merges (FUSE_MERGE); counters follow the merge entries
+  bool prefetch = false;  // PREFETCH build (kept for to_vector)
   int counter_off = 0;
   int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
@@ -63,6 +64,7 @@ struct KTile {
   int wg = 128, tpt = 8, gmax = 4, unroll = 4, load_bytes = 16, early_v = 1;
   bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
   int fuse_merge = 1;     // split-K merged by the last work-group of each request (no second launch)
+  int prefetch = 0;       // next tile's K/V loaded into a second register set (PREFETCH)
   int n_hblk = 1;
   int unroll_hints = -1;  // -1: by device type (GPUs on, CPUs off)
   int fp8_fast = -1;      // -1: when the device keeps f32 denormals
@@ -100,6 +102,8 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.ptx_shfl = param(e, over, "PTX_SHFL") != 0;
   t.fuse_merge = e.get_or("FUSE_MERGE", 1) != 0;
   if (over.count("FUSE_MERGE")) t.fuse_merge = over.at("FUSE_MERGE") != 0;
+  t.prefetch = e.get_or("PREFETCH", 0) != 0;
+  if (over.count("PREFETCH")) t.prefetch = over.at("PREFETCH") != 0;
   const int qregs = std::max(1, param(e, over, "QREGS"));
   const int qregs_max = std::max(qregs, param(e, over, "QREGS_MAX"));
   const int gcap = std::clamp(param(e, over, "GMAX_CAP"), 1, 16);
@@ -167,7 +171,8 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
       {"WGSIZE", std::to_string(t.wg)},         {"UNROLL", std::to_string(t.unroll)},
       {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
       {"USE_PTX_SHFL", shfl ? "1" : "0"},
-      {"UNROLL_HINTS", hints ? "1" : "0"},      {"FUSE_MERGE", t.fuse_merge ? "1" : "0"}};
+      {"UNROLL_HINTS", hints ? "1" : "0"},      {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
+      {"PREFETCH", t.prefetch ? "1" : "0"}};
   // fp8 rows decoded by bit moves through f32 denormals (exact only where the device keeps
   // them); elsewhere the exact select-based decode.
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
@@ -392,6 +397,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   st->work_off = 0;
   st->merge_off = 8 * plan.num_work;
   st->fuse = tile.fuse_merge != 0;
+  st->prefetch = tile.prefetch != 0;
   st->counter_off = st->merge_off + 4 * plan.num_merges;
   // Fused merge: one zeroed counter per (merge entry, KV head x head block).
   const size_t counters = st->fuse ? size_t(plan.num_merges) * size_t(plan.num_kv_heads) * size_t(tile.n_hblk) : 0;
@@ -525,7 +531,7 @@ std::vector<int64_t> DecodePlan::to_vector() const {
                             int64_t(cache.layout), int64_t(cache.dtype), cache.page_stride(), cache.token_stride(),
                             cache.head_stride(), num_work, num_partials, num_merges, chunk_tokens, workspace_bytes,
                             tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.early_v,
-                            tile.head_blocks, variant == "nv_ptx_shfl", int64_t(st.fuse), st.group, st.log2_page, fbits(st.q_scale),
+                            tile.head_blocks, variant == "nv_ptx_shfl", int64_t(st.fuse), int64_t(st.prefetch), st.group, st.log2_page, fbits(st.q_scale),
                             fbits(st.cap_log2), fbits(st.inv_cap), st.lse_off_floats, st.work_off, st.merge_off,
                             st.counter_off, int64_t(st.host.size())};
   v.insert(v.end(), st.host.begin(), st.host.end());
@@ -533,7 +539,7 @@ std::vector<int64_t> DecodePlan::to_vector() const {
 }
 
 DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue) {
-  constexpr size_t kHeader = 41;
+  constexpr size_t kHeader = 42;
   if (v.size() < kHeader || v[0] != kPlanMagic || v[1] != kPlanVersion)
     rt::invalid("DecodePlan::from_vector: not a decode plan vector (magic/version mismatch)");
   auto fval = [](int64_t x) {
@@ -557,8 +563,10 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   t.early_v = int(v[i++]), t.n_hblk = int(v[i++]);
   t.ptx_shfl = v[i++] != 0;
   t.fuse_merge = int(v[i++]);
+  t.prefetch = int(v[i++]);
   auto st = std::make_shared<DecodePlanState>();
   st->fuse = t.fuse_merge != 0;
+  st->prefetch = t.prefetch != 0;
   st->group = int(v[i++]), st->log2_page = int(v[i++]);
   st->q_scale = fval(v[i++]), st->cap_log2 = fval(v[i++]), st->inv_cap = fval(v[i++]);
   st->lse_off_floats = v[i++], st->work_off = int(v[i++]), st->merge_off = int(v[i++]);
