@@ -44,10 +44,11 @@ const std::vector<Row>& rows_decode() {
       {"decode", Level::Device, "NVIDIA H100 80GB HBM3", "bf16",
        {{"DET_CHUNK", 1024}, {"EARLY_V", 1}, {"FUSE_MERGE", 1}, {"GMAX_CAP", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 32},
         {"MIN_CHUNK", 256}, {"PTX_SHFL", 1}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"WG", 128},
-        {"WGS_PER_CU", 2}},
+        {"WGS_PER_CU", 2}, {"PREFETCH", 1}},
        "clattn-tune 2026-11-22 (driver 580.159.04): 2043 GB/s = 69% of stream-read 2982 GB/s; vendor default "
        "1809, generic 1683 (geomean over B=1 S=32768, B=64 S=4096, B=8 S=16384; Hq=32 Hkv=8 D=128 P=16 bf16, "
-       "random page order); 31 candidates, 0 rejected as wrong"},
+       "random page order); 31 candidates, 0 rejected as wrong. PREFETCH 1 added by hand from clattn-bench decode "
+       "--grid (same day): B=8 S=16384 0.231 -> 0.216 ms, B=1 S=32768 and B=64 S=4096 unchanged (0.086, 0.396 ms)"},
       {"decode", Level::Vendor, "nvidia", "fp8",
        {{"LOAD_BYTES", 16}, {"UNROLL", 4}},
        "H100 fp8 e4m3 B=64 S=4096 grid (2026-11-22): 16-byte loads + UNROLL 4 + the denormal-path decode "
