@@ -209,6 +209,28 @@ UNROLL_LOOP
 #endif
 }
 
+#if PREFETCH
+// Issues the K and V row loads of the slot's tokens in the tile at tbase (pid: their page
+// ids), marks which are inside [begin, end), and replaces pid with the next tile's ids.
+inline void issue_tile(int tbase, int begin, int end, int tok_off, int page_base, int pmask, int log2_page,
+                       long stride_page, long stride_token, long head_off, int slot, int tl,
+                       __global const int* page_ids, __global const uchar* k_cache, __global const uchar* v_cache,
+                       int* pid, bool* valid, uint (*kw)[NCH * LOAD_WORDS], uint (*vw)[NCH * LOAD_WORDS]) {
+UNROLL_LOOP
+  for (int u = 0; u < UNROLL; ++u) {
+    const int tok = tbase + u * NSLOT + slot;
+    valid[u] = tok < end;
+    const int ls = tok_off + (valid[u] ? tok : begin);
+    const size_t ro = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+    load_row(k_cache, ro, tl, kw[u]);
+    load_row(v_cache, ro, tl, vw[u]);
+    const int tok_n = tok + TILE;
+    const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
+    pid[u] = page_ids[page_base + (ls_n >> log2_page)];
+  }
+}
+#endif
+
 // tab layout (int32): work items of 8 at work_off: {req, begin, end, part, page_base,
 // token_offset, merge, 0}. part < 0: the item is the whole request, write o/lse; else write
 // the partial state to workspace row `part` (ws_o [P, Hq, D] f32, ws_lse at lse_off).
@@ -285,20 +307,9 @@ UNROLL_LOOP
   // Tile 0's rows into the "next" registers; pid then holds tile 1's page ids.
   uint kw_n[UNROLL][NCH * LOAD_WORDS], vw_n[UNROLL][NCH * LOAD_WORDS];
   bool valid_n[UNROLL];
-  if (ntiles > 0) {
-UNROLL_LOOP
-    for (int u = 0; u < UNROLL; ++u) {
-      const int tok = begin + u * NSLOT + slot;
-      valid_n[u] = tok < end;
-      const int ls = tok_off + (valid_n[u] ? tok : begin);
-      const size_t ro = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
-      load_row(k_cache, ro, tl, kw_n[u]);
-      load_row(v_cache, ro, tl, vw_n[u]);
-      const int tok_n = tok + TILE;
-      const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
-      pid[u] = page_ids[page_base + (ls_n >> log2_page)];
-    }
-  }
+  if (ntiles > 0)
+    issue_tile(begin, begin, end, tok_off, page_base, pmask, log2_page, stride_page, stride_token, head_off, slot, tl,
+               page_ids, k_cache, v_cache, pid, valid_n, kw_n, vw_n);
 #endif
   for (int it = 0; it < ntiles; ++it) {
     const int tbase = begin + it * TILE;
@@ -306,30 +317,15 @@ UNROLL_LOOP
     uint kw[UNROLL][NCH * LOAD_WORDS];
 #if PREFETCH
     uint vw[UNROLL][NCH * LOAD_WORDS];
-    int pid_next[UNROLL];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       valid[u] = valid_n[u];
 UNROLL_LOOP
       for (int w = 0; w < NCH * LOAD_WORDS; ++w) kw[u][w] = kw_n[u][w], vw[u][w] = vw_n[u][w];
     }
-    if (it + 1 < ntiles) {  // issue tile it+1 (pid holds its page ids), fetch tile it+2's ids
-UNROLL_LOOP
-      for (int u = 0; u < UNROLL; ++u) {
-        const int tok = tbase + TILE + u * NSLOT + slot;
-        valid_n[u] = tok < end;
-        const int ls = tok_off + (valid_n[u] ? tok : begin);
-        const size_t ro = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
-        load_row(k_cache, ro, tl, kw_n[u]);
-        load_row(v_cache, ro, tl, vw_n[u]);
-        const int tok_n = tok + TILE;
-        const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
-        pid_next[u] = page_ids[page_base + (ls_n >> log2_page)];
-      }
-    } else {
-UNROLL_LOOP
-      for (int u = 0; u < UNROLL; ++u) pid_next[u] = pid[u];
-    }
+    if (it + 1 < ntiles)  // tile it+1 (pid holds its page ids); pid becomes tile it+2's
+      issue_tile(tbase + TILE, begin, end, tok_off, page_base, pmask, log2_page, stride_page, stride_token, head_off,
+                 slot, tl, page_ids, k_cache, v_cache, pid, valid_n, kw_n, vw_n);
 #else
     size_t roff[UNROLL];
     int pid_next[UNROLL];
@@ -403,8 +399,10 @@ UNROLL_LOOP
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
 #endif
+#if !PREFETCH
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) pid[u] = pid_next[u];
+#endif
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       if (valid[u]) {

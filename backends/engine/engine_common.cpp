@@ -151,6 +151,34 @@ void StepBatch::load(const ForwardBatch& fb, const std::string& backend, const C
   }
 }
 
+void PagedStep::load(const Context& ctx, cl_command_queue q, const ForwardBatch& fb, const std::string& backend,
+                     const CacheShape& cache, bool page_table) {
+  ids_.wait();  // last step's uploads read the host vectors rebuilt below
+  slots_.wait();
+  step_.load(fb, backend, &cache);
+  if (page_table) {
+    build_page_table(step_.eb, cache.page_size, 0, pt_);
+    validate(pt_, cache);
+    ids_.upload(ctx, q, pt_.page_table.data(), pt_.page_table.size() * 4, "page table");
+  } else {
+    build_csr(step_.eb, cache.page_size, -1, csr_);
+    validate(csr_, cache, step_.eb.seq_lens);
+    ids_.upload(ctx, q, csr_.kv_indices.data(), csr_.kv_indices.size() * 4, "kv_indices");
+  }
+  if (step_.slots_are_64)
+    slots_.upload(ctx, q, step_.slots64.data(), step_.slots64.size() * 8, "slot mapping");
+  else
+    slots_.upload(ctx, q, step_.slots32.data(), step_.slots32.size() * 4, "slot mapping");
+}
+
+PagedCsr one_token_csr(int page_size, bool extend) {
+  PagedCsr c;
+  c.page_size = page_size;
+  c.kv_indptr = {0, 1}, c.kv_indices = {0}, c.kv_last_page_len = {1};
+  if (extend) c.qo_indptr = {0, 1};
+  return c;
+}
+
 cl_command_queue backend_queue(const Context& ctx, const BackendConfig& cfg) {
   return cfg.queue ? cfg.queue : ctx.cl_queue();
 }

@@ -57,6 +57,34 @@ struct StepBatch {
   void load(const ForwardBatch& fb, const std::string& backend, const CacheShape* cache, bool paged = true);
 };
 
+// The per-step state of the backends over a paged cache (paged, paged_table, mla): the
+// batch, its metadata (CSR or page table) built, validated and uploaded once, the slot
+// mapping of the new tokens, and the split-K workspace shared by the step's layers.
+class PagedStep {
+ public:
+  void load(const Context& ctx, cl_command_queue q, const ForwardBatch& fb, const std::string& backend,
+            const CacheShape& cache, bool page_table);
+  const StepBatch& batch() const { return step_; }
+  const PagedCsr& csr() const { return csr_; }
+  const PageTable& table() const { return pt_; }
+  cl_mem page_ids() const { return ids_.get(); }  // kv_indices or the page table
+  cl_mem slots() const { return slots_.get(); }
+  DType slot_dtype() const { return step_.slots_are_64 ? DType::I64 : DType::I32; }
+  void reserve_workspace(const Context& ctx, std::size_t bytes) { workspace_.reserve(ctx, bytes, "split-K workspace"); }
+  cl_mem workspace() const { return workspace_.get(); }
+  int64_t bytes() const { return int64_t(ids_.bytes() + slots_.bytes() + workspace_.bytes()); }
+
+ private:
+  StepBatch step_;
+  PagedCsr csr_;
+  PageTable pt_;
+  GrowBuffer ids_, slots_, workspace_;
+};
+
+// One request with one key: the metadata the backends plan with at creation, so every
+// kernel is built before the first step (compile at load).
+PagedCsr one_token_csr(int page_size, bool extend);
+
 cl_command_queue backend_queue(const Context& ctx, const BackendConfig& cfg);
 // The spec of layer_id among `layers` (throws InvalidArgument naming the backend).
 const LayerSpec& find_layer(const std::vector<LayerSpec>& layers, int layer_id, const std::string& backend);

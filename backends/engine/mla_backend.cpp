@@ -40,28 +40,19 @@ class MlaBackend final : public AttentionBackend {
 
   void init_forward_metadata(const ForwardBatch& fb) override {
     ready_ = false;
-    ids_.wait();
-    slots_.wait();
-    const CacheShape cs{pool_.config().num_pages, pool_.config().page_size};
-    step_.load(fb, "mla", &cs);
-    if (!step_.mask_indptr.empty()) rt::invalid("mla: custom masks are not supported by MLA layers");
-    build_csr(step_.eb, cs.page_size, -1, csr_);
-    validate(csr_, cs, step_.eb.seq_lens);
-    ids_.upload(ctx_, q(), csr_.kv_indices.data(), csr_.kv_indices.size() * 4, "mla: kv_indices");
-    if (step_.slots_are_64)
-      slots_.upload(ctx_, q(), step_.slots64.data(), step_.slots64.size() * 8, "mla: slot mapping");
-    else
-      slots_.upload(ctx_, q(), step_.slots32.data(), step_.slots32.size() * 4, "mla: slot mapping");
+    if (fb.mask_indptr || fb.custom_mask) rt::invalid("mla: custom masks are not supported by MLA layers");
+    step_.load(ctx_, q(), fb, "mla", CacheShape{pool_.config().num_pages, pool_.config().page_size}, false);
     std::size_t ws = 0;
     for (auto& [key, s] : shapes_) {
       const MlaCache& cache = pool_.layer(s.spec.layer_id).latent;
       MlaOptions o = options(s.spec);
       o.plan_buffer = s.table.plan_buffer();
-      s.plan = step_.extend ? mla_extend_plan(ctx_, csr_, cache, o, q()) : mla_decode_plan(ctx_, csr_, cache, o, q());
+      s.plan = step_.batch().extend ? mla_extend_plan(ctx_, step_.csr(), cache, o, q())
+                                    : mla_decode_plan(ctx_, step_.csr(), cache, o, q());
       s.table.reserve(ctx_, size_t(s.plan.table_bytes), "mla plan table");
       ws = std::max(ws, size_t(s.plan.workspace_bytes));
     }
-    workspace_.reserve(ctx_, ws, "mla split-K workspace");
+    step_.reserve_workspace(ctx_, ws);
     ready_ = true;
   }
 
@@ -72,25 +63,23 @@ class MlaBackend final : public AttentionBackend {
     if (!io.q || !io.q_pe || !io.o) rt::invalid(tag + ": LayerIO.q (q_nope), q_pe and o are required");
     const KVPool::Layer& L = pool_.layer(layer_id);
     const Enqueue e{q(), 0, nullptr, nullptr};
-    if (save_kv_cache && step_.num_tokens > 0) {
+    if (save_kv_cache && step_.batch().num_tokens > 0) {
       if (!io.k || !io.v) rt::invalid(tag + ": LayerIO.k (ckv rows) and v (kpe rows) are required with save_kv_cache");
       AppendLatentArgs a;
       a.ckv = io.k, a.kpe = io.v, a.src_dtype = cfg_.act_dtype;
-      a.slot_mapping = slots_.get();
-      a.slot_dtype = step_.slots_are_64 ? DType::I64 : DType::I32;
-      a.num_tokens = step_.num_tokens;
+      a.slot_mapping = step_.slots(), a.slot_dtype = step_.slot_dtype(), a.num_tokens = step_.batch().num_tokens;
       a.ckv_cache = L.k, a.kpe_cache = L.v, a.cache = L.latent;
       a.scale = pool_.config().k_scale;
       append_latent(ctx_, a, e);
     }
     MlaBuffers b;
-    b.q_nope = io.q, b.q_pe = io.q_pe, b.ckv = L.k, b.kpe = L.v, b.page_ids = ids_.get();
-    b.o = io.o, b.lse = io.lse, b.workspace = workspace_.get(), b.kv_scale = pool_.config().k_scale;
+    b.q_nope = io.q, b.q_pe = io.q_pe, b.ckv = L.k, b.kpe = L.v, b.page_ids = step_.page_ids();
+    b.o = io.o, b.lse = io.lse, b.workspace = step_.workspace(), b.kv_scale = pool_.config().k_scale;
     mla_run(ctx_, shapes_.at(key_of_.at(layer_id)).plan, b, e);
   }
 
   int64_t scratch_bytes() const override {
-    int64_t n = int64_t(ids_.bytes() + slots_.bytes() + workspace_.bytes());
+    int64_t n = step_.bytes();
     for (const auto& kv : shapes_) n += int64_t(kv.second.table.bytes());
     return n;
   }
@@ -115,12 +104,8 @@ class MlaBackend final : public AttentionBackend {
 
   void warm(Shape& s) {
     const MlaCache& cache = pool_.layer(s.spec.layer_id).latent;
-    PagedCsr c;
-    c.page_size = cache.page_size;
-    c.kv_indptr = {0, 1}, c.kv_indices = {0}, c.kv_last_page_len = {1};
-    s.plan = mla_decode_plan(ctx_, c, cache, options(s.spec), q());
-    c.qo_indptr = {0, 1};
-    s.plan = mla_extend_plan(ctx_, c, cache, options(s.spec), q());
+    s.plan = mla_decode_plan(ctx_, one_token_csr(cache.page_size, false), cache, options(s.spec), q());
+    s.plan = mla_extend_plan(ctx_, one_token_csr(cache.page_size, true), cache, options(s.spec), q());
   }
 
   cl_command_queue q() const { return backend_queue(ctx_, cfg_); }
@@ -130,9 +115,7 @@ class MlaBackend final : public AttentionBackend {
   BackendConfig cfg_;
   std::map<std::string, Shape> shapes_;
   std::map<int, std::string> key_of_;
-  StepBatch step_;
-  PagedCsr csr_;
-  GrowBuffer ids_, slots_, workspace_;
+  PagedStep step_;
   bool ready_ = false;
 };
 

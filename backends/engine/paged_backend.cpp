@@ -56,42 +56,26 @@ class PagedBackend final : public AttentionBackend {
 
   void init_forward_metadata(const ForwardBatch& fb) override {
     ready_ = false;
-    ids_.wait();
-    slots_.wait();
-    const int P = pool_.config().page_size;
-    const CacheShape cs{pool_.config().num_pages, P};
-    step_.load(fb, name_, &cs);
-    if (table_) {
-      build_page_table(step_.eb, P, 0, pt_);
-      validate(pt_, cs);
-      ids_.upload(ctx_, q(), pt_.page_table.data(), pt_.page_table.size() * 4, "paged_table: page table");
-    } else {
-      build_csr(step_.eb, P, -1, csr_);
-      validate(csr_, cs, step_.eb.seq_lens);
-      ids_.upload(ctx_, q(), csr_.kv_indices.data(), csr_.kv_indices.size() * 4, "paged: kv_indices");
-    }
-    if (step_.slots_are_64)
-      slots_.upload(ctx_, q(), step_.slots64.data(), step_.slots64.size() * 8, "paged: slot mapping");
-    else
-      slots_.upload(ctx_, q(), step_.slots32.data(), step_.slots32.size() * 4, "paged: slot mapping");
+    step_.load(ctx_, q(), fb, name_, CacheShape{pool_.config().num_pages, pool_.config().page_size}, table_);
+    const StepBatch& sb = step_.batch();
     std::size_t ws = 0;
     for (auto& [key, s] : shapes_) {
       const PagedKV& cache = pool_.layer(s.spec.layer_id).kv;
-      if (!step_.extend) {
+      if (!sb.extend) {
         DecodeOptions o = decode_options(s.spec);
         o.plan_buffer = s.table.plan_buffer();
-        s.decode = table_ ? decode_plan(ctx_, pt_, cache, o, q()) : decode_plan(ctx_, csr_, cache, o, q());
+        s.decode = table_ ? decode_plan(ctx_, step_.table(), cache, o, q()) : decode_plan(ctx_, step_.csr(), cache, o, q());
         s.table.reserve(ctx_, size_t(s.decode.table_bytes), "decode plan table");  // next step fits
         ws = std::max(ws, size_t(s.decode.workspace_bytes));
       } else {
         ExtendOptions o = extend_options(s.spec);
         o.plan_buffer = s.table.plan_buffer();
-        o.mask_indptr = step_.mask_indptr;
-        s.extend = table_ ? extend_plan(ctx_, pt_, cache, o, q()) : extend_plan(ctx_, csr_, cache, o, q());
+        o.mask_indptr = sb.mask_indptr;
+        s.extend = table_ ? extend_plan(ctx_, step_.table(), cache, o, q()) : extend_plan(ctx_, step_.csr(), cache, o, q());
         s.table.reserve(ctx_, size_t(s.extend.table_bytes), "extend plan table");
       }
     }
-    workspace_.reserve(ctx_, ws, "decode split-K workspace");
+    step_.reserve_workspace(ctx_, ws);
     ready_ = true;
   }
 
@@ -102,35 +86,34 @@ class PagedBackend final : public AttentionBackend {
     if (!io.q || !io.o) rt::invalid(tag + ": LayerIO.q and LayerIO.o are required");
     const KVPool::Layer& L = pool_.layer(layer_id);
     Shape& s = shapes_.at(key_of_.at(layer_id));
+    const StepBatch& sb = step_.batch();
     const Enqueue e{q(), 0, nullptr, nullptr};
-    if (save_kv_cache && step_.num_tokens > 0) {
+    if (save_kv_cache && sb.num_tokens > 0) {
       if (!io.k || !io.v) rt::invalid(tag + ": LayerIO.k and LayerIO.v are required with save_kv_cache");
       AppendKVArgs a;
       a.k = io.k, a.v = io.v, a.src_dtype = cfg_.act_dtype;
-      a.slot_mapping = slots_.get();
-      a.slot_dtype = step_.slots_are_64 ? DType::I64 : DType::I32;
-      a.num_tokens = step_.num_tokens;
+      a.slot_mapping = step_.slots(), a.slot_dtype = step_.slot_dtype(), a.num_tokens = sb.num_tokens;
       a.k_cache = L.k, a.v_cache = L.v, a.cache = L.kv;
       a.k_scale = pool_.config().k_scale, a.v_scale = pool_.config().v_scale;
       append_kv(ctx_, a, e);
     }
-    if (!step_.extend) {
+    if (!sb.extend) {
       DecodeBuffers b;
-      b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = ids_.get(), b.o = io.o, b.lse = io.lse;
-      b.workspace = workspace_.get(), b.sinks = spec.sinks;
+      b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse;
+      b.workspace = step_.workspace(), b.sinks = spec.sinks;
       b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
       decode_run(ctx_, s.decode, b, e);
     } else {
       ExtendBuffers b;
-      b.q = io.q, b.k = L.k, b.v = L.v, b.page_ids = ids_.get(), b.o = io.o, b.lse = io.lse, b.sinks = spec.sinks;
-      b.custom_mask = step_.custom_mask;
+      b.q = io.q, b.k = L.k, b.v = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse, b.sinks = spec.sinks;
+      b.custom_mask = sb.custom_mask;
       b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
       extend_run(ctx_, s.extend, b, e);
     }
   }
 
   int64_t scratch_bytes() const override {
-    int64_t n = int64_t(ids_.bytes() + slots_.bytes() + workspace_.bytes());
+    int64_t n = step_.bytes();
     for (const auto& kv : shapes_) n += int64_t(kv.second.table.bytes());
     return n;
   }
@@ -173,12 +156,8 @@ class PagedBackend final : public AttentionBackend {
   // Builds both kernels for the shape now (compile at load) with a one-token batch.
   void warm(Shape& s) {
     const PagedKV& cache = pool_.layer(s.spec.layer_id).kv;
-    PagedCsr c;
-    c.page_size = cache.page_size;
-    c.kv_indptr = {0, 1}, c.kv_indices = {0}, c.kv_last_page_len = {1};
-    s.decode = decode_plan(ctx_, c, cache, decode_options(s.spec), q());
-    c.qo_indptr = {0, 1};
-    s.extend = extend_plan(ctx_, c, cache, extend_options(s.spec), q());
+    s.decode = decode_plan(ctx_, one_token_csr(cache.page_size, false), cache, decode_options(s.spec), q());
+    s.extend = extend_plan(ctx_, one_token_csr(cache.page_size, true), cache, extend_options(s.spec), q());
   }
 
   cl_command_queue q() const { return backend_queue(ctx_, cfg_); }
@@ -190,10 +169,7 @@ class PagedBackend final : public AttentionBackend {
   std::string name_;
   std::map<std::string, Shape> shapes_;
   std::map<int, std::string> key_of_;
-  StepBatch step_;
-  PagedCsr csr_;
-  PageTable pt_;
-  GrowBuffer ids_, slots_, workspace_;
+  PagedStep step_;
   bool ready_ = false;
 };
 

@@ -50,6 +50,16 @@ static void cl_objects(clattn_context ctx, cl_command_queue* q, cl_context* c) {
   clGetCommandQueueInfo(*q, CL_QUEUE_CONTEXT, sizeof *c, c, NULL);
 }
 
+/* Creates the default-device context and returns its queue and cl_context; 0 on failure
+ * (counted as a failed check). */
+static int open_context(clattn_context* ctx, cl_command_queue* q, cl_context* c) {
+  *ctx = NULL;
+  CHECK(clattn_context_create(NULL, ctx) == CLATTN_SUCCESS);
+  if (!*ctx) return 0;
+  cl_objects(*ctx, q, c);
+  return 1;
+}
+
 static int report(void) {
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;

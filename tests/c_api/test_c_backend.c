@@ -41,12 +41,10 @@ static int close_rows(const float* got, const double* want, int n) {
 }
 
 int main(void) {
-  clattn_context ctx = NULL;
-  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
-  if (!ctx) return report();
+  clattn_context ctx;
   cl_command_queue q;
   cl_context c;
-  cl_objects(ctx, &q, &c);
+  if (!open_context(&ctx, &q, &c)) return report();
 
   clattn_layer_spec layer;
   clattn_layer_spec_init(&layer);

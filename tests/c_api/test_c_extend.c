@@ -70,12 +70,10 @@ static void ref_batch(int causal, int window, double cap, double scale, const un
 }
 
 int main(void) {
-  clattn_context ctx = NULL;
-  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
-  if (!ctx) return report();
+  clattn_context ctx;
   cl_command_queue q;
   cl_context c;
-  cl_objects(ctx, &q, &c);
+  if (!open_context(&ctx, &q, &c)) return report();
   for (size_t e = 0; e < sizeof kc / sizeof kc[0]; ++e) { kc[e] = rnd(); vc[e] = rnd(); }
   for (size_t e = 0; e < sizeof qh / sizeof qh[0]; ++e) qh[e] = rnd();
 

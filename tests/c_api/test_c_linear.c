@@ -63,12 +63,10 @@ static double worst_d(const float* got, const double* want, int n) {
 }
 
 int main(void) {
-  clattn_context ctx = NULL;
-  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
-  if (!ctx) return report();
+  clattn_context ctx;
   cl_command_queue q;
   cl_context c;
-  cl_objects(ctx, &q, &c);
+  if (!open_context(&ctx, &q, &c)) return report();
   for (int e = 0; e < SLOTS * SLOT; ++e) pool0[e] = rnd() * 0.1f;
   for (int e = 0; e < TMAX * HQK * DK; ++e) { qh[e] = rnd(); kh[e] = rnd() * 0.125f; }
   for (int e = 0; e < TMAX * HV * DV; ++e) vh[e] = rnd();

@@ -57,12 +57,10 @@ static double worst(const float* got, const double* want, int n) {
 }
 
 int main(void) {
-  clattn_context ctx = NULL;
-  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
-  if (!ctx) return report();
+  clattn_context ctx;
   cl_command_queue q;
   cl_context c;
-  cl_objects(ctx, &q, &c);
+  if (!open_context(&ctx, &q, &c)) return report();
 
   for (int e = 0; e < NTOK * DC; ++e) ckv[e] = bf16_round(rnd());
   for (int e = 0; e < NTOK * DR; ++e) kpe[e] = bf16_round(rnd());
