@@ -77,8 +77,6 @@
 #define DN (OCOLS / 8)          // 8-column n-tiles of O per warp
 #define ROWQ 72                 // 16-byte chunks per staged row (64 ckv + 8 kpe)
 #define CKQ 64
-#define TCH (KEYS * ROWQ)       // chunks per tile
-#define PF ((TCH + WGSZ - 1) / WGSZ)
 #define LN2 0.6931471805599453f
 #define SWZ(r) ((((r) & 3) << 1) | (((r) >> 2) & 1))
 
@@ -202,7 +200,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   uint qa[KSW][4];
 #pragma unroll
   for (int i = 0; i < KSW; ++i) {
-    const int d0 = 16 * (KSW * warp + i) + 4 * t;
+    const int d0 = 16 * (WARPS * i + warp) + 4 * t;
     float x[4], y[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -213,39 +211,61 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     qa[i][2] = pack2(x[2], x[3]), qa[i][3] = pack2(y[2], y[3]);
   }
 
-  // Per-lane read bases. S: row g (+ 8 j), 8-byte unit 2 ((2 ks + (t >> 1)) ^ SWZ(g)) + (t & 1).
+  // Per-lane read offsets, few and loop-invariant (everything else is an immediate):
+  // S: warp w owns k-steps ks = WARPS i + w; its B fragment is row g (+ 8 j), 8-byte unit
+  // 2 ((2 ks + (t >> 1)) ^ SWZ(g)) + (t & 1) = 2 ((2 WARPS i) & ~7) + su[((2 WARPS i) >> 2) & 1].
   __local const uint2* const sb = (__local const uint2*)lat + g * (2 * ROWQ) + (t & 1);
-  const int fg = SWZ(g), th = t >> 1;
-  // P V: rows 16 kc + 2t + {0, 1, 8, 9}, column OCOLS w + 8 n + g: ushort offset
-  // row * 576 + 8 ((col >> 3) ^ SWZ(row)) + g; SWZ(2t) and SWZ(2t + 1) are per-lane constants.
+  const int fg = SWZ(g), sy = 2 * warp + (t >> 1);  // sy < 8
+  const int su0 = 2 * (sy ^ fg), su1 = 2 * ((4 + sy) ^ fg);
+#define SU(i) (2 * ((2 * WARPS * (i)) & ~7) + ((((2 * WARPS * (i)) >> 2) & 1) ? su1 : su0))
+  // P V: rows 16 kc + 2t + {0, 1, 8, 9}, column OCOLS w + 8 n + g at ushort offset
+  // row * 576 + 8 ((col >> 3) ^ SWZ(row)) + g. SWZ(2t + 1) = SWZ(2t) ^ 2 and OCOLS w / 8 is a
+  // multiple of 8, so both rows' offsets come from one table: vo[i] = 8 (OCOLS w / 8 + (i ^ SWZ(2t))).
   __local const ushort* const vb0 = (__local const ushort*)lat + (2 * t) * (8 * ROWQ) + g;
   __local const ushort* const vb1 = vb0 + 8 * ROWQ;
-  const int fe = SWZ(2 * t), fo = SWZ(2 * t + 1), cw = (OCOLS / 8) * warp;
+  int vo[8];
+  {
+    const int fe = SWZ(2 * t);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) vo[i] = OCOLS * warp + 8 * (i ^ fe);
+  }
 
+  // Staging: ckv chunk k = tid % 64 of rows RB i + (tid / 64) (RB = WGSZ / 64 rows per step);
+  // kpe chunk 64 + tid % 8 of rows (WGSZ / 8) i + tid / 8. SWZ(2i + b) = SWZ(2i) ^ 2b, so the
+  // swizzled ckv chunk is (k ^ 2b) ^ SWZ(RB i) with SWZ(RB i) a constant (RB = 1 or 2).
+#define RB (WGSZ / 64)
+#define PFC (KEYS * 64 / WGSZ)  // ckv chunks per work-item per tile
+#define PFK (KEYS * 8 / WGSZ)   // kpe chunks per work-item per tile
+#if (KEYS * 8) % WGSZ || (RB != 1 && RB != 2)
+#error "mla_mma_nv.cl: KEYS * 8 must be a multiple of the work-group size (32 WARPS), WARPS 2 or 4"
+#endif
+  const int ck = tid & 63, cb = tid >> 6, ckx = ck ^ (2 * cb);
+  const int kk = tid & 7, kn = tid >> 3, kkx = CKQ + (kk ^ SWZ(kn));
+  const long cgo = (long)ck * CHW, kgo = kpe_base + (long)kk * CHW;
   const int pmask = (1 << log2_page) - 1;
-  RAW pf[PF];
+  RAW pf[PFC + PFK];
 #define LOAD_TILE(T0)                                                                              \
-  _Pragma("unroll") for (int i_ = 0; i_ < PF; ++i_) {                                              \
-    const int ch_ = tid + i_ * WGSZ;                                                               \
+  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) {                                             \
+    const int tk_ = (T0) + RB * i_ + cb;                                                           \
     pf[i_] = (RAW)(0u);                                                                            \
-    if (TCH % WGSZ == 0 || ch_ < TCH) {                                                            \
-      const int n_ = ch_ / ROWQ, k_ = ch_ % ROWQ, tk_ = (T0) + n_;                                 \
-      if (tk_ < ke) {                                                                              \
-        const long pg_ = (long)page_ids[pbase + (tk_ >> log2_page)];                               \
-        const long off_ = (long)(tk_ & pmask);                                                     \
-        if (k_ < CKQ) pf[i_] = *(__global const RAW*)(ckv + pg_ * ckv_sp + off_ * ckv_st + k_ * CHW); \
-        else pf[i_] = *(__global const RAW*)(kpe + kpe_base + pg_ * kpe_sp + off_ * kpe_st + (k_ - CKQ) * CHW); \
-      }                                                                                            \
+    if (tk_ < ke) {                                                                                \
+      const long pg_ = (long)page_ids[pbase + (tk_ >> log2_page)];                                 \
+      pf[i_] = *(__global const RAW*)(ckv + pg_ * ckv_sp + (long)(tk_ & pmask) * ckv_st + cgo);    \
+    }                                                                                              \
+  }                                                                                                \
+  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) {                                             \
+    const int tk_ = (T0) + (WGSZ / 8) * i_ + kn;                                                   \
+    pf[PFC + i_] = (RAW)(0u);                                                                      \
+    if (tk_ < ke) {                                                                                \
+      const long pg_ = (long)page_ids[pbase + (tk_ >> log2_page)];                                 \
+      pf[PFC + i_] = *(__global const RAW*)(kpe + pg_ * kpe_sp + (long)(tk_ & pmask) * kpe_st + kgo); \
     }                                                                                              \
   }
 #define STORE_TILE()                                                                               \
-  _Pragma("unroll") for (int i_ = 0; i_ < PF; ++i_) {                                              \
-    const int ch_ = tid + i_ * WGSZ;                                                               \
-    if (TCH % WGSZ == 0 || ch_ < TCH) {                                                            \
-      const int n_ = ch_ / ROWQ, k_ = ch_ % ROWQ;                                                  \
-      lat[n_ * ROWQ + (k_ ^ SWZ(n_))] = stage_chunk(pf[i_]);                                         \
-    }                                                                                              \
-  }
+  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_)                                               \
+    lat[(RB * i_ + cb) * ROWQ + (ckx ^ SWZ(RB * i_))] = stage_chunk(pf[i_]);                       \
+  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_)                                               \
+    lat[((WGSZ / 8) * i_ + kn) * ROWQ + kkx] = stage_chunk(pf[PFC + i_]);
 
   float oacc[DN][4];
 #pragma unroll
@@ -266,10 +286,9 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
     for (int i = 0; i < KSW; ++i) {
-      const int u = 2 * ((2 * (KSW * warp + i) + th) ^ fg);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint2 b = sb[8 * j * (2 * ROWQ) + u];
+        const uint2 b = sb[8 * j * (2 * ROWQ) + SU(i)];
         MMA(s[j], qa[i][0], qa[i][1], qa[i][2], qa[i][3], b.x, b.y);
       }
     }
@@ -331,7 +350,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
       __local const ushort* const r1 = vb1 + kc * (16 * 8 * ROWQ);
 #pragma unroll
       for (int n = 0; n < DN; ++n) {
-        const int oe = 8 * ((cw + n) ^ fe), oo = 8 * ((cw + n) ^ fo);
+        const int oe = vo[n & 7] + 8 * (n & ~7), oo = vo[(n ^ 2) & 7] + 8 * (n & ~7);
         const uint b0 = (uint)r0[oe] | ((uint)r1[oo] << 16);
         const uint b1 = (uint)r0[8 * (8 * ROWQ) + oe] | ((uint)r1[8 * (8 * ROWQ) + oo] << 16);
         MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);
