@@ -38,7 +38,6 @@
 #undef PREFETCH
 #define PREFETCH 0
 #endif
-#define FUSED_SUMS (WGSIZE > MERGE_COLS ? WGSIZE : MERGE_COLS)
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -249,9 +248,6 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
                   __global volatile int* counters, int merge_off, int counter_off) {
   __local float lmem[LMEM_FLOATS];
 #if FUSE_MERGE
-  __local float mw[MERGE_MAXP];
-  __local float mred[WGSIZE];
-  __local float4 msum[FUSED_SUMS];
   __local int is_last;
 #endif
   const int lid = get_local_id(0);
@@ -498,9 +494,8 @@ UNROLL_LOOP
     barrier(CLK_LOCAL_MEM_FENCE);
     if (is_last) {
       mem_fence(CLK_GLOBAL_MEM_FENCE);
-      for (int g = 0; g < ng; ++g)
-        merge_parts_head(me[0], me[1], me[2], ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, num_qo_heads,
-                         HEAD_DIM, h0 + g, lid, WGSIZE, mw, mred, msum, FUSED_SUMS);
+      merge_parts_block(me[0], me[1], me[2], ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, num_qo_heads,
+                        HEAD_DIM, h0, ng, lid, WGSIZE);
     }
   }
 #endif

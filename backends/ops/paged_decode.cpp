@@ -80,8 +80,7 @@ size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
   size_t nslot = size_t(t.wg / t.tpt);
   size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
   size_t merge = nslot * head_dim + 2 * nslot * t.gmax;
-  // FUSE_MERGE: the merge's weights, reduction row and column sums, and a flag.
-  size_t fused = t.fuse_merge ? 256 + size_t(t.wg) + 4 * std::max<size_t>(size_t(t.wg), 128) + 1 : 0;
+  size_t fused = t.fuse_merge ? 1 : 0;  // FUSE_MERGE: the "last part" flag
   return (std::max(scr, merge) + fused) * 4;
 }
 
