@@ -48,7 +48,8 @@ const std::vector<Row>& rows_decode() {
        "clattn-tune 2026-11-22 (driver 580.159.04): 2043 GB/s = 69% of stream-read 2982 GB/s; vendor default "
        "1809, generic 1683 (geomean over B=1 S=32768, B=64 S=4096, B=8 S=16384; Hq=32 Hkv=8 D=128 P=16 bf16, "
        "random page order); 31 candidates, 0 rejected as wrong. PREFETCH 1 added by hand from clattn-bench decode "
-       "--grid (same day): B=8 S=16384 0.231 -> 0.216 ms, B=1 S=32768 and B=64 S=4096 unchanged (0.086, 0.396 ms)"},
+       "--grid (same day): B=8 S=16384 0.231 -> 0.216 ms, B=1 S=32768 unchanged (0.086 ms); used by split plans "
+       "only (unsplit B=64 S=4096 would drop 0.40 -> 0.54 ms)"},
       {"decode", Level::Vendor, "nvidia", "fp8",
        {{"LOAD_BYTES", 16}, {"UNROLL", 4}},
        "H100 fp8 e4m3 B=64 S=4096 grid (2026-11-22): 16-byte loads + UNROLL 4 + the denormal-path decode "
