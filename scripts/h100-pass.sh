@@ -1,7 +1,7 @@
 #!/bin/bash
 # One full pass on the NVIDIA GPU machine (shared DEVICE notes: carry .device/, filled by
 # fetch-debs.sh): build, probe, the GPU test suite (native = NVIDIA variants), every
-# benchmark. Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash scripts/h100-pass.sh
+# benchmark, and clattn-serve-sim --big for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash scripts/h100-pass.sh
 set -o pipefail
 OUT="${OUT:-h100-out}"
 mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
@@ -15,4 +15,10 @@ for op in ${OPS:-decode extend linear mla metadata}; do
   timeout 150 ./build-gpu/bench/clattn-bench --device nvidia "$op" > "$OUT/bench_$op.txt" 2>&1
   echo "== bench $op rc=$?"
   grep -vE "^#" "$OUT/bench_$op.txt" | head -40
+done
+for m in ${SIM-llama-8b qwen3-next deepseek-v3-tp8 gpt-oss}; do
+  layers=""; case $m in qwen3-next|deepseek-v3-tp8) layers="--layers 16";; esac
+  timeout 150 ./build-gpu/tools/clattn-serve-sim --device nvidia --model $m $layers --big --no-progress > "$OUT/sim_$m.txt" 2>&1
+  echo "== serve-sim $m rc=$?"
+  tail -9 "$OUT/sim_$m.txt"
 done
