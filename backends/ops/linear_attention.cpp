@@ -1,13 +1,17 @@
 // Linear attention (GDN, simple GLA): argument and batch validation on the host, then one
-// launch of cl_kernels/linear_gdn.cl or linear_gla.cl. Nothing blocks; a rejected call
-// enqueues nothing. Kernel maths: cl_kernels/linear_common.clh; docs/linear_attention.md.
+// launch of cl_kernels/linear_gdn.cl or linear_gla.cl (or, for the prefill on NVIDIA tensor
+// cores, linear_prefill_mma_nv.cl: variant nv_mma_sync, parameter PF_MMA). Nothing blocks; a
+// rejected call enqueues nothing. Kernel maths: cl_kernels/linear_common.clh;
+// docs/linear_attention.md.
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
+#include "backends/params/variants.hpp"
 #include "clattn/linear.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
@@ -140,7 +144,8 @@ void build(detail::ContextImpl& c, Variant& v, bool gdn) {
 }
 
 // Parameters from the database, clamped to the shape and the device, then the program.
-Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn) {
+Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
+                bool build_now = true) {
   const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
   auto dec = params::lookup(c.profile, "linear_decode");
   auto pf = params::lookup(c.profile, "linear_prefill");
@@ -168,11 +173,85 @@ Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearSta
   v.defines = {{"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))},
                {"ST_DT", num(dt_code(pool.dtype))}, {"PF_C", num(v.pf_c)}, {"PF_DVT", num(v.pf_dvt)},
                {"PF_WG", num(v.pf_wg)}, {"PF_DKT", num(v.pf_dkt)}};
-  build(c, v, gdn);
+  if (build_now) build(c, v, gdn);
   rt::log().debug("linear {}: DK={} DV={} io={} state={} decode DVT={} VEC={} ROWS={} ({}), prefill C={} DVT={} WG={} ({})",
                   gdn ? "gdn" : "gla", DK, DV, dtype_name(cfg.dtype), dtype_name(pool.dtype), v.dec_dvt, v.dec_vec,
                   v.dec_rows, dec.source, v.pf_c, v.pf_dvt, v.pf_wg, pf.source);
   return v;
+}
+
+// The tensor-core prefill (cl_kernels/linear_prefill_mma_nv.cl), chosen where the parameters
+// ask for it (PF_MMA = 1), the device runs inline PTX mma.sync (variant nv_mma_sync) and the
+// shapes suit it: q/k/v/o in f16 or bf16 (the MMA operand type; f32 inputs keep f32 math),
+// Dk <= 128 (each work-item holds Dk/2 f32 state values in registers), tiles within local
+// memory. PF_MMA_C tokens per chunk, PF_MMA_DVT state columns per work-group (16 per warp),
+// PF_MMA_SPLIT 1: the state operand as hi + lo parts. A null program = not chosen (why says
+// why); a failed build falls back to the f32 kernel.
+struct MmaPrefill {
+  std::shared_ptr<rt::Program> prog;
+  int mc = 0, dvt = 0;
+  int wg() const { return 2 * dvt; }  // 32 work-items per 16 columns
+};
+
+// Local arrays of linear_prefill_mma_nv.cl (32-bit words): K and Q tiles [MC][DK+8] halves,
+// P [MC][MC+8] and D^T, D'^T [DVT][MC+8] halves, 4 x [MC] scalars; GDN adds A [MC][MC+1] and
+// D [MC][DVT+4] in f32.
+size_t mma_local_bytes(int dk, int mc, int dvt, bool gdn) {
+  size_t words = size_t(mc) * (dk + 8) + size_t(mc + 8) / 2 * (mc + 2 * dvt) + 4 * size_t(mc);
+  if (gdn) words += size_t(mc) * (mc + 1) + size_t(mc) * (dvt + 4);
+  return 4 * words;
+}
+
+MmaPrefill mma_prefill(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
+                       const char* op, std::string* why) {
+  MmaPrefill m;
+  auto pf = params::lookup(c.profile, "linear_prefill");
+  for (auto& [name, val] : cfg.params)
+    if (name.rfind("PF_", 0) == 0) pf.values[name] = val;
+  if (pf.get_or("PF_MMA", 0) == 0) {
+    *why = "PF_MMA = 0";
+    return m;
+  }
+  if (!params::variant_available(c.profile, "nv_mma_sync", why)) return m;
+  if (cfg.dtype == DType::F32) {
+    *why = "f32 q/k/v keep f32 math (tensor cores take f16/bf16)";
+    return m;
+  }
+  if (cfg.head_dim_k > 128) {
+    *why = "head_dim_k = " + num(cfg.head_dim_k) + " > 128 (state registers per work-item)";
+    return m;
+  }
+  const int DV = cfg.head_dim_v;
+  int dvt = std::clamp(pow2_floor(std::max(16, pf.get_or("PF_MMA_DVT", 64))), 16, std::min(128, DV));
+  int mc = std::clamp(pow2_floor(std::max(16, pf.get_or("PF_MMA_C", 32))), 16, 64);
+  const size_t local = c.profile.local_mem_bytes ? size_t(c.profile.local_mem_bytes) : size_t(32768);
+  while (mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn) + 1024 > local && dvt > 16) dvt /= 2;
+  while (mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn) + 1024 > local && mc > 16) mc /= 2;
+  if (mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn) + 1024 > local) {
+    *why = "tiles need " + num(int64_t(mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn))) +
+           " bytes of local memory, device has " + num(int64_t(local));
+    return m;
+  }
+  const std::map<std::string, std::string> d = {
+      {"DK", num(cfg.head_dim_k)}, {"DV", num(DV)},      {"IO_DT", num(dt_code(cfg.dtype))},
+      {"ST_DT", num(dt_code(pool.dtype))}, {"LIN_GDN", gdn ? "1" : "0"}, {"MC", num(mc)},
+      {"MDVT", num(dvt)}, {"S_SPLIT", pf.get_or("PF_MMA_SPLIT", 1) ? "1" : "0"}};
+  try {
+    m.prog = ops::build_first(c, "linear_prefill_mma_nv.cl", {{"nv_mma_sync", rt::make_options(d)}}, op).program;
+  } catch (const Error& e) {
+    if (e.status() != Status::BuildFailed) throw;
+    *why = std::string("build failed: ") + e.what();
+    rt::log().warn("{}: nv_mma_sync prefill failed to build, using the f32 kernel: {}", op, e.what());
+    return m;
+  }
+  m.mc = mc, m.dvt = dvt;
+  const size_t lim = m.prog->kernel("lin_prefill_mma").max_work_group_size(c.device);
+  if (lim < size_t(m.wg())) {
+    *why = "compiled kernel allows " + num(int64_t(lim)) + " work-items, needs " + num(m.wg());
+    rt::log().warn("{}: nv_mma_sync prefill not used: {}", op, *why);
+    m.prog = nullptr;
+  }
+  return m;
 }
 
 void check_wg(rt::Kernel& k, cl_device_id dev, size_t wg) {
@@ -200,7 +279,11 @@ void run(const char* op, bool gdn, bool prefill, const Context& ctx, const Linea
 
   auto& c = rt::impl(ctx);
   cl_command_queue q = queue ? queue : c.queue;
-  Variant v = variant(c, cfg, pool, gdn);
+  std::string why_not_mma;
+  MmaPrefill mma;
+  if (prefill) mma = mma_prefill(c, cfg, pool, gdn, op, &why_not_mma);
+  if (prefill && !mma.prog) rt::log().debug("{}: nv_mma_sync not used ({})", op, why_not_mma);
+  Variant v = variant(c, cfg, pool, gdn, !mma.prog);
   // An unused beta/state argument still needs a valid buffer: alias one we have.
   cl_mem beta = gdn ? t.beta : t.g;
   cl_mem state = pool.state ? pool.state : t.o;
@@ -225,6 +308,13 @@ void run(const char* op, bool gdn, bool prefill, const Context& ctx, const Linea
     const size_t lws[3] = {size_t(v.dec_dvt / v.dec_vec), size_t(v.dec_rows), 1};
     k.launch(q, 3, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev, Hqk, Hv,
              g_stride, scale, flags);
+  } else if (mma.prog) {
+    rt::Kernel& k = mma.prog->kernel("lin_prefill_mma");
+    rt::log().debug("{}: nv_mma_sync prefill, C={} DVT={}", op, mma.mc, mma.dvt);
+    const size_t gws[2] = {size_t(mma.wg()) * (cfg.head_dim_v / mma.dvt), size_t(b.batch_size) * Hv};
+    const size_t lws[2] = {size_t(mma.wg()), 1};
+    k.launch(q, 2, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev,
+             b.cu_seqlens_dev, Hqk, Hv, g_stride, scale, flags);
   } else {
     rt::Kernel& k = v.prog->kernel(gdn ? "gdn_prefill" : "gla_prefill");
     check_wg(k, c.device, size_t(v.pf_wg));

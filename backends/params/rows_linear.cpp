@@ -11,6 +11,10 @@
 // linear_prefill: PF_C tokens per chunk, PF_DVT state columns per work-group (more slices
 //   = more work-groups for small batches, but the C x C products are repeated per slice),
 //   PF_WG work-items. The host shrinks PF_DVT, then PF_C, to fit local memory.
+//   Tensor-core prefill (cl_kernels/linear_prefill_mma_nv.cl, where variant_available("nv_mma_sync")
+//   and q/k/v are f16/bf16 with Dk <= 128): PF_MMA 1 = prefer it; PF_MMA_C tokens per chunk,
+//   PF_MMA_DVT state columns per work-group (16 per warp), PF_MMA_SPLIT (default 1) state operand
+//   as hi + lo parts. Its own names, so rows tuned for the f32 kernel do not steer it.
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -46,11 +50,14 @@ const std::vector<Row>& rows_linear() {
        "BT=64); 16 state columns per work-group keeps local memory (S 128x16 + A 64x65 + D 64x16 + K/Q tiles "
        "2 x 64x33 f32 = 46 KiB) under 48 KiB at Dk=128 (the host halves the slice at Dk=256); K/Q tiles of 32 "
        "dims = 64-byte bf16 row segments; 128 work-items = 4 warps / 2 wave64"},
-      {"linear_prefill", Level::Vendor, "nvidia", "*", {{"PF_C", 32}, {"PF_DVT", 32}, {"PF_WG", 256}},
+      {"linear_prefill", Level::Vendor, "nvidia", "*",
+       {{"PF_C", 32}, {"PF_DVT", 32}, {"PF_WG", 256}, {"PF_MMA", 1}, {"PF_MMA_C", 32}, {"PF_MMA_DVT", 64}},
        "measured with clattn-bench linear on an H100 (NVIDIA OpenCL, driver 580, B=8x4096 H=16 Dk=Dv=128 bf16): "
        "C=32/DVT=32 22.1 ms vs C=64/DVT=16 51.4 ms (GDN), 14.3 vs 29.9 ms (GLA): half the chunk halves the "
        "repeated C x C work and the sequential substitution; 48 KiB shared memory per block without opt-in "
-       "(CUDA programming guide, cc 9.0); 8 warps per block. Hand sweep of 5 points, not a tuner run"},
+       "(CUDA programming guide, cc 9.0); 8 warps per block. Hand sweep of 5 points, not a tuner run. "
+       "PF_MMA*: tensor-core prefill, 4 warps x 16 state columns (64 f32 state registers per work-item at "
+       "Dk=128), chunk 32 so that its tiles (43 KiB at Dk=128) fit 48 KiB; by arithmetic, not measured"},
       {"linear_prefill", Level::Vendor, "amd", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 256}},
        "chunk 64 (FLA default); 64 KiB LDS per CU (AMD CDNA ISA guide); 4 x wave64"},
       {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}},

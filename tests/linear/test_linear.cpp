@@ -11,11 +11,26 @@
 // so errors stay O(1e-5..1e-4) relative even over 300 tokens; atol/rtol 2e-3 leaves
 // 10x headroom. Outputs/states stored in f16 add 2^-11 relative rounding, bf16 2^-8:
 // rtol gets twice the unit roundoff on top.
+//
+// Tensor-core prefill (variant nv_mma_sync, cl_kernels/linear_prefill_mma_nv.cl: chosen for
+// f16/bf16 q/k/v with Dk <= 128 where the device runs NVIDIA inline PTX, or PoCL runs its
+// emulation, see docs/linear_attention.md). q and k enter the MMAs exactly (they are the io
+// values); the state operand is split hi + lo (relative error ~u^2); what is rounded to the
+// MMA type (unit roundoff u: 2^-8 bf16, 2^-11 f16 in this file's convention) are P (the
+// decayed q.k scores) and D before O += P D, and D' = e^{G_L-G} D before S += K^T D'. Each
+// product term then carries <= u relative error, so o and the state move by <= u sum |P||D|
+// (resp. sum |k||D'|), a small multiple of their own size here (|v| <= 1, decaying state);
+// errors carried into later chunks through the state shrink with the decay. atol = rtol =
+// 2e-3 + 4u on o and the state (bf16: 1.8e-2, f16: 4e-3) bounds that with 2x headroom over
+// the worst case measured under the emulation (printed by TensorCorePrefillMatrix).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <numeric>
 
+#include "clattn/diagnostics.hpp"
 #include "support/test_support.hpp"
 
 namespace clattn {
@@ -33,6 +48,7 @@ struct Case {
   std::vector<int> lens;   // per request (decode: all 1)
   std::vector<int> slots;  // per request, -1 = no state
   int num_slots = 8;
+  std::map<std::string, int> params;  // LinearConfig::params (e.g. PF_MMA)
   LinearConfig cfg() const {
     LinearConfig c;
     c.num_qk_heads = Hqk;
@@ -44,6 +60,7 @@ struct Case {
     c.l2norm_qk = gdn && l2norm;
     c.beta_is_logits = gdn && logits;
     c.constant_decay = constant;
+    c.params = params;
     return c;
   }
   int T() const { return std::accumulate(lens.begin(), lens.end(), 0); }
@@ -151,9 +168,28 @@ Result run_reference(const Case& c, const Inputs& in) {
   return r;
 }
 
+// Whether this device can run the tensor-core prefill (NVIDIA inline PTX, sm_80+, or the
+// PoCL emulation's capability override).
+bool mma_device() {
+  for (const auto& v : variants(ctx().profile()))
+    if (v.name == "nv_mma_sync") return v.available;
+  return false;
+}
+
+// Whether a prefill of `c` runs the tensor-core kernel: asked for (PF_MMA from the case or
+// the parameter database), available, f16/bf16 q/k/v, Dk <= 128 (backends/ops/linear_attention.cpp).
+bool uses_mma(const Case& c, bool decode) {
+  if (decode || c.io == DType::F32 || c.Dk > 128 || !mma_device()) return false;
+  auto it = c.params.find("PF_MMA");
+  if (it != c.params.end()) return it->second != 0;
+  return parameters(ctx().profile(), "linear_prefill").values.count("PF_MMA") &&
+         parameters(ctx().profile(), "linear_prefill").values.at("PF_MMA") != 0;
+}
+
 // Outputs and named slots close to the reference; every other slot bit-identical.
-void check(const Case& c, const Inputs& in, const Result& got, const Result& want, const std::string& what) {
-  const double tol = 2e-3;
+void check(const Case& c, const Inputs& in, const Result& got, const Result& want, const std::string& what,
+           bool mma = false) {
+  const double tol = mma ? 2e-3 + 4 * unit_roundoff(c.io) : 2e-3;
   EXPECT_TRUE(test::all_close(got.o, want.o, tol, tol + 2 * unit_roundoff(c.io), what + " o"));
   const size_t se = c.slot_elems(), sb = se * dtype_size(c.st);
   auto init_bytes = test::pack(in.pool, c.st);
@@ -175,7 +211,8 @@ void check_case(const Case& c, bool decode, uint64_t salt, const std::string& wh
   CLATTN_SEED_TRACE();
   test::Rng rng(salt);
   Inputs in = make_inputs(c, rng);
-  check(c, in, run_device(c, in, decode), run_reference(c, in), what);
+  const bool mma = uses_mma(c, decode);
+  check(c, in, run_device(c, in, decode), run_reference(c, in), what + (mma ? " [nv_mma_sync]" : ""), mma);
 }
 
 // Lengths around both chunk sizes in the database (32 on cpu rows, 64 elsewhere) and a
@@ -325,6 +362,80 @@ TEST(Linear, PrefillThenDecodeEqualsLongerPrefill) {
       }
     }
     EXPECT_TRUE(test::all_close(pool, one.pool, 2e-3, 2e-3, gdn ? "gdn final pool" : "gla final pool"));
+  }
+}
+
+// Largest |got - want| / (tol + tol |want|): the share of the tolerance used.
+double tol_used(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  double w = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+    w = std::max(w, std::fabs(got[i] - want[i]) / (tol + tol * std::fabs(want[i])));
+  return w;
+}
+
+// The tensor-core prefill asked for explicitly (PF_MMA = 1) over its matrix: GDN and GLA,
+// bf16 / f16 q/k/v, f32 / bf16 / f16 state, Dk 64 / 128, Dv 64 / 128 / 256, chunks 16 / 32 /
+// 64 with lengths 1, C-1, C, C+1, 5C+7 and an empty request, slots mixed with -1, grouped
+// v-heads, l2norm / beta logits / probabilities / constant decay, 1..4 warps, the state
+// operand with and without the hi + lo split. Where the device can run the variant, the
+// result must also differ from the f32 kernel's (PF_MMA = 0), so a failed build that fell
+// back silently fails here. Elsewhere this runs the f32 kernel at its own tolerance.
+TEST(Linear, TensorCorePrefillMatrix) {
+  struct Row {
+    bool gdn;
+    int Dk, Dv;
+    DType io, st;
+    int C, dvt, split;
+    bool norm, logits, constant;
+    int Hqk, Hv;
+  };
+  const Row rows[] = {
+      {true, 128, 128, DType::BF16, DType::F32, 32, 64, 1, true, true, false, 1, 2},
+      {true, 64, 64, DType::F16, DType::BF16, 32, 64, 1, false, false, false, 2, 2},
+      {false, 128, 128, DType::BF16, DType::F32, 32, 64, 1, false, false, false, 1, 2},
+      {false, 64, 128, DType::F16, DType::F16, 32, 64, 1, false, false, true, 1, 1},
+      {true, 128, 64, DType::F16, DType::F32, 16, 32, 1, true, false, false, 1, 1},
+      {true, 64, 256, DType::BF16, DType::F32, 64, 16, 0, true, true, false, 1, 2},
+      {false, 128, 64, DType::BF16, DType::BF16, 64, 32, 1, false, false, false, 2, 4},
+  };
+  const bool dev = mma_device();
+  uint64_t salt = 100;
+  for (const Row& r : rows) {
+    Case c;
+    c.gdn = r.gdn, c.Dk = r.Dk, c.Dv = r.Dv, c.io = r.io, c.st = r.st;
+    c.l2norm = r.norm, c.logits = r.logits, c.constant = r.constant, c.Hqk = r.Hqk, c.Hv = r.Hv;
+    c.params = {{"PF_MMA", 1}, {"PF_MMA_C", r.C}, {"PF_MMA_DVT", r.dvt}, {"PF_MMA_SPLIT", r.split}};
+    c.lens = {1, r.C - 1, r.C, r.C + 1, 0, 5 * r.C + 7};
+    c.slots = {3, -1, 0, 6, 2, 1};
+    const std::string what = std::string(r.gdn ? "gdn" : "gla") + " Dk=" + std::to_string(r.Dk) +
+                             " Dv=" + std::to_string(r.Dv) + " io=" + dtype_name(r.io) + " state=" +
+                             dtype_name(r.st) + " C=" + std::to_string(r.C) + " DVT=" + std::to_string(r.dvt) +
+                             " split=" + std::to_string(r.split);
+    SCOPED_TRACE(what);
+    CLATTN_SEED_TRACE();
+    test::Rng rng(salt++);
+    Inputs in = make_inputs(c, rng);
+    const bool mma = uses_mma(c, false);
+    EXPECT_EQ(mma, dev) << what;
+    Result got = run_device(c, in, false), want = run_reference(c, in);
+    check(c, in, got, want, what + (mma ? " [nv_mma_sync]" : ""), mma);
+    if (mma) {
+      const double tol = 2e-3 + 4 * unit_roundoff(r.io);
+      std::vector<double> gs, ws;
+      for (int s : c.slots)
+        if (s >= 0) {
+          const size_t se = c.slot_elems();
+          gs.insert(gs.end(), got.pool.begin() + s * se, got.pool.begin() + (s + 1) * se);
+          ws.insert(ws.end(), want.pool.begin() + s * se, want.pool.begin() + (s + 1) * se);
+        }
+      std::printf("[ mma    ] %s: tolerance used o %.3f, state %.3f\n", what.c_str(), tol_used(got.o, want.o, tol),
+                  tol_used(gs, ws, tol));
+      Case f = c;
+      f.params["PF_MMA"] = 0;
+      Result ref32 = run_device(f, in, false);
+      EXPECT_NE(ref32.o, got.o) << what << ": PF_MMA=1 gave the f32 kernel's bits (tensor-core kernel not run?)";
+    }
+    if (::testing::Test::HasFailure()) break;
   }
 }
 
