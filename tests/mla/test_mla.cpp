@@ -128,7 +128,8 @@ TEST(MlaDecode, SplitKOnAndOff) {
 
 // The tensor-core variant asked for explicitly (MMA=1) over its matrix: bf16 / f16 / fp8
 // latents x H 8 / 16 / 128 x pages 1 / 16 / 64, split-K on and off (each dtype both), then
-// the other tile shapes (MMA_WARPS 2, MMA_KEYS 32) on two more batches. Where
+// the other tile shapes (MMA_WARPS 2, MMA_KEYS 32) on two more batches, and an fp8 e5m2
+// latent. Where
 // the device can run it, the plan must use it (a failed build would fall back silently);
 // elsewhere this runs the generic kernel.
 TEST(MlaDecode, TensorCoreVariantMatrix) {
@@ -138,13 +139,14 @@ TEST(MlaDecode, TensorCoreVariantMatrix) {
   const int Hs[] = {8, 16, 128}, Ps[] = {1, 16, 64};
   const DType ios[] = {DType::BF16, DType::F32, DType::F16};
   const bool want_mma = mma_available();
-  for (int c = 0; c < 11; ++c) {
+  for (int c = 0; c < 12; ++c) {
     Batch b;
     b.kvd = kvs[c % 3], b.H = Hs[(c / 3) % 3], b.P = Ps[(c + c / 3) % 3];
     if (c >= 9) b.H = 32;
+    if (c == 11) b.kvd = DType::FP8_E5M2, b.H = 16;
     b.qd = ios[(c + 1) % 3], b.od = ios[c % 3];
     b.table = c % 4 == 1, b.single = c % 4 == 2;
-    b.kv_scale = b.kvd == DType::FP8_E4M3 ? 0.5 : 1.0;
+    b.kv_scale = b.kvd == DType::FP8_E4M3 || b.kvd == DType::FP8_E5M2 ? 0.5 : 1.0;
     const int B = b.H == 128 ? 2 : 3;
     b.kv = random_lens(rng, B, 1, b.H == 128 ? 90 : 200);
     b.kv[0] = std::max(b.kv[0], 64);  // something to split
@@ -153,7 +155,7 @@ TEST(MlaDecode, TensorCoreVariantMatrix) {
     MlaOptions o;
     o.params["MMA"] = 1;
     if (c == 9) o.params["MMA_WARPS"] = 2;
-    if (c >= 9) o.params["MMA_KEYS"] = 32;
+    if (c == 9 || c == 10) o.params["MMA_KEYS"] = 32;
     const bool split = c % 2 == 0;
     if (split) o.params["MIN_CHUNK"] = 16, o.params["WGS_PER_CU"] = 1024;
     else o.max_splits = 1;
