@@ -20,9 +20,10 @@
 // decayed q.k scores) and D before O += P D, and D' = e^{G_L-G} D before S += K^T D'. Each
 // product term then carries <= u relative error, so o and the state move by <= u sum |P||D|
 // (resp. sum |k||D'|), a small multiple of their own size here (|v| <= 1, decaying state);
-// errors carried into later chunks through the state shrink with the decay. atol = rtol =
-// 2e-3 + 4u on o and the state (bf16: 1.8e-2, f16: 4e-3) bounds that with 2x headroom over
-// the worst case measured under the emulation (printed by TensorCorePrefillMatrix).
+// errors carried into later chunks through the state shrink with the decay, and the
+// roundings of many terms average out. atol = rtol = 2e-3 + 2u on o and the state (bf16:
+// 9.8e-3, f16: 3e-3; o's rtol is the f32 kernel's own) is >= 3x the worst error measured
+// under the emulation (TensorCorePrefillMatrix prints the share of the tolerance used).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -189,7 +190,7 @@ bool uses_mma(const Case& c, bool decode) {
 // Outputs and named slots close to the reference; every other slot bit-identical.
 void check(const Case& c, const Inputs& in, const Result& got, const Result& want, const std::string& what,
            bool mma = false) {
-  const double tol = mma ? 2e-3 + 4 * unit_roundoff(c.io) : 2e-3;
+  const double tol = mma ? 2e-3 + 2 * unit_roundoff(c.io) : 2e-3;
   EXPECT_TRUE(test::all_close(got.o, want.o, tol, tol + 2 * unit_roundoff(c.io), what + " o"));
   const size_t se = c.slot_elems(), sb = se * dtype_size(c.st);
   auto init_bytes = test::pack(in.pool, c.st);
@@ -420,7 +421,7 @@ TEST(Linear, TensorCorePrefillMatrix) {
     Result got = run_device(c, in, false), want = run_reference(c, in);
     check(c, in, got, want, what + (mma ? " [nv_mma_sync]" : ""), mma);
     if (mma) {
-      const double tol = 2e-3 + 4 * unit_roundoff(r.io);
+      const double tol = 2e-3 + 2 * unit_roundoff(r.io);
       std::vector<double> gs, ws;
       for (int s : c.slots)
         if (s >= 0) {
