@@ -8,7 +8,7 @@
 //   tile       = KEYS tokens of the latent (576 values each), staged in local memory as
 //                16-bit MMA values (f16/bf16 as stored; fp8 decoded to f16 exactly), loaded
 //                into registers one tile ahead (software pipeline)
-//   S = Q K^T  split over the 576-wide K dimension: warp w owns k-steps [KSW w, KSW (w+1))
+//   S = Q K^T  split over the 576-wide K dimension: warp w owns the k-steps w + WARPS i
 //              (its q slice stays in registers as A fragments, pre-scaled), computes a
 //              partial S (16 x KEYS), partials are summed through local memory in a fixed
 //              order (every warp gets the same S, bit for bit)
@@ -24,8 +24,10 @@
 //     for Q and K: k 2t,2t+1 <-> dims 16 ks + 4t + 0,1; k 2t+8,2t+9 <-> dims 16 ks + 4t +
 //     2,3), and the 16 lanes of each phase (rows 4i..4i+3) cover all 32 banks;
 //   - P V's B fragments (V[token 2t, 2t+1][dim], V[2t+8, 2t+9][dim]) are 16-bit reads of
-//     4 rows 2t + c (c fixed) whose F differ: 4 distinct bank groups, conflict-free;
+//     4 rows 2t + c (c fixed) whose SWZ differ: 4 distinct bank groups, conflict-free;
 //   - the staging stores (8 lanes: consecutive chunks of one row) are conflict-free.
+// Loads: each work-item owns one ckv chunk column (tid % 64) and one kpe chunk column, so
+// every read and staging address is a per-lane offset plus an immediate (few registers).
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type"):
 // lane = 4 g + t. A 16x16: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
