@@ -71,8 +71,8 @@ const std::vector<Row>& rows_linear() {
        "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 2699 GB/s = 90% of stream-read 2993 GB/s; vendor default 2634, generic 2545 (geomean over gdn B=256 H=16 Dk=128 Dv=128 bf16, f32 state; gla B=256 H=16 Dk=128 Dv=128 bf16, f32 state); 11 candidates, 0 rejected as wrong"},
       // Tuned on the machine itself (clattn-tune, docs/tuning.md).
       {"linear_prefill", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"PF_C", 32}, {"PF_DKT", 32}, {"PF_DVT", 32}, {"PF_WG", 256}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 3.616 TFLOP/s; vendor default 3.616, generic 2.166 (geomean over gdn B=4 L=2048 H=16 Dk=128 Dv=128 bf16; gla B=4 L=2048 H=16 Dk=128 Dv=128 bf16); 11 candidates, 0 rejected as wrong"},
+       {{"PF_C", 32}, {"PF_DKT", 32}, {"PF_DVT", 32}, {"PF_MMA", 1}, {"PF_MMA_C", 32}, {"PF_MMA_DVT", 64}, {"PF_WG", 128}},
+       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 240): 24.2 TFLOP/s; vendor default 23.64, generic 23.54 (geomean over gdn B=4 L=2048 H=16 Dk=128 Dv=128 bf16; gla B=4 L=2048 H=16 Dk=128 Dv=128 bf16); 16 candidates, 0 rejected as wrong"},
   };
   return rows;
 }
