@@ -315,69 +315,86 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
       }
     }
 
-    // ---- K S0 and Q S0 for this warp's 16 columns over all MC tokens (B from sacc).
-    float oacc[NCT][2][4];
-#if LIN_GDN
-    float kacc[NCT][2][4];
+    // ---- K S0, then Q S0, for this warp's 16 columns over all MC tokens (B fragments from
+    // sacc; two passes keep one set of accumulators live). SPLIT_B(ks) fills bh[2 nb + h]
+    // (n-tile nb = columns jw + 8 nb + g, register b_h) and bl, the rounding residual.
+#define SPLIT_B(ks)                                                                             \
+  MMA_UNROLL for (int x_ = 0; x_ < 4; ++x_) {                                                   \
+    const int nb_ = x_ >> 1, h_ = x_ & 1;                                                       \
+    const float s0_ = sacc[2 * (ks) + h_][2 * nb_], s1_ = sacc[2 * (ks) + h_][2 * nb_ + 1];     \
+    bh[x_] = pack2(s0_, s1_);                                                                   \
+    float r0_, r1_;                                                                             \
+    unpack2(bh[x_], &r0_, &r1_);                                                                \
+    bl[x_] = pack2(s0_ - r0_, s1_ - r1_);                                                       \
+  }
+#if S_SPLIT
+#define MMA_S0(acc, a)                                                                          \
+  MMA_UNROLL for (int nb_ = 0; nb_ < 2; ++nb_) {                                                \
+    MMA(acc[nb_], a.x, a.y, a.z, a.w, bh[2 * nb_], bh[2 * nb_ + 1]);                            \
+    MMA(acc[nb_], a.x, a.y, a.z, a.w, bl[2 * nb_], bl[2 * nb_ + 1]);                            \
+  }
+#else
+#define MMA_S0(acc, a)                                                                          \
+  MMA_UNROLL for (int nb_ = 0; nb_ < 2; ++nb_) MMA(acc[nb_], a.x, a.y, a.z, a.w, bh[2 * nb_], bh[2 * nb_ + 1]);
 #endif
-    MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
-      MMA_UNROLL for (int e = 0; e < 8; ++e) {
-        oacc[mt][e >> 2][e & 3] = 0.f;
 #if LIN_GDN
-        kacc[mt][e >> 2][e & 3] = 0.f;
-#endif
-      }
-    }
-    MMA_UNROLL for (int ks = 0; ks < DK / 16; ++ks) {
-      // bh[2 nb + h]: n-tile nb (columns jw + 8 nb + g), b_h; bl = the rounding residual.
-      uint bh[4], bl[4];
-      MMA_UNROLL for (int x = 0; x < 4; ++x) {
-        const int nb = x >> 1, h = x & 1;
-        const float s0 = sacc[2 * ks + h][2 * nb], s1 = sacc[2 * ks + h][2 * nb + 1];
-        bh[x] = pack2(s0, s1);
-        float r0, r1;
-        unpack2(bh[x], &r0, &r1);
-        bl[x] = pack2(s0 - r0, s1 - r1);
-      }
+    {
+      float kacc[NCT][2][4];
       MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
-        const uint4 aq = frag_a(Qw + 16 * mt * KW + 8 * ks, KW, gi, ti);
-#if LIN_GDN
-        const uint4 ak = frag_a(Kw + 16 * mt * KW + 8 * ks, KW, gi, ti);
-#endif
-        MMA_UNROLL for (int nb = 0; nb < 2; ++nb) {
-          MMA(oacc[mt][nb], aq.x, aq.y, aq.z, aq.w, bh[2 * nb], bh[2 * nb + 1]);
-#if S_SPLIT
-          MMA(oacc[mt][nb], aq.x, aq.y, aq.z, aq.w, bl[2 * nb], bl[2 * nb + 1]);
-#endif
-#if LIN_GDN
-          MMA(kacc[mt][nb], ak.x, ak.y, ak.z, ak.w, bh[2 * nb], bh[2 * nb + 1]);
-#if S_SPLIT
-          MMA(kacc[mt][nb], ak.x, ak.y, ak.z, ak.w, bl[2 * nb], bl[2 * nb + 1]);
-#endif
-#endif
+        MMA_UNROLL for (int e = 0; e < 8; ++e) kacc[mt][e >> 2][e & 3] = 0.f;
+      }
+      MMA_UNROLL for (int ks = 0; ks < DK / 16; ++ks) {
+        uint bh[4], bl[4];
+        SPLIT_B(ks);
+        MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
+          const uint4 ak = frag_a(Kw + 16 * mt * KW + 8 * ks, KW, gi, ti);
+          MMA_S0(kacc[mt], ak);
+        }
+      }
+      // R = beta (V - e^G rk K S0) into Dl.
+      MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
+        MMA_UNROLL for (int h = 0; h < 2; ++h) {
+          const int tt = 16 * mt + gi + 8 * h;
+          const bool in = tt < L;
+          const float fk = in ? exp(Gc[tt]) * rk[tt] : 0.f, bb = in ? bt[tt] : 0.f;
+          __global const io_t* vr = v + ((size_t)(c0 + (in ? tt : 0)) * Hv + hv) * DV + j0;
+          MMA_UNROLL for (int nb = 0; nb < 2; ++nb) {
+            const int j = jw + 8 * nb + 2 * ti;
+            const float v0 = in ? LD_IO(vr, j) : 0.f, v1 = in ? LD_IO(vr, j + 1) : 0.f;
+            Dl[tt * DLP + j] = bb * (v0 - fk * kacc[mt][nb][2 * h]);
+            Dl[tt * DLP + j + 1] = bb * (v1 - fk * kacc[mt][nb][2 * h + 1]);
+          }
         }
       }
     }
-
-    // ---- R = beta (V - e^G rk K S0) into Dl (GDN); D = V straight to Db / Eb (GLA). O's
-    // accumulators become e^G rq Q S0.
+#endif
+    float oacc[NCT][2][4];
+    MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
+      MMA_UNROLL for (int e = 0; e < 8; ++e) oacc[mt][e >> 2][e & 3] = 0.f;
+    }
+    MMA_UNROLL for (int ks = 0; ks < DK / 16; ++ks) {
+      uint bh[4], bl[4];
+      SPLIT_B(ks);
+      MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
+        const uint4 aq = frag_a(Qw + 16 * mt * KW + 8 * ks, KW, gi, ti);
+        MMA_S0(oacc[mt], aq);
+      }
+    }
+#undef SPLIT_B
+#undef MMA_S0
+    // O's accumulators become e^G rq Q S0; GLA: D = V straight to Db and D' to Eb.
     MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
       MMA_UNROLL for (int h = 0; h < 2; ++h) {
         const int tt = 16 * mt + gi + 8 * h;
         const bool in = tt < L;
-        const float eg = in ? exp(Gc[tt]) : 0.f;
-        const float fo = eg * rq[tt];
-        __global const io_t* vr = v + ((size_t)(c0 + (in ? tt : 0)) * Hv + hv) * DV + j0;
+        const float fo = in ? exp(Gc[tt]) * rq[tt] : 0.f;
         MMA_UNROLL for (int nb = 0; nb < 2; ++nb) {
-          const int j = jw + 8 * nb + 2 * ti;
           oacc[mt][nb][2 * h] *= fo;
           oacc[mt][nb][2 * h + 1] *= fo;
+#if !LIN_GDN
+          __global const io_t* vr = v + ((size_t)(c0 + (in ? tt : 0)) * Hv + hv) * DV + j0;
+          const int j = jw + 8 * nb + 2 * ti;
           const float v0 = in ? LD_IO(vr, j) : 0.f, v1 = in ? LD_IO(vr, j + 1) : 0.f;
-#if LIN_GDN
-          const float fk = eg * rk[tt], bb = bt[tt];
-          Dl[tt * DLP + j] = in ? bb * (v0 - fk * kacc[mt][nb][2 * h]) : 0.f;
-          Dl[tt * DLP + j + 1] = in ? bb * (v1 - fk * kacc[mt][nb][2 * h + 1]) : 0.f;
-#else
           const float fe = in ? exp(glast - Gc[tt]) : 0.f;
           __local ushort* dh = (__local ushort*)Db;
           __local ushort* eh = (__local ushort*)Eb;
