@@ -410,13 +410,25 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
     barrier(CLK_LOCAL_MEM_FENCE);
 
 #if LIN_GDN
-    // ---- (I + A) D = R: forward substitution in f32, one work-item per column.
+    // ---- (I + A) D = R: forward substitution in f32, one work-item per column, blocks of
+    // 8 rows: first what the finished rows above contribute (8 independent FMA chains, one
+    // D read shared by the 8 rows), then the 8 x 8 triangle in registers. Rows >= L have
+    // R = 0 and A = 0, so they stay 0 without a bound on L.
     for (int jj = lid; jj < MDVT; jj += WGSZ) {
-      for (int t = 1; t < L; ++t) {
-        float acc = Dl[t * DLP + jj];
-        __local const float* ar = Al + t * (MC + 1);
-        for (int s = 0; s < t; ++s) acc -= ar[s] * Dl[s * DLP + jj];
-        Dl[t * DLP + jj] = acc;
+      for (int r0 = 0; r0 < MC; r0 += 8) {
+        float acc[8];
+        MMA_UNROLL for (int r = 0; r < 8; ++r) acc[r] = Dl[(r0 + r) * DLP + jj];
+        __local const float* ar = Al + r0 * (MC + 1);
+        for (int s = 0; s < r0; ++s) {
+          const float ds = Dl[s * DLP + jj];
+          MMA_UNROLL for (int r = 0; r < 8; ++r) acc[r] -= ar[r * (MC + 1) + s] * ds;
+        }
+        MMA_UNROLL for (int r = 1; r < 8; ++r) {
+          MMA_UNROLL for (int s = 0; s < 8; ++s) {
+            if (s < r) acc[r] -= ar[r * (MC + 1) + r0 + s] * acc[s];
+          }
+        }
+        MMA_UNROLL for (int r = 0; r < 8; ++r) Dl[(r0 + r) * DLP + jj] = acc[r];
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
