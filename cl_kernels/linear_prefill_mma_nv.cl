@@ -190,7 +190,7 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
   __local float Al[MC * (MC + 1)];
   __local float Dl[MC * DLP];
 #endif
-  __local float Gc[MC], bt[MC], rk[MC], rq[MC];
+  __local float Gr[MC], Gc[MC], bt[MC], rk[MC], rq[MC];
   PTX_SCRATCH
   __local const uint* Kw = (__local const uint*)Kb4;
   __local const uint* Qw = (__local const uint*)Qb4;
@@ -246,27 +246,33 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
           bb = 1.f;
 #endif
         }
-        Gc[t] = gg;
+        Gr[t] = gg;
         bt[t] = bb;
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0)
-      for (int t = 1; t < L; ++t) Gc[t] += Gc[t - 1];
-    for (int t = lid; t < MC; t += WGSZ) {
-      float a = 1.f, c = 1.f;
-      if (use_norm && t < L) {
-        float sa = 0.f, sc = 0.f;
-        for (int i = 0; i < DK; ++i) {
-          const float x = LD16(Qh, t * KP + i), y = LD16(Kh, t * KP + i);
-          sa += x * x;
-          sc += y * y;
-        }
-        a = rsqrt(sa + 1e-6f);
-        c = rsqrt(sc + 1e-6f);
+    // Cumulative decay (work-item t sums g_0..g_t itself, in order: the serial scan's bits
+    // without its chain of dependent local-memory updates) and the inverse norms (q and k
+    // rows on separate work-items).
+    for (int e = lid; e < 2 * MC; e += WGSZ) {
+      const int t = e < MC ? e : e - MC;
+      if (e < MC) {
+        float a = 0.f;
+        for (int u = 0; u <= t; ++u) a += Gr[u];
+        Gc[t] = a;
       }
-      rq[t] = a;
-      rk[t] = c;
+      float n = 1.f;
+      if (use_norm && t < L) {
+        __local const ushort* row = (e < MC ? Kh : Qh) + t * KP;
+        float sa = 0.f;
+        for (int i = 0; i < DK; ++i) {
+          const float x = LD16(row, i);
+          sa += x * x;
+        }
+        n = rsqrt(sa + 1e-6f);
+      }
+      if (e < MC) rk[t] = n;
+      else rq[t] = n;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const float glast = Gc[L - 1];

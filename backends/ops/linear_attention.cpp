@@ -194,10 +194,10 @@ struct MmaPrefill {
 };
 
 // Local arrays of linear_prefill_mma_nv.cl (32-bit words): K and Q tiles [MC][DK+8] halves,
-// P [MC][MC+8] and D^T, D'^T [DVT][MC+8] halves, 4 x [MC] scalars; GDN adds A [MC][MC+1] and
+// P [MC][MC+8] and D^T, D'^T [DVT][MC+8] halves, 5 x [MC] scalars; GDN adds A [MC][MC+1] and
 // D [MC][DVT+4] in f32.
 size_t mma_local_bytes(int dk, int mc, int dvt, bool gdn) {
-  size_t words = size_t(mc) * (dk + 8) + size_t(mc + 8) / 2 * (mc + 2 * dvt) + 4 * size_t(mc);
+  size_t words = size_t(mc) * (dk + 8) + size_t(mc + 8) / 2 * (mc + 2 * dvt) + 5 * size_t(mc);
   if (gdn) words += size_t(mc) * (mc + 1) + size_t(mc) * (dvt + 4);
   return 4 * words;
 }
