@@ -94,10 +94,13 @@ void absorbed_vs_unabsorbed(Batch b, uint64_t salt) {
     ref::attention(Q.data(), K.data(), V.data(), qo, kv, H, H, Dn + Dr, Dv, ao, &want[size_t(r0) * H * Dv],
                    &want_lse[size_t(r0) * H]);
   }
-  EXPECT_TRUE(test::all_close(got, want, 2e-4, 2e-4, "o_v (absorbed vs unabsorbed)"))
-      << plan.num_merges << " merges";
+  // The tensor-core variant rounds q and the probabilities to bf16/f16 before its products
+  // (2^-9 relative): 4e-3 covers it (H100: worst 6e-4 on o, 7e-4 on lse).
+  const double tol = plan.variant == "nv_mma_sync" ? 4e-3 : 2e-4;
+  EXPECT_TRUE(test::all_close(got, want, tol, tol, "o_v (absorbed vs unabsorbed)"))
+      << plan.num_merges << " merges, variant " << plan.variant;
   std::vector<double> gl(got_lse.begin(), got_lse.end());
-  EXPECT_TRUE(test::all_close(gl, want_lse, 2e-4, 2e-4, "lse"));
+  EXPECT_TRUE(test::all_close(gl, want_lse, tol, tol, "lse"));
 }
 
 TEST(MlaAbsorb, Warmup) { EXPECT_TRUE(mla_absorb_warmup(ctx(), true, false)); }
