@@ -220,6 +220,7 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
     }
   }
 
+  uint vpre[NCT][2][2];  // V[tt][j, j+1] of this lane's fragment positions (t < L, else 0)
   for (int c0 = t0; c0 < t1; c0 += MC) {
     const int L = min(MC, t1 - c0);
     // ---- stage K, Q rows (16-byte copies, rows >= L zero) and the per-token scalars
@@ -235,6 +236,17 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
         }
         Kb4[t * (KW / 4) + c] = x;
         Qb4[t * (KW / 4) + c] = y;
+      }
+      // V at this lane's D fragment positions (two adjacent columns per word), issued with
+      // the staging loads so that their latency is hidden behind the C x C and S0 products.
+      MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
+        MMA_UNROLL for (int h = 0; h < 2; ++h) {
+          const int tt = 16 * mt + gi + 8 * h;
+          MMA_UNROLL for (int nb = 0; nb < 2; ++nb) {
+            const size_t vi = ((size_t)(c0 + tt) * Hv + hv) * DV + j0 + jw + 8 * nb + 2 * ti;
+            vpre[mt][h][nb] = tt < L ? *(__global const uint*)(v + vi) : 0u;
+          }
+        }
       }
       for (int t = lid; t < MC; t += WGSZ) {
         float gg = 0.f, bb = 0.f;
@@ -363,10 +375,10 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
           const int tt = 16 * mt + gi + 8 * h;
           const bool in = tt < L;
           const float fk = in ? exp(Gc[tt]) * rk[tt] : 0.f, bb = in ? bt[tt] : 0.f;
-          __global const io_t* vr = v + ((size_t)(c0 + (in ? tt : 0)) * Hv + hv) * DV + j0;
           MMA_UNROLL for (int nb = 0; nb < 2; ++nb) {
             const int j = jw + 8 * nb + 2 * ti;
-            const float v0 = in ? LD_IO(vr, j) : 0.f, v1 = in ? LD_IO(vr, j + 1) : 0.f;
+            float v0, v1;
+            unpack2(vpre[mt][h][nb], &v0, &v1);
             Dl[tt * DLP + j] = bb * (v0 - fk * kacc[mt][nb][2 * h]);
             Dl[tt * DLP + j + 1] = bb * (v1 - fk * kacc[mt][nb][2 * h + 1]);
           }
@@ -398,9 +410,9 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
           oacc[mt][nb][2 * h] *= fo;
           oacc[mt][nb][2 * h + 1] *= fo;
 #if !LIN_GDN
-          __global const io_t* vr = v + ((size_t)(c0 + (in ? tt : 0)) * Hv + hv) * DV + j0;
           const int j = jw + 8 * nb + 2 * ti;
-          const float v0 = in ? LD_IO(vr, j) : 0.f, v1 = in ? LD_IO(vr, j + 1) : 0.f;
+          float v0, v1;
+          unpack2(vpre[mt][h][nb], &v0, &v1);
           const float fe = in ? exp(glast - Gc[tt]) : 0.f;
           __local ushort* dh = (__local ushort*)Db;
           __local ushort* eh = (__local ushort*)Eb;
