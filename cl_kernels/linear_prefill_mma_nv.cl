@@ -30,7 +30,9 @@
 //   Pb [MC][CP]         P rounded, row-major (A operand of P D)
 //   Db, Eb [MDVT][CP]   D^T and D'^T rounded (B operand of P D, A operand of K^T D)
 //   Al [MC][MC+1] f32   A (GDN);   Dl [MC][DLP] f32   R, then D (GDN forward substitution)
-// The forward substitution is column-parallel (work-item j owns column j, no barriers).
+// The forward substitution is column-parallel (work-item j owns column j; 8-row blocks, no
+// barriers). V goes straight to registers at the lane's D fragment positions, loaded with the
+// chunk's K/Q staging.
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type"),
 // lane = 4 g + t: A 16x16 row-major a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
