@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/build.sh clattn-probe clattn-serve-sim
 dir="${CLATTN_BUILD_DIR:-build}"
 "$dir"/tools/clattn-probe
 echo "== clattn-serve-sim on the default device =="
