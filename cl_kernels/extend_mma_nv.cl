@@ -98,74 +98,7 @@
 #error "extend_mma_nv.cl: odd k-step count needs the padded K layout"
 #endif
 
-// ---- PTX helpers (begin) -------------------------------------------------------------
-// Everything warp-synchronous or PTX-specific is in this section.
-#define PTX_SCRATCH
-
-#if MMA_BF16
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-#define CVT_OP "cvt.rn.bf16x2.f32"
-#define ONE2 0x3F803F80u
-#else
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-#define CVT_OP "cvt.rn.f16x2.f32"
-#define ONE2 0x3C003C00u
-#endif
-
-#define MMA(c, a0, a1, a2, a3, b0, b1)                                                          \
-  asm volatile(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                \
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                               \
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-
-// Two f32 -> one .b32 of two 16-bit MMA values (lo in the low half), round to nearest even.
-inline uint pack2(float lo, float hi) {
-  uint r;
-  asm(CVT_OP " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-inline uint pack2_f16(float lo, float hi) {
-  uint r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-inline uint pack2_bf16(float lo, float hi) {
-  uint r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-// Bytes of {b, a} picked by sel (prmt.b32): 0x5410 = (a.lo, b.lo), 0x7632 = (a.hi, b.hi).
-inline uint prmt(uint a, uint b, uint sel) {
-  uint r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-// f16x2 bits -> two f32.
-inline void unpack2_f16(uint w, float* lo, float* hi) {
-  float a, b;
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(a), "=f"(b) : "r"(w));
-  *lo = a, *hi = b;
-}
-inline float ex2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-inline float shfl_xor(float v, int m) {
-  float o;
-  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
-  return o;
-}
-// 1 when p != 0 on any lane of the warp (warp-uniform).
-inline int warp_any(int p) {
-  int r;
-  asm volatile("{ .reg .pred vp1, vp2; setp.ne.s32 vp1, %1, 0; vote.sync.any.pred vp2, vp1, 0xffffffff; "
-               "selp.s32 %0, 1, 0, vp2; }"
-               : "=r"(r)
-               : "r"(p));
-  return r;
-}
-#define WARP_VISIBLE(x) (x)
-// ---- PTX helpers (end) ---------------------------------------------------------------
+#include "mma_ptx_nv.clh"
 
 // 8 stored KV values at element i as 8 x 16-bit MMA values (uint4).
 inline uint4 load_kv8(__global const void* p, long i) {

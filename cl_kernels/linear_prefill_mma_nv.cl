@@ -112,39 +112,7 @@ typedef ushort st_t;
 #define ST_ST(p, i, x) ((p)[i] = float_to_bf16_bits(x))
 #endif
 
-// ---- PTX helpers (begin) -------------------------------------------------------------
-// Everything warp-synchronous or PTX-specific is in this section (the instruction forms of
-// extend_mma_nv.cl: mma.sync m16n8k16 row.col f32.{bf16,f16}, cvt.rn.{bf16,f16}x2.f32 and
-// the f16 unpack). .device/emu/lin_mk.sh replaces it with the local-memory emulation.
-#define PTX_SCRATCH
-
-#if MMA_BF16
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-#define CVT_OP "cvt.rn.bf16x2.f32"
-#else
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-#define CVT_OP "cvt.rn.f16x2.f32"
-#endif
-
-#define MMA(c, a0, a1, a2, a3, b0, b1)                                                          \
-  asm volatile(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                \
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                               \
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-
-// Two f32 -> one .b32 of two 16-bit MMA values (lo in the low half), round to nearest even.
-inline uint pack2(float lo, float hi) {
-  uint r;
-  asm(CVT_OP " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-// f16x2 bits -> two f32.
-inline void unpack2_f16(uint w, float* lo, float* hi) {
-  float a, b;
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(a), "=f"(b) : "r"(w));
-  *lo = a, *hi = b;
-}
-#define WARP_VISIBLE(x) (x)
-// ---- PTX helpers (end) ---------------------------------------------------------------
+#include "mma_ptx_nv.clh"
 
 // Loops that index register arrays are unrolled on the GPU (the emulation may keep them).
 #ifndef MMA_UNROLL
