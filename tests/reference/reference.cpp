@@ -109,6 +109,29 @@ uint8_t float_to_fp8_e5m2(float f) {
   return std::isnan(f) ? uint8_t{0x7f} : static_cast<uint8_t>(encode(f, 5, 2, 15, 57344.0, true));
 }
 
+bool store_elem(float f, int dtype, uint8_t* p) {
+  switch (dtype) {
+    case 0: std::memcpy(p, &f, 4); return true;
+    case 1: { const uint16_t h = float_to_half(f); std::memcpy(p, &h, 2); return true; }
+    case 2: { const uint16_t h = float_to_bf16(f); std::memcpy(p, &h, 2); return true; }
+    case 3: *p = float_to_fp8_e4m3(f); return true;
+    case 4: *p = float_to_fp8_e5m2(f); return true;
+    default: return false;
+  }
+}
+
+bool load_elem(const uint8_t* p, int dtype, float* f) {
+  uint16_t h;
+  switch (dtype) {
+    case 0: std::memcpy(f, p, 4); return true;
+    case 1: std::memcpy(&h, p, 2); *f = half_to_float(h); return true;
+    case 2: std::memcpy(&h, p, 2); *f = bf16_to_float(h); return true;
+    case 3: *f = fp8_e4m3_to_float(*p); return true;
+    case 4: *f = fp8_e5m2_to_float(*p); return true;
+    default: return false;
+  }
+}
+
 // ---------------------------------------------------------------- softmax attention
 void attention(const double* q, const double* k, const double* v, int qo_len, int kv_len,
                int Hq, int Hkv, int D, int Dv, const AttnOptions& opt, double* o, double* lse) {

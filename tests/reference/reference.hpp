@@ -21,6 +21,12 @@ inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
 inline float round_e4m3(float f) { return fp8_e4m3_to_float(float_to_fp8_e4m3(f)); }
 inline float round_e5m2(float f) { return fp8_e5m2_to_float(float_to_fp8_e5m2(f)); }
 
+// One element in a stored dtype, by DESIGN.md's dtype codes (0 f32, 1 f16, 2 bf16, 3 fp8
+// e4m3, 4 fp8 e5m2): store_elem writes f as the device stores it (RNE, fp8 saturating),
+// load_elem reads it back. Both return false for any other code.
+bool store_elem(float f, int dtype, uint8_t* p);
+bool load_elem(const uint8_t* p, int dtype, float* f);
+
 // --- softmax attention for ONE request over its logical sequence ---
 struct AttnOptions {
   double sm_scale = 1.0;

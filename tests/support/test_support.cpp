@@ -27,34 +27,20 @@ std::vector<double> Rng::vec(size_t n, double lo, double hi) {
 }
 
 std::vector<uint8_t> pack(const std::vector<double>& vals, DType dt, double scale) {
-  std::vector<uint8_t> out(vals.size() * dtype_size(dt));
-  for (size_t i = 0; i < vals.size(); ++i) {
-    float f = float(vals[i] / scale);
-    switch (dt) {
-      case DType::F32: std::memcpy(&out[i * 4], &f, 4); break;
-      case DType::F16: { uint16_t h = ref::float_to_half(f); std::memcpy(&out[i * 2], &h, 2); break; }
-      case DType::BF16: { uint16_t h = ref::float_to_bf16(f); std::memcpy(&out[i * 2], &h, 2); break; }
-      case DType::FP8_E4M3: out[i] = ref::float_to_fp8_e4m3(f); break;
-      case DType::FP8_E5M2: out[i] = ref::float_to_fp8_e5m2(f); break;
-      default: throw std::runtime_error("pack: not a floating dtype");
-    }
-  }
+  const size_t es = dtype_size(dt);
+  std::vector<uint8_t> out(vals.size() * es);
+  for (size_t i = 0; i < vals.size(); ++i)
+    if (!ref::store_elem(float(vals[i] / scale), int(dt), &out[i * es]))
+      throw std::runtime_error("pack: not a floating dtype");
   return out;
 }
 
 std::vector<double> unpack(const std::vector<uint8_t>& bytes, DType dt, double scale) {
-  size_t n = bytes.size() / dtype_size(dt);
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) {
+  const size_t es = dtype_size(dt);
+  std::vector<double> out(bytes.size() / es);
+  for (size_t i = 0; i < out.size(); ++i) {
     float f = 0;
-    switch (dt) {
-      case DType::F32: std::memcpy(&f, &bytes[i * 4], 4); break;
-      case DType::F16: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); f = ref::half_to_float(h); break; }
-      case DType::BF16: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); f = ref::bf16_to_float(h); break; }
-      case DType::FP8_E4M3: f = ref::fp8_e4m3_to_float(bytes[i]); break;
-      case DType::FP8_E5M2: f = ref::fp8_e5m2_to_float(bytes[i]); break;
-      default: throw std::runtime_error("unpack: not a floating dtype");
-    }
+    if (!ref::load_elem(&bytes[i * es], int(dt), &f)) throw std::runtime_error("unpack: not a floating dtype");
     out[i] = double(f) * scale;
   }
   return out;

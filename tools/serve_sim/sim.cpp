@@ -23,27 +23,15 @@ constexpr int kVocab = 97;
 
 enum Field { Q = 0, QPE, K, V, G, BETA, NUM_FIELDS };
 
+// Stored bytes <-> values through the reference's element conversions (bit-exact with the
+// device's loads and stores).
 double decode_value(const uint8_t* p, DType dt) {
-  switch (dt) {
-    case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return ref::half_to_float(h); }
-    case DType::BF16: { uint16_t h; std::memcpy(&h, p, 2); return ref::bf16_to_float(h); }
-    case DType::FP8_E4M3: return ref::fp8_e4m3_to_float(*p);
-    case DType::FP8_E5M2: return ref::fp8_e5m2_to_float(*p);
-    default: return 0;
-  }
+  float f = 0;
+  ref::load_elem(p, int(dt), &f);
+  return f;
 }
 
-void encode_value(double x, DType dt, uint8_t* p) {
-  switch (dt) {
-    case DType::F32: { float f = float(x); std::memcpy(p, &f, 4); break; }
-    case DType::F16: { uint16_t h = ref::float_to_half(float(x)); std::memcpy(p, &h, 2); break; }
-    case DType::BF16: { uint16_t h = ref::float_to_bf16(float(x)); std::memcpy(p, &h, 2); break; }
-    case DType::FP8_E4M3: *p = ref::float_to_fp8_e4m3(float(x)); break;
-    case DType::FP8_E5M2: *p = ref::float_to_fp8_e5m2(float(x)); break;
-    default: break;
-  }
-}
+void encode_value(double x, DType dt, uint8_t* p) { ref::store_elem(float(x), int(dt), p); }
 
 // The value as the cache stores it (the kernels read back exactly this).
 double store_round(double x, DType dt) {
