@@ -265,17 +265,17 @@ Report run(bench::Harness& h, const Options& opt, std::FILE* log) {
   const Limits& L = h.get_limits();
   rep.stream_read_gbps = L.stream_read_gbps;
   rep.limit_method = L.method;
-  std::vector<const OpSpec*> todo;
+  std::vector<const OpSpec*> selected;
   for (auto& s : op_specs())
-    if (opt.ops.empty() || std::find(opt.ops.begin(), opt.ops.end(), s.name) != opt.ops.end()) todo.push_back(&s);
+    if (opt.ops.empty() || std::find(opt.ops.begin(), opt.ops.end(), s.name) != opt.ops.end()) selected.push_back(&s);
   const auto t0 = Clock::now();
-  for (size_t i = 0; i < todo.size(); ++i) {
+  for (size_t i = 0; i < selected.size(); ++i) {
     double budget = 0;
     if (opt.time_budget_s > 0) {  // what is left, shared by the ops still to tune
       double left = opt.time_budget_s - std::chrono::duration<double>(Clock::now() - t0).count();
-      budget = std::max(0.001, left / double(todo.size() - i));
+      budget = std::max(0.001, left / double(selected.size() - i));
     }
-    rep.ops.push_back(tune_op(*todo[i], h, opt, budget, log));
+    rep.ops.push_back(tune_op(*selected[i], h, opt, budget, log));
   }
   params::clear_overrides();
   return rep;
