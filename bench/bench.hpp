@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <clattn/clattn.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,13 +18,28 @@ struct Harness {
   Limits limits;  // measured once per process, on first use (limits())
   bool limits_measured = false;
   int warmup = 3, iters = 20;
+  // Calls per timed sample. 1: one call on an idle device (marker, call, marker), so the
+  // driver's launch latency is in every sample. N > 1: N calls back to back between the
+  // markers, per-call time = span / N, as an engine runs layer after layer (launch latency
+  // hidden, inter-kernel gaps counted); the idle single-call median is kept in idle_ms.
+  int reps = 1;
+  double idle_ms = 0;    // last time_ms's single-call median (reps > 1 only; else = result)
   std::string json_out;  // optional: append result rows as JSON lines to this file
 
   const Limits& get_limits();
-  // Runs `enqueue` (which must enqueue work on ctx's queue and return the LAST event, or
-  // nullptr to use a marker) warmup+iters times; returns the median device milliseconds
-  // measured from a marker before each run to the event/marker after it.
+  // Runs `enqueue` (which enqueues one call on ctx's queue) warmup + iters samples of
+  // `reps` calls; returns the median per-call device milliseconds between a marker before
+  // and a marker after each sample.
   double time_ms(const std::function<void()>& enqueue);
+  // How many copies of a `bytes` working set to rotate through in back-to-back samples so
+  // that a call never finds its inputs in the device's last-level cache (>= 3x its size
+  // in all; at most 8; 1 when reps == 1 or the set is already that large).
+  int rotation_copies(double bytes);
+  // Rebuilds `file` with `options` (NVIDIA: plus -cl-nv-verbose: registers, spills) and
+  // prints the build log.
+  void print_build_log(const std::string& file, const std::string& options);
+  // One line describing the timing method (printed by each op's header).
+  std::string timing_desc() const;
   // Prints one aligned result line and (if json_out) appends a JSON row.
   void report(const std::string& op, const std::string& shape, double ms, double bytes, double flops,
               const std::string& limit_kind = "stream_read");
@@ -33,6 +49,10 @@ struct Harness {
                       const std::string& peak_desc);
 };
 
+// --param NAME=VALUE and --grid "A=1,2;B=3" (every combination) parsing, shared by the ops.
+std::pair<std::string, int> parse_param(const std::string& s);
+std::vector<std::map<std::string, int>> parse_grid(const std::string& g);
+
 using Registrar = std::function<void(CLI::App& app, Harness& h)>;
 // Each case file adds itself in bench/main.cpp's list.
 void register_decode(CLI::App& app, Harness& h);
@@ -40,5 +60,6 @@ void register_metadata(CLI::App& app, Harness& h);
 void register_linear(CLI::App& app, Harness& h);
 void register_extend(CLI::App& app, Harness& h);
 void register_mla(CLI::App& app, Harness& h);
+void register_limits(CLI::App& app, Harness& h);
 
 }  // namespace clattn::bench

@@ -1,8 +1,11 @@
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <cstdio>
 #include <fstream>
 
 #include "bench/bench.hpp"
+#include "runtime/kernel_sources.hpp"
 
 namespace clattn::bench {
 
@@ -11,6 +14,7 @@ Context& Harness::ctx() {
     ctx_ = std::make_unique<Context>(Context::create(device));
     std::printf("# device: %s (%s, driver %s)\n", ctx_->profile().device_name.c_str(),
                 ctx_->profile().platform_name.c_str(), ctx_->profile().driver_version.c_str());
+    std::printf("# timing: %s\n", timing_desc().c_str());
   }
   return *ctx_;
 }
@@ -25,13 +29,14 @@ const Limits& Harness::get_limits() {
   return limits;
 }
 
-double Harness::time_ms(const std::function<void()>& enqueue) {
-  cl_command_queue q = ctx().cl_queue();
+namespace {
+// Median per-call milliseconds over `samples` samples of `reps` back-to-back calls.
+double median_span_ms(cl_command_queue q, const std::function<void()>& enqueue, int warmup, int samples, int reps) {
   std::vector<double> times;
-  for (int i = 0; i < warmup + iters; ++i) {
+  for (int i = 0; i < warmup + samples; ++i) {
     cl_event a = nullptr, b = nullptr;
     clEnqueueMarkerWithWaitList(q, 0, nullptr, &a);
-    enqueue();
+    for (int r = 0; r < reps; ++r) enqueue();
     clEnqueueMarkerWithWaitList(q, 0, nullptr, &b);
     clWaitForEvents(1, &b);
     cl_ulong s = 0, e = 0;
@@ -41,10 +46,80 @@ double Harness::time_ms(const std::function<void()>& enqueue) {
     clGetEventProfilingInfo(b, CL_PROFILING_COMMAND_END, sizeof e, &e, nullptr);
     clReleaseEvent(a);
     clReleaseEvent(b);
-    if (i >= warmup) times.push_back(double(e - s) * 1e-6);
+    if (i >= warmup) times.push_back(double(e - s) * 1e-6 / reps);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+}  // namespace
+
+double Harness::time_ms(const std::function<void()>& enqueue) {
+  cl_command_queue q = ctx().cl_queue();
+  idle_ms = median_span_ms(q, enqueue, warmup, iters, 1);
+  if (reps <= 1) return idle_ms;
+  return median_span_ms(q, enqueue, 1, iters, reps);
+}
+
+int Harness::rotation_copies(double bytes) {
+  if (reps <= 1 || bytes <= 0) return 1;
+  cl_ulong llc = 0;
+  clGetDeviceInfo(ctx().cl_device(), CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof llc, &llc, nullptr);
+  const double want = 3.0 * double(llc);
+  return int(std::min(8.0, std::max(1.0, std::ceil(want / bytes))));
+}
+
+std::string Harness::timing_desc() const {
+  if (reps <= 1) return "median of " + std::to_string(iters) + " single calls on an idle device (marker to marker)";
+  return "per call, median of " + std::to_string(iters) + " samples of " + std::to_string(reps) +
+         " back-to-back calls (marker to marker, inputs rotated past the last-level cache); 'idle' = one call "
+         "on an idle device";
+}
+
+void Harness::print_build_log(const std::string& file, const std::string& options) {
+  std::string src = rt::kernel_source(file);
+  const char* sp = src.c_str();
+  cl_int err = 0;
+  cl_program pr = clCreateProgramWithSource(ctx().cl_ctx(), 1, &sp, nullptr, &err);
+  cl_device_id dev = ctx().cl_device();
+  std::string opts = options + (ctx().profile().vendor == "nvidia" ? " -cl-nv-verbose" : "");
+  clBuildProgram(pr, 1, &dev, opts.c_str(), nullptr, nullptr);
+  size_t n = 0;
+  clGetProgramBuildInfo(pr, dev, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+  std::string log(n, '\0');
+  clGetProgramBuildInfo(pr, dev, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+  clReleaseProgram(pr);
+  std::printf("#   build log of %s [%s]:\n%s\n", file.c_str(), opts.c_str(), log.c_str());
+}
+
+std::pair<std::string, int> parse_param(const std::string& s) {
+  auto eq = s.find('=');
+  if (eq == std::string::npos) throw Error(Status::InvalidArgument, "--param wants NAME=VALUE, got '" + s + "'");
+  return {s.substr(0, eq), std::stoi(s.substr(eq + 1))};
+}
+
+// "A=1,2;B=3" -> [{A=1,B=3}, {A=2,B=3}]
+std::vector<std::map<std::string, int>> parse_grid(const std::string& g) {
+  std::vector<std::map<std::string, int>> out = {{}};
+  std::stringstream ss(g);
+  std::string axis;
+  while (std::getline(ss, axis, ';')) {
+    if (axis.empty()) continue;
+    auto eq = axis.find('=');
+    if (eq == std::string::npos) throw Error(Status::InvalidArgument, "--grid axis '" + axis + "' lacks '='");
+    std::string name = axis.substr(0, eq);
+    std::stringstream vs(axis.substr(eq + 1));
+    std::vector<int> vals;
+    for (std::string v; std::getline(vs, v, ',');) vals.push_back(std::stoi(v));
+    std::vector<std::map<std::string, int>> next;
+    for (auto& m : out)
+      for (int v : vals) {
+        auto m2 = m;
+        m2[name] = v;
+        next.push_back(m2);
+      }
+    out = next;
+  }
+  return out;
 }
 
 void Harness::report(const std::string& op, const std::string& shape, double ms, double bytes, double flops,
@@ -60,13 +135,20 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
     std::snprintf(buf, sizeof buf, "%% of stream-read %.1f GB/s", L.stream_read_gbps);
     limit_desc = buf;
   }
-  std::printf("%-10s %-48s %9.3f ms %9.1f GB/s %8.2f TFLOP/s %6.1f%s\n", op.c_str(), shape.c_str(), ms, gbps, tflops,
-              pct, limit_desc.empty() ? "" : (" " + limit_desc).c_str());
+  std::string idle;
+  if (reps > 1 && idle_ms > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | idle %.3f ms %.1f%%", idle_ms, pct * ms / idle_ms);
+    idle = buf;
+  }
+  std::printf("%-10s %-48s %9.3f ms %9.1f GB/s %8.2f TFLOP/s %6.1f%s%s\n", op.c_str(), shape.c_str(), ms, gbps, tflops,
+              pct, limit_desc.empty() ? "" : (" " + limit_desc).c_str(), idle.c_str());
   std::fflush(stdout);
   if (!json_out.empty()) {
     std::ofstream out(json_out, std::ios::app);
     out << "{\"op\":\"" << op << "\",\"shape\":\"" << shape << "\",\"ms\":" << ms << ",\"gbps\":" << gbps
-        << ",\"tflops\":" << tflops << ",\"pct_of_limit\":" << pct << ",\"limit_gbps\":" << L.stream_read_gbps
+        << ",\"tflops\":" << tflops << ",\"pct_of_limit\":" << pct << ",\"reps\":" << reps
+        << ",\"idle_ms\":" << idle_ms << ",\"limit_gbps\":" << L.stream_read_gbps
         << ",\"device\":\"" << ctx().profile().device_name << "\"}\n";
   }
 }
@@ -75,13 +157,15 @@ void Harness::report_compute(const std::string& op, const std::string& shape, do
                              double peak_tflops, const std::string& peak_desc) {
   const double tflops = flops / (ms * 1e9);
   const double pct = peak_tflops > 0 ? 100.0 * tflops / peak_tflops : 0.0;
-  std::printf("%-10s %-48s %9.3f ms %8.3f TFLOP/s %6.1f%% of %.1f TFLOP/s (%s)\n", op.c_str(), shape.c_str(), ms,
-              tflops, pct, peak_tflops, peak_desc.c_str());
+  char idle[96] = "";
+  if (reps > 1 && idle_ms > 0) std::snprintf(idle, sizeof idle, " | idle %.3f ms", idle_ms);
+  std::printf("%-10s %-48s %9.3f ms %8.3f TFLOP/s %6.1f%% of %.1f TFLOP/s (%s)%s\n", op.c_str(), shape.c_str(), ms,
+              tflops, pct, peak_tflops, peak_desc.c_str(), idle);
   std::fflush(stdout);
   if (!json_out.empty()) {
     std::ofstream out(json_out, std::ios::app);
     out << "{\"op\":\"" << op << "\",\"shape\":\"" << shape << "\",\"ms\":" << ms << ",\"tflops\":" << tflops
-        << ",\"pct_of_limit\":" << pct << ",\"limit_tflops\":" << peak_tflops << ",\"limit\":\"" << peak_desc
+        << ",\"pct_of_limit\":" << pct << ",\"reps\":" << reps << ",\"idle_ms\":" << idle_ms << ",\"limit_tflops\":" << peak_tflops << ",\"limit\":\"" << peak_desc
         << "\",\"device\":\"" << ctx().profile().device_name << "\"}\n";
   }
 }

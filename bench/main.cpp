@@ -8,7 +8,11 @@ int main(int argc, char** argv) {
   clattn::bench::Harness h;
   app.add_option("--device", h.device, "device selector (index, vendor, name substring)");
   app.add_option("--warmup", h.warmup, "untimed runs per case");
-  app.add_option("--iters", h.iters, "timed runs per case (median reported)");
+  app.add_option("--iters", h.iters, "timed samples per case (median reported)");
+  h.reps = 10;
+  app.add_option("--reps", h.reps,
+                 "calls per timed sample, back to back (default 10: per-call time as in an engine's layer loop; "
+                 "1: one call on an idle device)");
   app.add_option("--json", h.json_out, "append one JSON line per result to this file");
   app.require_subcommand(1);
   clattn::bench::register_decode(app, h);
@@ -16,6 +20,7 @@ int main(int argc, char** argv) {
   clattn::bench::register_linear(app, h);
   clattn::bench::register_extend(app, h);
   clattn::bench::register_mla(app, h);
+  clattn::bench::register_limits(app, h);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,8 @@
 // kernel over a large buffer). FLOPs = 2 x H x S x (576 + 512) per request (QK^T over 576
 // dims, PV over 512), reported as TFLOP/s.
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,7 +23,7 @@ struct MlaCase {
   int P = 64;
 };
 
-void run_case(Harness& h, const MlaCase& c) {
+void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& params, bool verbose_build) {
   Context& ctx = h.ctx();
   const int P = c.P, B = c.B, H = c.H;
   const int pages_per = (c.S + P - 1) / P;
@@ -36,20 +38,48 @@ void run_case(Harness& h, const MlaCase& c) {
     csr.kv_last_page_len.push_back(c.S - (pages_per - 1) * P);
   }
   const size_t es = dtype_size(c.kv), rows = size_t(B) * H;
-  DeviceBuffer ckv(ctx, size_t(cache.ckv_required_bytes())), kpe(ctx, size_t(cache.kpe_required_bytes()));
+  // Back-to-back samples rotate through copies of the latent cache (past the last-level cache).
+  const int copies = h.rotation_copies(double(cache.ckv_required_bytes() + cache.kpe_required_bytes()));
+  std::vector<DeviceBuffer> ckvs, kpes;
+  for (int i = 0; i < copies; ++i) {
+    ckvs.emplace_back(ctx, size_t(cache.ckv_required_bytes())), kpes.emplace_back(ctx, size_t(cache.kpe_required_bytes()));
+    // Small finite values (bf16 0x2c2c ~ 2.4e-12, fp8 0x2c ~ 0.2); work does not depend on them.
+    ckvs.back().fill_bytes(ctx, 0x2c), kpes.back().fill_bytes(ctx, 0x2c);
+  }
   DeviceBuffer qn(ctx, rows * 512 * 2), qp(ctx, rows * 64 * 2), o(ctx, rows * 512 * 2), lse(ctx, rows * 4);
-  // Small finite values (bf16 0x2c2c ~ 2.4e-12, fp8 0x2c ~ 0.2); work does not depend on them.
-  for (DeviceBuffer* b : {&ckv, &kpe, &qn, &qp}) b->fill_bytes(ctx, 0x2c);
+  for (DeviceBuffer* b : {&qn, &qp}) b->fill_bytes(ctx, 0x2c);
   DeviceBuffer ids(ctx, csr.kv_indices.size() * 4);
   ids.write(ctx, csr.kv_indices.data(), csr.kv_indices.size() * 4);
   MlaOptions opt;
   opt.num_heads = H, opt.q_dtype = opt.o_dtype = DType::BF16, opt.sm_scale = 0.0721688f, opt.validate = false;
+  opt.params = params;
   MlaPlan plan = mla_decode_plan(ctx, csr, cache, opt);
   DeviceBuffer ws(ctx, size_t(std::max<int64_t>(4, plan.workspace_bytes)));
   MlaBuffers mb;
-  mb.q_nope = qn.get(), mb.q_pe = qp.get(), mb.ckv = ckv.get(), mb.kpe = kpe.get(), mb.page_ids = ids.get();
+  mb.q_nope = qn.get(), mb.q_pe = qp.get(), mb.page_ids = ids.get();
   mb.o = o.get(), mb.lse = lse.get(), mb.workspace = ws.get();
-  const double ms = h.time_ms([&] { mla_run(ctx, plan, mb); });
+  int call = 0;
+  const double ms = h.time_ms([&] {
+    const size_t i = size_t(call++ % copies);
+    mb.ckv = ckvs[i].get(), mb.kpe = kpes[i].get();
+    mla_run(ctx, plan, mb);
+  });
+  {
+    // Profiled duration of the last command (the attention kernel, or the merge pass).
+    cl_event ev = nullptr;
+    Enqueue e;
+    e.event = &ev;
+    mla_run(ctx, plan, mb, e);
+    clWaitForEvents(1, &ev);
+    cl_ulong s0 = 0, s1 = 0;
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof s0, &s0, nullptr);
+    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof s1, &s1, nullptr);
+    clReleaseEvent(ev);
+    std::printf("#   last kernel (%s): %.1f us of %.1f us per call\n", plan.num_merges ? "merge" : "attention",
+                double(s1 - s0) * 1e-3, ms * 1e3);
+  }
+  if (verbose_build)
+    h.print_build_log(plan.variant == "nv_mma_sync" ? "mla_mma_nv.cl" : "mla.cl", plan.kernel_options);
   const double tokens = double(B) * c.S;
   const double bytes = tokens * 576 * es + double(rows) * (576 + 512) * 2;
   const double flops = 2.0 * H * tokens * (576 + 512);
@@ -57,27 +87,55 @@ void run_case(Harness& h, const MlaCase& c) {
   std::snprintf(shape, sizeof shape, "B=%d S=%d H=%d P=%d %s QB%d L%d x%d%s", B, c.S, H, P, dtype_name(c.kv),
                 plan.tile.qb, plan.tile.lanes, plan.num_work,
                 plan.num_merges ? (" split" + std::to_string(plan.chunk_tokens)).c_str() : "");
-  h.report("mla_decode", shape, ms, bytes, flops);
+  std::string sh = shape;
+  for (auto& [name, val] : params) sh += " " + name + "=" + std::to_string(val);
+  h.report("mla_decode", sh, ms, bytes, flops);
 }
 
 }  // namespace
 
 void register_mla(CLI::App& app, Harness& h) {
   auto* cmd = app.add_subcommand("mla", "MLA paged decode (latent GB/s and TFLOP/s vs same-process stream-read)");
-  static bool quick = false;
-  cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
-  cmd->callback([&h] {
+  struct Opts {
+    bool quick = false, verbose_build = false;
+    int B = 0, S = 4096, H = 16, P = 64;
+    std::string kv = "bf16", grid;
+    std::vector<std::string> params;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_flag("--quick", o->quick, "small shapes (PoCL / CI)");
+  cmd->add_option("-B", o->B, "one case: batch (with -S -H --page --kv)");
+  cmd->add_option("-S", o->S, "one case: tokens per request");
+  cmd->add_option("-H", o->H, "one case: query heads");
+  cmd->add_option("--page", o->P, "one case: page size");
+  cmd->add_option("--kv", o->kv, "one case: latent dtype bf16 | f16 | e4m3");
+  cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
+  cmd->add_flag("--verbose-build", o->verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
+  cmd->add_option("--grid", o->grid, "parameter grid 'A=1,2;B=3,4': every combination per case");
+  cmd->callback([&h, o] {
     std::vector<MlaCase> cases;
-    if (quick)
+    if (o->B > 0) {
+      const DType kv = o->kv == "e4m3" || o->kv == "fp8" ? DType::FP8_E4M3 : o->kv == "f16" ? DType::F16 : DType::BF16;
+      cases = {{o->B, o->S, o->H, kv, o->P}};
+    } else if (o->quick) {
       cases = {{4, 1024, 16, DType::BF16}, {2, 512, 128, DType::BF16}, {4, 1024, 16, DType::FP8_E4M3},
                {1, 4096, 16, DType::BF16}};
-    else
+    } else {
       cases = {{64, 4096, 16, DType::BF16}, {64, 4096, 128, DType::BF16}, {64, 4096, 16, DType::FP8_E4M3},
                {1, 32768, 16, DType::BF16}, {1, 32768, 128, DType::BF16}};
+    }
+    std::map<std::string, int> base;
+    for (auto& p : o->params) base.insert(parse_param(p));
+    std::vector<std::map<std::string, int>> sets = o->grid.empty() ? std::vector<std::map<std::string, int>>{{}}
+                                                                   : parse_grid(o->grid);
     const Limits& L = h.get_limits();
     std::printf("# limit: stream-read %.0f GB/s (%s); bytes = latent once per request + q + o\n", L.stream_read_gbps,
                 L.method.c_str());
-    for (const auto& c : cases) run_case(h, c);
+    for (const auto& c : cases)
+      for (auto set : sets) {
+        for (auto& kv : base) set.insert(kv);
+        run_case(h, c, set, o->verbose_build);
+      }
   });
 }
 

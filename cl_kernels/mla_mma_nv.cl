@@ -7,7 +7,8 @@
 //                m-tile (rows = query vectors; fewer than 16 -> masked rows), WARPS warps
 //   tile       = KEYS tokens of the latent (576 values each), staged in local memory as
 //                16-bit MMA values (f16/bf16 as stored; fp8 decoded to f16 exactly), loaded
-//                into registers one tile ahead (software pipeline)
+//                into registers one tile ahead (software pipeline), or with ASYNC (16-bit
+//                latents) copied one tile ahead by cp.async into a second stage buffer
 //   S = Q K^T  split over the 576-wide K dimension: warp w owns the k-steps w + WARPS i
 //              (its q slice stays in registers as A fragments, pre-scaled), computes a
 //              partial S (16 x KEYS), partials are summed through local memory in a fixed
@@ -67,6 +68,17 @@
 #define FP8 0
 #define CHW 4
 #endif
+// ASYNC (16-bit latents): tiles go global -> local by cp.async into NSTAGE = 2 buffers, the
+// next tile's copies in flight while this one is computed, with no registers held for
+// them (fp8 is decoded on the way, so it keeps the register prefetch below).
+#ifndef ASYNC
+#define ASYNC 0
+#endif
+#if FP8
+#undef ASYNC
+#define ASYNC 0
+#endif
+#define NSTAGE (ASYNC ? 2 : 1)
 
 #define WGSZ (32 * WARPS)
 #define CKV_DIM 512
@@ -123,7 +135,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
              __global float* ws, ulong lse_off, int H,
              long ckv_sp, long ckv_st, long kpe_sp, long kpe_st, long kpe_base,  // in 32-bit words
              int log2_page, float q_scale, float v_scale) {
-  __local uint4 lat[KEYS * ROWQ];
+  __local uint4 lat[NSTAGE * KEYS * ROWQ];
   __local float4 sp[WARPS * NT * 32];  // partial S of every warp, C-fragment order
   PTX_SCRATCH
 
@@ -160,15 +172,15 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   // Per-lane read offsets, few and loop-invariant (everything else is an immediate):
   // S: warp w owns k-steps ks = WARPS i + w; its B fragment is row g (+ 8 j), 8-byte unit
   // 2 ((2 ks + (t >> 1)) ^ SWZ(g)) + (t & 1) = 2 ((2 WARPS i) & ~7) + su[((2 WARPS i) >> 2) & 1].
-  __local const uint2* const sb = (__local const uint2*)lat + g * (2 * ROWQ) + (t & 1);
+  __local const uint2* const sb_base = (__local const uint2*)lat + g * (2 * ROWQ) + (t & 1);
   const int fg = SWZ(g), sy = 2 * warp + (t >> 1);  // sy < 8
   const int su0 = 2 * (sy ^ fg), su1 = 2 * ((4 + sy) ^ fg);
 #define SU(i) (2 * ((2 * WARPS * (i)) & ~7) + ((((2 * WARPS * (i)) >> 2) & 1) ? su1 : su0))
   // P V: rows 16 kc + 2t + {0, 1, 8, 9}, column OCOLS w + 8 n + g at ushort offset
   // row * 576 + 8 ((col >> 3) ^ SWZ(row)) + g. SWZ(2t + 1) = SWZ(2t) ^ 2 and OCOLS w / 8 is a
   // multiple of 8, so both rows' offsets come from one table: vo[i] = 8 (OCOLS w / 8 + (i ^ SWZ(2t))).
-  __local const ushort* const vb0 = (__local const ushort*)lat + (2 * t) * (8 * ROWQ) + g;
-  __local const ushort* const vb1 = vb0 + 8 * ROWQ;
+  __local const ushort* const vb0_base = (__local const ushort*)lat + (2 * t) * (8 * ROWQ) + g;
+  __local const ushort* const vb1_base = vb0_base + 8 * ROWQ;
   int vo[8];
   {
     const int fe = SWZ(2 * t);
@@ -213,18 +225,59 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_)                                               \
     lat[((WGSZ / 8) * i_ + kn) * ROWQ + kkx] = stage_chunk(pf[PFC + i_]);
 
+#if ASYNC
+  // Tile T0's chunks into stage buffer B (same owners and swizzled places as STORE_TILE);
+  // chunks past the range are zero-filled (their page id lookup uses the first key).
+#define ISSUE_TILE(T0, B)                                                                          \
+  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) {                                             \
+    const int tk_ = (T0) + RB * i_ + cb;                                                           \
+    const int ts_ = tk_ < ke ? tk_ : kb;                                                           \
+    const long pg_ = (long)page_ids[pbase + (ts_ >> log2_page)];                                   \
+    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + (RB * i_ + cb) * ROWQ + (ckx ^ SWZ(RB * i_)),          \
+               ckv + pg_ * ckv_sp + (long)(ts_ & pmask) * ckv_st + cgo, tk_ < ke ? 16 : 0);        \
+  }                                                                                                \
+  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) {                                             \
+    const int tk_ = (T0) + (WGSZ / 8) * i_ + kn;                                                   \
+    const int ts_ = tk_ < ke ? tk_ : kb;                                                           \
+    const long pg_ = (long)page_ids[pbase + (ts_ >> log2_page)];                                   \
+    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + ((WGSZ / 8) * i_ + kn) * ROWQ + kkx,                    \
+               kpe + pg_ * kpe_sp + (long)(ts_ & pmask) * kpe_st + kgo, tk_ < ke ? 16 : 0);        \
+  }                                                                                                \
+  CP_COMMIT();
+#endif
+
   float oacc[DN][4];
 #pragma unroll
   for (int n = 0; n < DN; ++n) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
   float lsum[4] = {0.f, 0.f, 0.f, 0.f};  // row sums of P (lsum[0] = row g, lsum[2] = row g + 8)
   float m_lo = CLATTN_NEG_INF, m_hi = CLATTN_NEG_INF;
 
+#if ASYNC
+  if (kb < ke) { ISSUE_TILE(kb, 0) }
+  int stage = 0;
+  for (int t0 = kb; t0 < ke; t0 += KEYS, stage ^= 1) {
+    barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with the previous tile (stage ^ 1)
+    if (t0 + KEYS < ke) {
+      ISSUE_TILE(t0 + KEYS, stage ^ 1)  // next tile's copies fly during this one
+    } else {
+      CP_COMMIT();  // an empty group: CP_WAIT1 below then waits for this tile's
+    }
+    CP_WAIT1();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local const uint2* const sb = sb_base + stage * (2 * KEYS * ROWQ);
+    __local const ushort* const vb0 = vb0_base + stage * (8 * KEYS * ROWQ);
+    __local const ushort* const vb1 = vb1_base + stage * (8 * KEYS * ROWQ);
+#else
   if (kb < ke) { LOAD_TILE(kb) }
   for (int t0 = kb; t0 < ke; t0 += KEYS) {
     barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with the previous tile
     STORE_TILE();
     barrier(CLK_LOCAL_MEM_FENCE);
     if (t0 + KEYS < ke) { LOAD_TILE(t0 + KEYS) }  // next tile's loads fly during this one
+    __local const uint2* const sb = sb_base;
+    __local const ushort* const vb0 = vb0_base;
+    __local const ushort* const vb1 = vb1_base;
+#endif
 
     // Partial S over this warp's k-steps.
     float s[NT][4];

@@ -11,10 +11,10 @@ cmake --build build-gpu -j16 >> "$OUT"/build.log 2>&1 || { grep -E "error" "$OUT
 echo "== build ok"
 ./build-gpu/tools/clattn-probe --self-check --bench --device nvidia 2>&1 | tee "$OUT"/probe.txt | tail -8
 (cd build-gpu && CLATTN_DEVICE=nvidia ctest -E "\.(amd|intel|cpu|generic)$" -j4 --output-on-failure > "$OUT"/ctest_gpu.txt 2>&1; tail -15 "$OUT"/ctest_gpu.txt)
-for op in ${OPS:-decode extend linear mla metadata}; do
+for op in ${OPS:-limits decode extend linear mla metadata}; do
   timeout 150 ./build-gpu/bench/clattn-bench --device nvidia "$op" > "$OUT/bench_$op.txt" 2>&1
   echo "== bench $op rc=$?"
-  grep -vE "^#" "$OUT/bench_$op.txt" | head -40
+  grep -vE "^#" "$OUT/bench_$op.txt" | head -40 | cut -c1-230
 done
 for m in ${SIM-llama-8b qwen3-next deepseek-v3-tp8 gpt-oss}; do
   layers=""; case $m in qwen3-next|deepseek-v3-tp8) layers="--layers 16";; esac

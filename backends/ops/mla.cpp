@@ -204,6 +204,7 @@ struct Tile {
   // device and cache allow it: 16 query vectors per group, MMA_WARPS warps, MMA_KEYS tokens.
   bool mma = false;
   int mma_warps = 4, mma_keys = 16;
+  int mma_async = 0;  // 16-bit latents: cp.async into two stage buffers (ASYNC)
   std::string why_not_mma;
 };
 
@@ -214,8 +215,8 @@ int param(const params::Entry& e, const std::map<std::string, int>& over, const 
 
 // mla_mma_nv.cl: the latent tile (keys x 576 16-bit values) + every warp's partial S
 // (16 x keys f32).
-size_t mma_local_bytes(int warps, int keys) {
-  return size_t(keys) * (kMlaCkvDim + kMlaKpeDim) * 2 + size_t(warps) * 16 * keys * 4;
+size_t mma_local_bytes(int warps, int keys, int stages) {
+  return size_t(stages) * keys * (kMlaCkvDim + kMlaKpeDim) * 2 + size_t(warps) * 16 * keys * 4;
 }
 
 size_t local_bytes(const Tile& t, DType dt) {
@@ -274,16 +275,18 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
       rt::invalid("mla parameter MMA_KEYS = " + to_string(t.mma_keys) + " must be 16 or 32");
     const bool dt_ok = c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::FP8_E4M3 ||
                        c.dtype == DType::FP8_E5M2;
+    t.mma_async = param(e, ov, "MMA_ASYNC", 0) != 0 && es == 2 ? 1 : 0;
+    const int stages = t.mma_async ? 2 : 1;
     const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
-    while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys) > lmax) t.mma_keys /= 2;
+    while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys, stages) > lmax) t.mma_keys /= 2;
     if (!params::variant_available(prof, "nv_mma_sync", &why))
       t.why_not_mma = why;
     else if (!dt_ok)
       t.why_not_mma = std::string("latent ") + dtype_name(c.dtype) + " (tensor cores take f16/bf16/fp8)";
     else if (!aligned(8 * int(es)))
       t.why_not_mma = "latent strides/offsets are not multiples of " + to_string(8 * es) + " bytes";
-    else if (mma_local_bytes(t.mma_warps, t.mma_keys) > lmax)
-      t.why_not_mma = "tile needs " + to_string(mma_local_bytes(t.mma_warps, t.mma_keys)) +
+    else if (mma_local_bytes(t.mma_warps, t.mma_keys, stages) > lmax)
+      t.why_not_mma = "tile needs " + to_string(mma_local_bytes(t.mma_warps, t.mma_keys, stages)) +
                       " bytes of local memory, device has " + to_string(lmax);
     else if (prof.max_work_group_size && size_t(32 * t.mma_warps) > prof.max_work_group_size)
       t.why_not_mma = "device allows " + to_string(prof.max_work_group_size) + " work-items per group";
@@ -329,7 +332,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     cands.push_back({"mla_mma_nv.cl", "mla_mma",
                      {"nv_mma_sync", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
                                                        {"WARPS", to_string(tile.mma_warps)},
-                                                       {"KEYS", to_string(tile.mma_keys)}})},
+                                                       {"KEYS", to_string(tile.mma_keys)},
+                                                       {"ASYNC", to_string(tile.mma_async)}})},
                      size_t(32 * tile.mma_warps)});
   cands.push_back({"mla.cl", "mla_attn",
                    {"generic", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},

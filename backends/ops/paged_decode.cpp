@@ -65,6 +65,7 @@ struct KTile {
   bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
   int fuse_merge = 1;     // split-K merged by the last work-group of each request (no second launch)
   int prefetch = 0;       // next tile's K/V loaded into a second register set (PREFETCH)
+  int merge_batch = 8;    // fused merge: partial states loaded per batch (MERGE_BATCH)
   int n_hblk = 1;
   int unroll_hints = -1;  // -1: by device type (GPUs on, CPUs off)
   int fp8_fast = -1;      // -1: when the device keeps f32 denormals
@@ -103,6 +104,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   if (over.count("FUSE_MERGE")) t.fuse_merge = over.at("FUSE_MERGE") != 0;
   t.prefetch = e.get_or("PREFETCH", 0) != 0;
   if (over.count("PREFETCH")) t.prefetch = over.at("PREFETCH") != 0;
+  t.merge_batch = std::clamp(over.count("MERGE_BATCH") ? over.at("MERGE_BATCH") : e.get_or("MERGE_BATCH", 8), 1, 32);
   const int qregs = std::max(1, param(e, over, "QREGS"));
   const int qregs_max = std::max(qregs, param(e, over, "QREGS_MAX"));
   const int gcap = std::clamp(param(e, over, "GMAX_CAP"), 1, 16);
@@ -171,7 +173,7 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
       {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
       {"USE_PTX_SHFL", shfl ? "1" : "0"},
       {"UNROLL_HINTS", hints ? "1" : "0"},      {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
-      {"PREFETCH", t.prefetch ? "1" : "0"}};
+      {"PREFETCH", t.prefetch ? "1" : "0"},     {"MERGE_BATCH", std::to_string(t.merge_batch)}};
   // fp8 rows decoded by bit moves through f32 denormals (exact only where the device keeps
   // them); elsewhere the exact select-based decode.
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
@@ -582,6 +584,8 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   for (int64_t k = 0; k < n; ++k) st->host.push_back(int32_t(v[kHeader + size_t(k)]));
   st->gmax = t.gmax, st->n_hblk = t.n_hblk, st->wg = size_t(t.wg);
   auto& c = rt::impl(ctx);
+  // Speed only (the merge's order is fixed): the device's current entry, not serialised.
+  t.merge_batch = std::clamp(params::lookup(c.profile, "decode", kv_key(p.cache.dtype)).get_or("MERGE_BATCH", 8), 1, 32);
   build_kernels(c, t, p.cache, *st, p);
   p.table_bytes = st->upload_host(c, queue, "decode plan table");
   p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.early_v, t.n_hblk};

@@ -16,6 +16,11 @@
 //   MMA         1: prefer it (16 query vectors per group = one mma m-tile)
 //   MMA_WARPS   warps per group (2 or 4): S split over the 576 dims, O over the 512 columns
 //   MMA_KEYS    tokens per tile (16 or 32); local = KEYS x 1152 + MMA_WARPS x KEYS x 64 bytes
+//   MMA_ASYNC   1: bf16/f16 tiles copied by cp.async into two local stage buffers (2 x KEYS x
+//               1152 bytes, so KEYS 16 under 48 KiB) instead of through registers. H100
+//               2026-11-22 (clattn-bench mla --grid): 168 instead of 238 registers, H=16 equal
+//               (0.161 ms either way, also at 3 groups per SM), H=128 slower (75 vs 84
+//               TFLOP/s): off by default, an axis for clattn-tune
 #include "backends/params/database.hpp"
 
 namespace clattn::params {

@@ -129,7 +129,7 @@ TEST(MlaDecode, SplitKOnAndOff) {
 // The tensor-core variant asked for explicitly (MMA=1) over its matrix: bf16 / f16 / fp8
 // latents x H 8 / 16 / 128 x pages 1 / 16 / 64, split-K on and off (each dtype both), then
 // the other tile shapes (MMA_WARPS 2, MMA_KEYS 32) on two more batches, and an fp8 e5m2
-// latent. Where
+// latent; bf16 and f16 cases alternate between cp.async staging (MMA_ASYNC) and registers. Where
 // the device can run it, the plan must use it (a failed build would fall back silently);
 // elsewhere this runs the generic kernel.
 TEST(MlaDecode, TensorCoreVariantMatrix) {
@@ -156,6 +156,7 @@ TEST(MlaDecode, TensorCoreVariantMatrix) {
     o.params["MMA"] = 1;
     if (c == 9) o.params["MMA_WARPS"] = 2;
     if (c == 9 || c == 10) o.params["MMA_KEYS"] = 32;
+    o.params["MMA_ASYNC"] = (c / 2) % 2;  // cp.async stages (16-bit latents) and register staging
     const bool split = c % 2 == 0;
     if (split) o.params["MIN_CHUNK"] = 16, o.params["WGS_PER_CU"] = 1024;
     else o.max_splits = 1;

@@ -431,6 +431,12 @@ TEST(PagedDecode, SplitAndNoSplitAgree) {
   EXPECT_GT(split.plan.workspace_bytes, 0);
   EXPECT_DECODE_OK(b, split);
   EXPECT_TRUE(test::all_close(split.o_vals(), whole.o_vals(), 2e-5, 2e-5, "split vs whole"));
+  // The fused merge's load batching (MERGE_BATCH) changes no bit: parts add in index order.
+  o.params["MERGE_BATCH"] = 3;
+  DevRun batched = run(b, o);
+  EXPECT_EQ(batched.plan.num_partials, split.plan.num_partials);
+  EXPECT_EQ(batched.o_vals(), split.o_vals());
+  EXPECT_EQ(batched.lse_out, split.lse_out);
 }
 
 TEST(PagedDecode, DeterministicModeIsBitwiseIndependentOfBatchMates) {

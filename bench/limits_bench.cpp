@@ -1,0 +1,24 @@
+// clattn-bench limits: the streaming-read and copy limits (clattn::measure_limits) over a
+// range of buffer sizes, so an op's rate on a small working set can be put next to the
+// rate a plain read of that many bytes reaches (a launch's ramp and tail weigh more there).
+#include <cstdio>
+
+#include "bench/bench.hpp"
+
+namespace clattn::bench {
+
+void register_limits(CLI::App& app, Harness& h) {
+  auto* cmd = app.add_subcommand("limits", "stream-read and copy GB/s by buffer size (16 MiB .. 1 GiB)");
+  static std::vector<int> mib = {16, 32, 64, 128, 256, 512, 1024};
+  cmd->add_option("--mib", mib, "buffer sizes in MiB");
+  cmd->callback([&h] {
+    Context& ctx = h.ctx();
+    for (int m : mib) {
+      const Limits L = measure_limits(ctx, size_t(m) << 20);
+      std::printf("limits     %5d MiB  stream-read %8.1f GB/s  copy %8.1f GB/s  (%.1f us per read)\n", m,
+                  L.stream_read_gbps, L.copy_gbps, double(L.bytes) / (L.stream_read_gbps * 1e3));
+    }
+  });
+}
+
+}  // namespace clattn::bench
