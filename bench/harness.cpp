@@ -71,8 +71,8 @@ int Harness::rotation_copies(double bytes) {
 std::string Harness::timing_desc() const {
   if (reps <= 1) return "median of " + std::to_string(iters) + " single calls on an idle device (marker to marker)";
   return "per call, median of " + std::to_string(iters) + " samples of " + std::to_string(reps) +
-         " back-to-back calls (marker to marker, inputs rotated past the last-level cache); 'idle' = one call "
-         "on an idle device";
+         " back-to-back calls (marker to marker; decode and mla rotate KV copies past the last-level cache); "
+         "'idle' = one call on an idle device";
 }
 
 void Harness::print_build_log(const std::string& file, const std::string& options) {

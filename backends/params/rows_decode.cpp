@@ -13,6 +13,8 @@
 //   PTX_SHFL    1: prefer the inline-PTX shfl.sync butterfly (NVIDIA variant "nv_ptx_shfl";
 //               only used when the device's compiler takes inline PTX)
 //   GMAX_CAP    largest query-head block per work-group
+//   MERGE_BATCH fused merge: partial states loaded per batch before use (default 8; speed
+//               only, the parts still add in index order)
 // Split-K planner (backends/planner/split_kv.hpp):
 //   WGS_PER_CU  work-groups resident per compute unit: CUs x this = one wave; batches that
 //               fill it are never split
