@@ -79,6 +79,11 @@
 #define ASYNC 0
 #endif
 #define NSTAGE (ASYNC ? 2 : 1)
+// LDSM: P V's B fragments by ldmatrix.x4.trans (one instruction per two n-tiles) instead of
+// eight 16-bit local loads and their packing.
+#ifndef LDSM
+#define LDSM 0
+#endif
 
 #define WGSZ (32 * WARPS)
 #define CKV_DIM 512
@@ -187,6 +192,13 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
 #pragma unroll
     for (int i = 0; i < 8; ++i) vo[i] = OCOLS * warp + 8 * (i ^ fe);
   }
+  // LDSM: lane l gives the address of token (l & 15) of the 16-key step, chunk DN w + n +
+  // (l >> 4) (n even) at physical chunk DN w + (n & ~7) + lo2[(n & 7) / 2] (the row swizzle
+  // flips only the low 3 bits of a chunk index).
+  __local const uint4* const lb_base = lat + (lane & 15) * ROWQ + DN * warp;
+  int lo2[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo2[i] = (2 * i + (lane >> 4)) ^ SWZ(lane & 7);
 
   // Staging: ckv chunk k = tid % 64 of rows RB i + (tid / 64) (RB = WGSZ / 64 rows per step);
   // kpe chunk 64 + tid % 8 of rows (WGSZ / 8) i + tid / 8. SWZ(2i + b) = SWZ(2i) ^ 2b, so the
@@ -267,6 +279,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     __local const uint2* const sb = sb_base + stage * (2 * KEYS * ROWQ);
     __local const ushort* const vb0 = vb0_base + stage * (8 * KEYS * ROWQ);
     __local const ushort* const vb1 = vb1_base + stage * (8 * KEYS * ROWQ);
+    __local const uint4* const lb = lb_base + stage * (KEYS * ROWQ);
 #else
   if (kb < ke) { LOAD_TILE(kb) }
   for (int t0 = kb; t0 < ke; t0 += KEYS) {
@@ -277,6 +290,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     __local const uint2* const sb = sb_base;
     __local const ushort* const vb0 = vb0_base;
     __local const ushort* const vb1 = vb1_base;
+    __local const uint4* const lb = lb_base;
 #endif
 
     // Partial S over this warp's k-steps.
@@ -345,6 +359,15 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
       MMA(lsum, pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], ONE2, ONE2);
+#if LDSM
+#pragma unroll
+      for (int n = 0; n < DN; n += 2) {
+        uint b0, b1, b2, b3;
+        LDSM_X4_T(lb + kc * (16 * ROWQ) + (n & ~7) + lo2[(n & 7) >> 1], b0, b1, b2, b3);
+        MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);
+        MMA(oacc[n + 1], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b2, b3);
+      }
+#else
       __local const ushort* const r0 = vb0 + kc * (16 * 8 * ROWQ);
       __local const ushort* const r1 = vb1 + kc * (16 * 8 * ROWQ);
 #pragma unroll
@@ -354,6 +377,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
         const uint b1 = (uint)r0[8 * (8 * ROWQ) + oe] | ((uint)r1[8 * (8 * ROWQ) + oo] << 16);
         MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);
       }
+#endif
     }
   }
 

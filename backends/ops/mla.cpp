@@ -205,6 +205,7 @@ struct Tile {
   bool mma = false;
   int mma_warps = 4, mma_keys = 16;
   int mma_async = 0;  // 16-bit latents: cp.async into two stage buffers (ASYNC)
+  int mma_ldsm = 0;   // P V's B fragments by ldmatrix.trans (LDSM)
   std::string why_not_mma;
 };
 
@@ -276,6 +277,7 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
     const bool dt_ok = c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::FP8_E4M3 ||
                        c.dtype == DType::FP8_E5M2;
     t.mma_async = param(e, ov, "MMA_ASYNC", 0) != 0 && es == 2 ? 1 : 0;
+    t.mma_ldsm = param(e, ov, "MMA_LDSM", 0) != 0 ? 1 : 0;
     const int stages = t.mma_async ? 2 : 1;
     const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
     while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys, stages) > lmax) t.mma_keys /= 2;
@@ -333,7 +335,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
                      {"nv_mma_sync", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
                                                        {"WARPS", to_string(tile.mma_warps)},
                                                        {"KEYS", to_string(tile.mma_keys)},
-                                                       {"ASYNC", to_string(tile.mma_async)}})},
+                                                       {"ASYNC", to_string(tile.mma_async)},
+                                                       {"LDSM", to_string(tile.mma_ldsm)}})},
                      size_t(32 * tile.mma_warps)});
   cands.push_back({"mla.cl", "mla_attn",
                    {"generic", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},

@@ -50,35 +50,6 @@ const std::vector<Row>& rows_extend() {
        {{"KEYS", 32}, {"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 8}, {"ROWS", 32}, {"WG", 128}},
        "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 166.9 TFLOP/s; vendor default 163.3, generic 4.368 (geomean over B=4 qo=1024 kv=2048 Hq=32 Hkv=8 D=128 bf16 causal; B=1 qo=4096 kv=4096 Hq=32 Hkv=8 D=128 bf16 causal); 18 candidates, 0 rejected as wrong"},
 
-// backends/params/rows_mla.cpp
-      {"mla_decode", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 128}, {"MIN_CHUNK", 256}, {"MMA", 1}, {"QB", 16}, {"WGS_PER_CU", 2}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 519.2 GB/s = 17% of stream-read 2993 GB/s; vendor default 483.6, generic 484.8 (geomean over B=64 S=4096 H=16 P=64 bf16; B=1 S=32768 H=16 P=64 bf16; B=64 S=4096 H=128 P=64 bf16); 28 candidates, 0 rejected as wrong"},
-
-// backends/params/rows_mla.cpp
-      {"mla_extend", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_KEYS", 16}, {"MMA_WARPS", 4}, {"QB", 16}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 61.98 TFLOP/s; vendor default 61.98, generic 61.97 (geomean over B=4 qo=512 kv=2048 H=16 P=64 bf16 causal); 11 candidates, 0 rejected as wrong"},
-
-// backends/params/rows_linear.cpp
-      {"linear_decode", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"DEC_DVT", 64}, {"DEC_ROWS", 8}, {"DEC_VEC", 4}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 2699 GB/s = 90% of stream-read 2993 GB/s; vendor default 2634, generic 2545 (geomean over gdn B=256 H=16 Dk=128 Dv=128 bf16, f32 state; gla B=256 H=16 Dk=128 Dv=128 bf16, f32 state); 11 candidates, 0 rejected as wrong"},
-
-// backends/params/rows_linear.cpp
-      {"linear_prefill", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"PF_C", 32}, {"PF_DKT", 32}, {"PF_DVT", 32}, {"PF_WG", 256}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 3.616 TFLOP/s; vendor default 3.616, generic 2.166 (geomean over gdn B=4 L=2048 H=16 Dk=128 Dv=128 bf16; gla B=4 L=2048 H=16 Dk=128 Dv=128 bf16); 11 candidates, 0 rejected as wrong"},
-
-// backends/params/rows_merge.cpp
-      {"merge", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"MERGE_WG", 128}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 199.9 GB/s = 7% of stream-read 2993 GB/s; vendor default 199.9, generic 157.4 (geomean over T=1 states=128 H=32 D=128 f32; T=256 states=8 H=32 D=128 f32); 5 candidates, 0 rejected as wrong"},
-
-// backends/params/rows_metadata.cpp
-      {"metadata", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"WG", 128}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 33.91 GB/s = 1% of stream-read 2993 GB/s; vendor default 33.91, generic 31.88 (geomean over page_table B=256 max_ctx=8192 P=16); 5 candidates, 0 rejected as wrong"},
   };
   return rows;
 }

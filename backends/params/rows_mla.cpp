@@ -21,6 +21,9 @@
 //               2026-11-22 (clattn-bench mla --grid): 168 instead of 238 registers, H=16 equal
 //               (0.161 ms either way, also at 3 groups per SM), H=128 slower (75 vs 84
 //               TFLOP/s): off by default, an axis for clattn-tune
+//   MMA_LDSM    1: P V's B fragments by ldmatrix.x4.trans instead of 16-bit local loads. H100
+//               2026-11-22: H=16 0.160 -> 0.156 ms, H=128 84 -> 90.6 TFLOP/s (218 instead of
+//               238 registers); on in the nvidia rows
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -32,7 +35,7 @@ const std::vector<Row>& rows_mla() {
        "memory for a bf16 tile (fits the 48 KB OpenCL minimum of GPUs); 2 groups per CU; not tuned"},
       {"mla_decode", Level::Vendor, "nvidia", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
-        {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
+        {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}, {"MMA_LDSM", 1}},
        "H100 by design, not measured yet: 256 threads at <= 128 registers (2 groups per SM by the register file, "
        "CUDA occupancy calculator sm_90); 18 KB of bf16 latent in flight per group through the register "
        "prefetch; 32 splits + merge took GQA decode at B=1 S=32k from 46 GB/s to 1.35 TB/s (DEVICE.md). "
@@ -55,7 +58,7 @@ const std::vector<Row>& rows_mla() {
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
        "same tile as mla_decode: query vectors are (row, head) pairs of one request"},
       {"mla_extend", Level::Vendor, "nvidia", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}, {"MMA_LDSM", 1}},
        "as mla_decode (by design, not measured)"},
       {"mla_extend", Level::Vendor, "amd", "*", {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
        "as mla_decode (vendor docs, not tuned)"},
@@ -65,11 +68,11 @@ const std::vector<Row>& rows_mla() {
        "as mla_decode's cpu row (PoCL docs; CI speed)"},
       // Tuned on the machine itself (clattn-tune, docs/tuning.md).
       {"mla_decode", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 128}, {"MIN_CHUNK", 256}, {"MMA", 1}, {"MMA_KEYS", 16}, {"MMA_WARPS", 4}, {"QB", 16}, {"WGS_PER_CU", 2}},
+       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 128}, {"MIN_CHUNK", 256}, {"MMA", 1}, {"MMA_KEYS", 16}, {"MMA_WARPS", 4}, {"QB", 16}, {"WGS_PER_CU", 2}, {"MMA_LDSM", 1}},
        "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 240): 604.2 GB/s = 20% of stream-read 2982 GB/s; vendor default 584.7, generic 581.4 (geomean over B=64 S=4096 H=16 P=64 bf16; B=1 S=32768 H=16 P=64 bf16; B=64 S=4096 H=128 P=64 bf16); 18 candidates, 0 rejected as wrong"},
       // Tuned on the machine itself (clattn-tune, docs/tuning.md).
       {"mla_extend", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_KEYS", 32}, {"MMA_WARPS", 4}, {"QB", 16}},
+       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_KEYS", 32}, {"MMA_WARPS", 4}, {"QB", 16}, {"MMA_LDSM", 1}},
        "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 240): 84.05 TFLOP/s; vendor default 77.42, generic 77.39 (geomean over B=4 qo=512 kv=2048 H=16 P=64 bf16 causal); 13 candidates, 0 rejected as wrong"},
   };
   return rows;

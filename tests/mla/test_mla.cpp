@@ -157,6 +157,7 @@ TEST(MlaDecode, TensorCoreVariantMatrix) {
     if (c == 9) o.params["MMA_WARPS"] = 2;
     if (c == 9 || c == 10) o.params["MMA_KEYS"] = 32;
     o.params["MMA_ASYNC"] = (c / 2) % 2;  // cp.async stages (16-bit latents) and register staging
+    o.params["MMA_LDSM"] = c % 2;         // P V's B fragments by ldmatrix.trans or 16-bit loads
     const bool split = c % 2 == 0;
     if (split) o.params["MIN_CHUNK"] = 16, o.params["WGS_PER_CU"] = 1024;
     else o.max_splits = 1;

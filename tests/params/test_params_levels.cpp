@@ -2,6 +2,8 @@
 // GCN/CDNA wave64), the process-wide override hook, and forced vendors.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "backends/params/database.hpp"
 #include "support/test_support.hpp"
 
@@ -47,3 +49,13 @@ TEST(ParamLevels, OverrideBeatsEveryLevelUntilCleared) {
 
 }  // namespace
 }  // namespace clattn
+
+TEST(ParamLevels, EachBuiltinRowIsDefinedOnce) {
+  // Two rows for the same (op, level, match, key) merge silently in table order, so a row
+  // pasted into the wrong file would override the real one: forbid duplicates.
+  std::set<std::string> seen;
+  for (const auto& r : clattn::params::builtin_rows()) {
+    const std::string id = r.op + "|" + std::to_string(int(r.level)) + "|" + r.match + "|" + r.key;
+    EXPECT_TRUE(seen.insert(id).second) << "duplicate parameter row " << id;
+  }
+}
