@@ -24,6 +24,7 @@ struct Harness {
   // hidden, inter-kernel gaps counted); the idle single-call median is kept in idle_ms.
   int reps = 1;
   double idle_ms = 0;    // last time_ms's single-call median (reps > 1 only; else = result)
+  double host_us = 0;    // last time_ms's host time per call spent enqueueing (median)
   std::string json_out;  // optional: append result rows as JSON lines to this file
 
   const Limits& get_limits();
@@ -35,6 +36,9 @@ struct Harness {
   // that a call never finds its inputs in the device's last-level cache (>= 3x its size
   // in all; at most 8; 1 when reps == 1 or the set is already that large).
   int rotation_copies(double bytes);
+  // Enqueues one call through `enqueue` with its last command's event requested and returns
+  // that command's profiled duration in microseconds (kernel time, no launch latency).
+  double last_command_us(const std::function<void(const Enqueue&)>& enqueue);
   // Rebuilds `file` with `options` (NVIDIA: plus -cl-nv-verbose: registers, spills) and
   // prints the build log.
   void print_build_log(const std::string& file, const std::string& options);

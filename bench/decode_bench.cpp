@@ -125,20 +125,12 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   {
     // Profiled duration of the last command (the decode kernel, or the merge pass of a
     // split plan): with the marker-bracketed time above it shows the launch overheads.
-    cl_event ev = nullptr;
-    Enqueue e;
-    e.event = &ev;
-    decode_run(ctx, plan, b, e);
-    clWaitForEvents(1, &ev);
-    cl_ulong s0 = 0, s1 = 0;
-    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof s0, &s0, nullptr);
-    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof s1, &s1, nullptr);
-    clReleaseEvent(ev);
+    const double us = h.last_command_us([&](const Enqueue& e) { decode_run(ctx, plan, b, e); });
     std::printf("#   last kernel (%s): %.1f us of %.1f us per call\n",
                 !plan.num_merges ? "decode" : plan.kernel_options.find("FUSE_MERGE=1") != std::string::npos
                                                   ? "decode + fused merge"
                                                   : "merge",
-                double(s1 - s0) * 1e-3, ms * 1e3);
+                us, ms * 1e3);
   }
   if (verbose_build) h.print_build_log("paged_decode.cl", plan.kernel_options);
   const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));

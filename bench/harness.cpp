@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 #include <cstdio>
@@ -30,13 +31,18 @@ const Limits& Harness::get_limits() {
 }
 
 namespace {
-// Median per-call milliseconds over `samples` samples of `reps` back-to-back calls.
-double median_span_ms(cl_command_queue q, const std::function<void()>& enqueue, int warmup, int samples, int reps) {
-  std::vector<double> times;
+struct Span {
+  double ms = 0, host_us = 0;  // per call: device time between the markers, host time enqueueing
+};
+// Medians per call over `samples` samples of `reps` back-to-back calls.
+Span median_span(cl_command_queue q, const std::function<void()>& enqueue, int warmup, int samples, int reps) {
+  std::vector<double> times, host;
   for (int i = 0; i < warmup + samples; ++i) {
     cl_event a = nullptr, b = nullptr;
     clEnqueueMarkerWithWaitList(q, 0, nullptr, &a);
+    const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r) enqueue();
+    const auto t1 = std::chrono::steady_clock::now();
     clEnqueueMarkerWithWaitList(q, 0, nullptr, &b);
     clWaitForEvents(1, &b);
     cl_ulong s = 0, e = 0;
@@ -46,18 +52,26 @@ double median_span_ms(cl_command_queue q, const std::function<void()>& enqueue, 
     clGetEventProfilingInfo(b, CL_PROFILING_COMMAND_END, sizeof e, &e, nullptr);
     clReleaseEvent(a);
     clReleaseEvent(b);
-    if (i >= warmup) times.push_back(double(e - s) * 1e-6 / reps);
+    if (i >= warmup) {
+      times.push_back(double(e - s) * 1e-6 / reps);
+      host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / reps);
+    }
   }
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(host.begin(), host.end());
+  return {times[times.size() / 2], host[host.size() / 2]};
 }
 }  // namespace
 
 double Harness::time_ms(const std::function<void()>& enqueue) {
   cl_command_queue q = ctx().cl_queue();
-  idle_ms = median_span_ms(q, enqueue, warmup, iters, 1);
+  const Span idle = median_span(q, enqueue, warmup, iters, 1);
+  idle_ms = idle.ms;
+  host_us = idle.host_us;
   if (reps <= 1) return idle_ms;
-  return median_span_ms(q, enqueue, 1, iters, reps);
+  const Span run = median_span(q, enqueue, 1, iters, reps);
+  host_us = run.host_us;
+  return run.ms;
 }
 
 int Harness::rotation_copies(double bytes) {
@@ -73,6 +87,19 @@ std::string Harness::timing_desc() const {
   return "per call, median of " + std::to_string(iters) + " samples of " + std::to_string(reps) +
          " back-to-back calls (marker to marker; decode and mla rotate KV copies past the last-level cache); "
          "'idle' = one call on an idle device";
+}
+
+double Harness::last_command_us(const std::function<void(const Enqueue&)>& enqueue) {
+  cl_event ev = nullptr;
+  Enqueue e;
+  e.event = &ev;
+  enqueue(e);
+  clWaitForEvents(1, &ev);
+  cl_ulong s0 = 0, s1 = 0;
+  clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof s0, &s0, nullptr);
+  clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof s1, &s1, nullptr);
+  clReleaseEvent(ev);
+  return double(s1 - s0) * 1e-3;
 }
 
 void Harness::print_build_log(const std::string& file, const std::string& options) {
@@ -137,8 +164,8 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
   }
   std::string idle;
   if (reps > 1 && idle_ms > 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " | idle %.3f ms %.1f%%", idle_ms, pct * ms / idle_ms);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " | idle %.3f ms %.1f%% | host %.1f us/call", idle_ms, pct * ms / idle_ms, host_us);
     idle = buf;
   }
   std::printf("%-10s %-48s %9.3f ms %9.1f GB/s %8.2f TFLOP/s %6.1f%s%s\n", op.c_str(), shape.c_str(), ms, gbps, tflops,
@@ -148,7 +175,7 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
     std::ofstream out(json_out, std::ios::app);
     out << "{\"op\":\"" << op << "\",\"shape\":\"" << shape << "\",\"ms\":" << ms << ",\"gbps\":" << gbps
         << ",\"tflops\":" << tflops << ",\"pct_of_limit\":" << pct << ",\"reps\":" << reps
-        << ",\"idle_ms\":" << idle_ms << ",\"limit_gbps\":" << L.stream_read_gbps
+        << ",\"idle_ms\":" << idle_ms << ",\"host_us\":" << host_us << ",\"limit_gbps\":" << L.stream_read_gbps
         << ",\"device\":\"" << ctx().profile().device_name << "\"}\n";
   }
 }
@@ -158,14 +185,14 @@ void Harness::report_compute(const std::string& op, const std::string& shape, do
   const double tflops = flops / (ms * 1e9);
   const double pct = peak_tflops > 0 ? 100.0 * tflops / peak_tflops : 0.0;
   char idle[96] = "";
-  if (reps > 1 && idle_ms > 0) std::snprintf(idle, sizeof idle, " | idle %.3f ms", idle_ms);
+  if (reps > 1 && idle_ms > 0) std::snprintf(idle, sizeof idle, " | idle %.3f ms | host %.1f us/call", idle_ms, host_us);
   std::printf("%-10s %-48s %9.3f ms %8.3f TFLOP/s %6.1f%% of %.1f TFLOP/s (%s)%s\n", op.c_str(), shape.c_str(), ms,
               tflops, pct, peak_tflops, peak_desc.c_str(), idle);
   std::fflush(stdout);
   if (!json_out.empty()) {
     std::ofstream out(json_out, std::ios::app);
     out << "{\"op\":\"" << op << "\",\"shape\":\"" << shape << "\",\"ms\":" << ms << ",\"tflops\":" << tflops
-        << ",\"pct_of_limit\":" << pct << ",\"reps\":" << reps << ",\"idle_ms\":" << idle_ms << ",\"limit_tflops\":" << peak_tflops << ",\"limit\":\"" << peak_desc
+        << ",\"pct_of_limit\":" << pct << ",\"reps\":" << reps << ",\"idle_ms\":" << idle_ms << ",\"host_us\":" << host_us << ",\"limit_tflops\":" << peak_tflops << ",\"limit\":\"" << peak_desc
         << "\",\"device\":\"" << ctx().profile().device_name << "\"}\n";
   }
 }

@@ -9,7 +9,6 @@
 // intra-chunk Q K^T and (GDN) K K^T, C/2 x 2 Dk each on average; the P D product and
 // (GDN) the triangular solve, C/2 x 2 Dv each. Redundant recomputation across Dv slices
 // is not counted (it is overhead, not work).
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -75,29 +74,6 @@ void run_case(Harness& h, const LinCase& c, DType io) {
   std::string op = std::string(c.gdn ? "gdn" : "gla") + (c.decode ? "_decode" : "_prefill");
   h.report(op, shape, ms, bytes, flops);
   std::printf("%-10s   %.3g tokens/s\n", "", double(T) / (ms * 1e-3));
-  if (c.decode) {
-    // The timed bracket above (marker, one call, marker) also holds whatever the host does
-    // inside the call before the kernel is enqueued, when the device is idle by then. Show
-    // that host cost and the device time per call when calls are queued back to back.
-    const int n = 50;
-    cl_command_queue cq = ctx.cl_queue();
-    clFinish(cq);
-    cl_event a = nullptr, e = nullptr;
-    clEnqueueMarkerWithWaitList(cq, 0, nullptr, &a);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) fn(ctx, cfg, t, pool, b, nullptr);
-    auto t1 = std::chrono::steady_clock::now();
-    clEnqueueMarkerWithWaitList(cq, 0, nullptr, &e);
-    clWaitForEvents(1, &e);
-    cl_ulong s0 = 0, s1 = 0;
-    clGetEventProfilingInfo(a, CL_PROFILING_COMMAND_END, sizeof s0, &s0, nullptr);
-    clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof s1, &s1, nullptr);
-    clReleaseEvent(a);
-    clReleaseEvent(e);
-    const double per = double(s1 - s0) * 1e-6 / n;
-    std::printf("%-10s   host %.1f us per call; %d calls back to back: %.3f ms per call, %.1f GB/s\n", "",
-                std::chrono::duration<double, std::micro>(t1 - t0).count() / n, n, per, bytes / (per * 1e6));
-  }
 }
 
 }  // namespace

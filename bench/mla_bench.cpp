@@ -64,20 +64,10 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
     mb.ckv = ckvs[i].get(), mb.kpe = kpes[i].get();
     mla_run(ctx, plan, mb);
   });
-  {
-    // Profiled duration of the last command (the attention kernel, or the merge pass).
-    cl_event ev = nullptr;
-    Enqueue e;
-    e.event = &ev;
-    mla_run(ctx, plan, mb, e);
-    clWaitForEvents(1, &ev);
-    cl_ulong s0 = 0, s1 = 0;
-    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof s0, &s0, nullptr);
-    clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof s1, &s1, nullptr);
-    clReleaseEvent(ev);
-    std::printf("#   last kernel (%s): %.1f us of %.1f us per call\n", plan.num_merges ? "merge" : "attention",
-                double(s1 - s0) * 1e-3, ms * 1e3);
-  }
+  // Profiled duration of the last command (the attention kernel, or the merge pass).
+  const double us = h.last_command_us([&](const Enqueue& e) { mla_run(ctx, plan, mb, e); });
+  std::printf("#   last kernel (%s): %.1f us of %.1f us per call\n", plan.num_merges ? "merge" : "attention", us,
+              ms * 1e3);
   if (verbose_build)
     h.print_build_log(plan.variant == "nv_mma_sync" ? "mla_mma_nv.cl" : "mla.cl", plan.kernel_options);
   const double tokens = double(B) * c.S;
