@@ -99,6 +99,7 @@
 #endif
 
 #include "mma_ptx_nv.clh"
+#include "mma_softmax_nv.clh"
 
 // 8 stored KV values at element i as 8 x 16-bit MMA values (uint4).
 inline uint4 load_kv8(__global const void* p, long i) {
@@ -478,32 +479,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       for (int lv = 1; lv < NT; lv *= 2)
 #pragma unroll
         for (int j = 0; j < NT; j += 2 * lv) tl[j] = fmax(tl[j], tl[j + lv]), th[j] = fmax(th[j], th[j + lv]);
-      float mx_lo = fmax(m_lo, tl[0]), mx_hi = fmax(m_hi, th[0]);
-      mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 1));
-      mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 1));
-      mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 2));
-      mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 2));
-      const float alpha_lo = m_lo == mx_lo ? 1.f : ex2(m_lo - mx_lo);
-      const float alpha_hi = m_hi == mx_hi ? 1.f : ex2(m_hi - mx_hi);
-      m_lo = mx_lo, m_hi = mx_hi;
-      const float sub_lo = mx_lo == CLATTN_NEG_INF ? 0.f : mx_lo;
-      const float sub_hi = mx_hi == CLATTN_NEG_INF ? 0.f : mx_hi;
-#pragma unroll
-      for (int kc = 0; kc < KEYS / 16; ++kc) {
-        pa[kc][0] = pack2(ex2(s[2 * kc][0] - sub_lo), ex2(s[2 * kc][1] - sub_lo));
-        pa[kc][1] = pack2(ex2(s[2 * kc][2] - sub_hi), ex2(s[2 * kc][3] - sub_hi));
-        pa[kc][2] = pack2(ex2(s[2 * kc + 1][0] - sub_lo), ex2(s[2 * kc + 1][1] - sub_lo));
-        pa[kc][3] = pack2(ex2(s[2 * kc + 1][2] - sub_hi), ex2(s[2 * kc + 1][3] - sub_hi));
-      }
-      if (warp_any(alpha_lo != 1.f || alpha_hi != 1.f)) {
-#pragma unroll
-        for (int n = 0; n < DN; ++n) {
-          oacc[n][0] *= alpha_lo, oacc[n][1] *= alpha_lo;
-          oacc[n][2] *= alpha_hi, oacc[n][3] *= alpha_hi;
-        }
-        lsum[0] *= alpha_lo, lsum[1] *= alpha_lo;
-        lsum[2] *= alpha_hi, lsum[3] *= alpha_hi;
-      }
+      SOFTMAX_STEP(fmax(m_lo, tl[0]), fmax(m_hi, th[0]), m_lo, m_hi, s, pa, oacc, lsum);
     }
 
     STORE_V();  // every warp finished reading Vt(j-1) before the previous barrier

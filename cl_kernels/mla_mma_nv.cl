@@ -104,6 +104,7 @@
 #endif
 
 #include "mma_ptx_nv.clh"
+#include "mma_softmax_nv.clh"
 
 #if FP8
 typedef uint2 RAW;
@@ -214,46 +215,40 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const long cgo = (long)ck * CHW, kgo = kpe_base + (long)kk * CHW;
   const int pmask = (1 << log2_page) - 1;
   RAW pf[PFC + PFK];
+  // This work-item's chunk i of a tile: tile row and swizzled local chunk (ckv, kpe), and
+  // the global address of its chunk column in token TK's row (TK < ke).
+#define CKV_ROW(I) (RB * (I) + cb)
+#define KPE_ROW(I) ((WGSZ / 8) * (I) + kn)
+#define CKV_DST(I) (CKV_ROW(I) * ROWQ + (ckx ^ SWZ(RB * (I))))
+#define KPE_DST(I) (KPE_ROW(I) * ROWQ + kkx)
+#define CKV_SRC(TK) (ckv + (long)page_ids[pbase + ((TK) >> log2_page)] * ckv_sp + (long)((TK) & pmask) * ckv_st + cgo)
+#define KPE_SRC(TK) (kpe + (long)page_ids[pbase + ((TK) >> log2_page)] * kpe_sp + (long)((TK) & pmask) * kpe_st + kgo)
 #define LOAD_TILE(T0)                                                                              \
   _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) {                                             \
-    const int tk_ = (T0) + RB * i_ + cb;                                                           \
+    const int tk_ = (T0) + CKV_ROW(i_);                                                            \
     pf[i_] = (RAW)(0u);                                                                            \
-    if (tk_ < ke) {                                                                                \
-      const long pg_ = (long)page_ids[pbase + (tk_ >> log2_page)];                                 \
-      pf[i_] = *(__global const RAW*)(ckv + pg_ * ckv_sp + (long)(tk_ & pmask) * ckv_st + cgo);    \
-    }                                                                                              \
+    if (tk_ < ke) pf[i_] = *(__global const RAW*)CKV_SRC(tk_);                                     \
   }                                                                                                \
   _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) {                                             \
-    const int tk_ = (T0) + (WGSZ / 8) * i_ + kn;                                                   \
+    const int tk_ = (T0) + KPE_ROW(i_);                                                            \
     pf[PFC + i_] = (RAW)(0u);                                                                      \
-    if (tk_ < ke) {                                                                                \
-      const long pg_ = (long)page_ids[pbase + (tk_ >> log2_page)];                                 \
-      pf[PFC + i_] = *(__global const RAW*)(kpe + pg_ * kpe_sp + (long)(tk_ & pmask) * kpe_st + kgo); \
-    }                                                                                              \
+    if (tk_ < ke) pf[PFC + i_] = *(__global const RAW*)KPE_SRC(tk_);                               \
   }
 #define STORE_TILE()                                                                               \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_)                                               \
-    lat[(RB * i_ + cb) * ROWQ + (ckx ^ SWZ(RB * i_))] = stage_chunk(pf[i_]);                       \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_)                                               \
-    lat[((WGSZ / 8) * i_ + kn) * ROWQ + kkx] = stage_chunk(pf[PFC + i_]);
+  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) lat[CKV_DST(i_)] = stage_chunk(pf[i_]);       \
+  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) lat[KPE_DST(i_)] = stage_chunk(pf[PFC + i_]);
 
 #if ASYNC
-  // Tile T0's chunks into stage buffer B (same owners and swizzled places as STORE_TILE);
-  // chunks past the range are zero-filled (their page id lookup uses the first key).
+  // Tile T0's chunks into stage buffer B (same places as STORE_TILE); chunks past the range
+  // are zero-filled (their address is the first key's, always valid).
 #define ISSUE_TILE(T0, B)                                                                          \
   _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) {                                             \
-    const int tk_ = (T0) + RB * i_ + cb;                                                           \
-    const int ts_ = tk_ < ke ? tk_ : kb;                                                           \
-    const long pg_ = (long)page_ids[pbase + (ts_ >> log2_page)];                                   \
-    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + (RB * i_ + cb) * ROWQ + (ckx ^ SWZ(RB * i_)),          \
-               ckv + pg_ * ckv_sp + (long)(ts_ & pmask) * ckv_st + cgo, tk_ < ke ? 16 : 0);        \
+    const int tk_ = (T0) + CKV_ROW(i_);                                                            \
+    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + CKV_DST(i_), CKV_SRC(tk_ < ke ? tk_ : kb), tk_ < ke ? 16 : 0); \
   }                                                                                                \
   _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) {                                             \
-    const int tk_ = (T0) + (WGSZ / 8) * i_ + kn;                                                   \
-    const int ts_ = tk_ < ke ? tk_ : kb;                                                           \
-    const long pg_ = (long)page_ids[pbase + (ts_ >> log2_page)];                                   \
-    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + ((WGSZ / 8) * i_ + kn) * ROWQ + kkx,                    \
-               kpe + pg_ * kpe_sp + (long)(ts_ & pmask) * kpe_st + kgo, tk_ < ke ? 16 : 0);        \
+    const int tk_ = (T0) + KPE_ROW(i_);                                                            \
+    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + KPE_DST(i_), KPE_SRC(tk_ < ke ? tk_ : kb), tk_ < ke ? 16 : 0); \
   }                                                                                                \
   CP_COMMIT();
 #endif
@@ -328,32 +323,8 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
       mx_lo = fmax(mx_lo, fmax(s[j][0], s[j][1]));
       mx_hi = fmax(mx_hi, fmax(s[j][2], s[j][3]));
     }
-    mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 1));
-    mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 1));
-    mx_lo = fmax(mx_lo, shfl_xor(mx_lo, 2));
-    mx_hi = fmax(mx_hi, shfl_xor(mx_hi, 2));
-    const float alpha_lo = m_lo == mx_lo ? 1.f : ex2(m_lo - mx_lo);
-    const float alpha_hi = m_hi == mx_hi ? 1.f : ex2(m_hi - mx_hi);
-    m_lo = mx_lo, m_hi = mx_hi;
-    const float sub_lo = mx_lo == CLATTN_NEG_INF ? 0.f : mx_lo;
-    const float sub_hi = mx_hi == CLATTN_NEG_INF ? 0.f : mx_hi;
     uint pa[KC][4];
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {
-      pa[kc][0] = pack2(ex2(s[2 * kc][0] - sub_lo), ex2(s[2 * kc][1] - sub_lo));
-      pa[kc][1] = pack2(ex2(s[2 * kc][2] - sub_hi), ex2(s[2 * kc][3] - sub_hi));
-      pa[kc][2] = pack2(ex2(s[2 * kc + 1][0] - sub_lo), ex2(s[2 * kc + 1][1] - sub_lo));
-      pa[kc][3] = pack2(ex2(s[2 * kc + 1][2] - sub_hi), ex2(s[2 * kc + 1][3] - sub_hi));
-    }
-    if (warp_any(alpha_lo != 1.f || alpha_hi != 1.f)) {
-#pragma unroll
-      for (int n = 0; n < DN; ++n) {
-        oacc[n][0] *= alpha_lo, oacc[n][1] *= alpha_lo;
-        oacc[n][2] *= alpha_hi, oacc[n][3] *= alpha_hi;
-      }
-      lsum[0] *= alpha_lo, lsum[1] *= alpha_lo;
-      lsum[2] *= alpha_hi, lsum[3] *= alpha_hi;
-    }
+    SOFTMAX_STEP(mx_lo, mx_hi, m_lo, m_hi, s, pa, oacc, lsum);
 
     // O += P V over this warp's columns; row sums of the rounded P by an mma against ones.
 #pragma unroll
