@@ -3,12 +3,8 @@
 # fetch-debs.sh): build, probe, the GPU test suite (native = NVIDIA variants), every
 # benchmark, and clattn-serve-sim --big for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash scripts/h100-pass.sh
 set -o pipefail
-OUT="${OUT:-h100-out}"
-mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
-source .device/setup.sh > /dev/null
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release > "$OUT"/build.log 2>&1 || { tail -30 "$OUT"/build.log; exit 1; }
-cmake --build build-gpu -j16 >> "$OUT"/build.log 2>&1 || { grep -E "error" "$OUT"/build.log | head -30; exit 1; }
-echo "== build ok"
+source scripts/h100-common.sh
+h100_build || exit 1
 ./build-gpu/tools/clattn-probe --self-check --bench --device nvidia 2>&1 | tee "$OUT"/probe.txt | tail -8
 (cd build-gpu && CLATTN_DEVICE=nvidia ctest -E "\.(amd|intel|cpu|generic)$" -j4 --output-on-failure > "$OUT"/ctest_gpu.txt 2>&1; tail -15 "$OUT"/ctest_gpu.txt)
 for op in ${OPS:-limits decode extend linear mla metadata}; do

@@ -1,15 +1,12 @@
 #!/bin/bash
-# Parameter sweeps on the NVIDIA GPU machine (carry .device/, see scripts/h100-pass.sh):
+# Parameter sweeps on the NVIDIA GPU machine (carry .device/, see scripts/h100-common.sh):
 # builds clattn-bench only, then runs each argument as a clattn-bench command line, output
 # to $OUT/sweep_<n>.txt and the result rows to the terminal. Example:
 #   bash scripts/h100-sweep.sh "decode -B 1 -S 32768 --grid MAX_SPLITS=16,32,64" "mla -B 64 -H 16"
 set -o pipefail
-OUT="${OUT:-h100-out}"
-mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
-source .device/setup.sh > /dev/null
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCLATTN_BUILD_PYTHON=OFF > "$OUT"/build.log 2>&1 || { tail -30 "$OUT"/build.log; exit 1; }
-cmake --build build-gpu -j16 --target clattn-bench ${TARGETS:-} >> "$OUT"/build.log 2>&1 || { grep -E "error" "$OUT"/build.log | head -30; exit 1; }
-echo "== build ok"
+source scripts/h100-common.sh
+# shellcheck disable=SC2086
+h100_build clattn-bench ${TARGETS:-} || exit 1
 n=0
 for cmd in "$@"; do
   n=$((n + 1))
