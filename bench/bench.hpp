@@ -21,7 +21,8 @@ struct Harness {
   // Calls per timed sample. 1: one call on an idle device (marker, call, marker), so the
   // driver's launch latency is in every sample. N > 1: N calls back to back between the
   // markers, per-call time = span / N, as an engine runs layer after layer (launch latency
-  // hidden, inter-kernel gaps counted); the idle single-call median is kept in idle_ms.
+  // hidden, inter-kernel gaps counted; N shrinks so a sample stays near 25 ms, calls over
+  // 12.5 ms are timed singly); the idle single-call median is kept in idle_ms.
   int reps = 1;
   double idle_ms = 0;    // last time_ms's single-call median (reps > 1 only; else = result)
   double host_us = 0;    // last time_ms's host time per call spent enqueueing (median)
