@@ -12,6 +12,7 @@
 // - nv_mma_sync: a measured mma.sync peak: a loop of mma.sync.m16n8k16 f16 -> f32 over
 //   independent accumulators on every SM (../shared/device/examples/ptxmma.cpp idea).
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,8 @@ double mma_peak_tflops(Harness& h, bool quick) {
   return flops / (ms * 1e9);
 }
 
-void run_case(Harness& h, const ExtCase& c, const std::string& variant, double peak, const std::string& peak_desc) {
+void run_case(Harness& h, const ExtCase& c, const std::string& variant, const std::map<std::string, int>& params,
+              bool verbose_build, double peak, const std::string& peak_desc) {
   Context& ctx = h.ctx();
   const int P = 16, B = c.B, H = c.H, D = c.D;
   const int pages_per = (c.kv + P - 1) / P;
@@ -126,14 +128,19 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, double p
   opt.causal = true;
   opt.validate = false;
   opt.variant = variant;
+  opt.params = params;
   ExtendPlan plan = extend_plan(ctx, csr, cache, opt);
   ExtendBuffers eb;
   eb.q = q.get(), eb.k = kc.get(), eb.v = vc.get(), eb.page_ids = ids.get(), eb.o = o.get(), eb.lse = lse.get();
+  if (verbose_build)
+    h.print_build_log(plan.variant == "nv_mma_sync" ? "extend_mma_nv.cl" : "extend.cl", plan.kernel_options);
   double ms = h.time_ms([&] { extend_run(ctx, plan, eb); });
   const double flops = 4.0 * D * H * visible_pairs(c);
   char shape[160];
-  std::snprintf(shape, sizeof shape, "%dx(q%d,kv%d) H=%d D=%d f16 causal %s", B, c.qo, c.kv, H, D,
-                plan.variant.c_str());
+  std::string ps;
+  for (const auto& kv : params) ps += " " + kv.first + "=" + std::to_string(kv.second);
+  std::snprintf(shape, sizeof shape, "%dx(q%d,kv%d) H=%d D=%d f16 causal %s%s", B, c.qo, c.kv, H, D,
+                plan.variant.c_str(), ps.c_str());
   h.report_compute("extend", shape, ms, flops, peak, peak_desc);
 }
 
@@ -143,7 +150,11 @@ void register_extend(CLI::App& app, Harness& h) {
   auto* cmd = app.add_subcommand("extend", "paged extend / prefill attention (TFLOP/s vs FP32 / mma.sync peak)");
   static bool quick = false;
   static std::string only;
+  static std::vector<std::string> param_args;
+  static bool verbose_build = false;
+  cmd->add_flag("--verbose-build", verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
+  cmd->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
   cmd->add_option("--variant", only, "only this variant (generic, nv_mma_sync)");
   cmd->callback([&h] {
     std::vector<ExtCase> cases;
@@ -152,6 +163,8 @@ void register_extend(CLI::App& app, Harness& h) {
     else
       cases = {{1, 4096, 4096, 32, 128}, {1, 16384, 16384, 32, 128}, {8, 1024, 2048, 32, 128}};
     Context& ctx = h.ctx();
+    std::map<std::string, int> params;
+    for (const auto& p : param_args) params.insert(parse_param(p));
     std::string fp32_desc;
     const double fp32 = fp32_peak_tflops(ctx, &fp32_desc);
     std::vector<std::string> variants;
@@ -172,7 +185,7 @@ void register_extend(CLI::App& app, Harness& h) {
     for (auto& v : variants)
       for (auto& c : cases) {
         if (v == "generic" && !quick && c.qo * c.B > 8192 && ctx.profile().is_cpu) continue;
-        run_case(h, c, v, v == "generic" ? fp32 : mma, v == "generic" ? "FP32 peak" : "mma.sync peak");
+        run_case(h, c, v, params, verbose_build, v == "generic" ? fp32 : mma, v == "generic" ? "FP32 peak" : "mma.sync peak");
       }
   });
 }

@@ -59,6 +59,17 @@
 #ifndef MMA_BF16
 #define MMA_BF16 0
 #endif
+// ASYNC (16-bit KV): K and V tiles go global -> local by cp.async into two stage buffers
+// (the next tile's copies fly during this one's math; no staging registers, one barrier
+// per tile), V stays row-major and P V's B fragments come from ldmatrix.trans. fp8 KV is
+// decoded on the way, so it keeps the register staging below.
+#ifndef ASYNC
+#define ASYNC 0
+#endif
+#if KV_DT != DT_F16 && KV_DT != DT_BF16
+#undef ASYNC
+#define ASYNC 0
+#endif
 
 #define WGSZ (32 * WARPS)
 #define DK (HEAD_DIM / 16)                  // k-steps of S = Q K^T
@@ -72,6 +83,11 @@
 #define VRQ (KEYS / 8)                      // 16-byte segments per Vt row
 #define VXM (KEYS >= 64 ? 7 : 3)            // Vt segment swizzle mask
 #define KIT ((KEYS * CPR + WGSZ - 1) / WGSZ)  // K chunks staged per work-item
+// ASYNC V rows: CPR chunks, chunk c of key r at c ^ (r & 7) when CPR is a multiple of 8, else
+// rows padded to an odd chunk count; either way 8 consecutive keys of one chunk (an ldmatrix
+// matrix) sit in 8 distinct bank groups.
+#define VSWZ (CPR % 8 == 0)
+#define VRS (VSWZ ? CPR : (CPR | 1))
 // V staging: a lane transposes 8 keys x VD dims (VD = 8, or 4 when that spreads the tile
 // over more warps and halves the registers in flight).
 #ifndef VD
@@ -163,8 +179,13 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     __global const uchar* mask, int has_mask, int Hq, int G, int paged, int page_size,
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
     float inv_cap, float v_scale, int causal, int window_left) {
+#if ASYNC
+  __local uint4 ks[2 * KEYS * KRQ];
+  __local uint4 vs[2 * KEYS * VRS];
+#else
   __local uint4 ks[KEYS * KRQ];
   __local uint4 vt[HEAD_DIM * VRQ];
+#endif
   __local long roff[2 * KEYS];  // key row offsets of two tiles (buffer = tile index & 1)
   PTX_SCRATCH
 
@@ -255,6 +276,29 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   __local const uint4* const kp_even = ks + (g * KRQ + t + kx);
   __local const uint4* const kp_odd = ks + (g * KRQ + t - kx);
   __local const uint2* const kp_tail = (__local const uint2*)ks + (g * (KRS / 2) + t);
+#if ASYNC
+  // P V's B fragments by ldmatrix.x4.trans: lane l gives key (l & 15) of a 16-key step, chunk
+  // n + (l >> 4) (n even) at (n & ~7) + lo2[(n & 7) / 2] of its row (swizzled or padded).
+  __local const uint4* const lbv = vs + (lane & 15) * VRS;
+  int lo2[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo2[i] = VSWZ ? ((2 * i) ^ (lane >> 4) ^ (lane & 7)) : 2 * i + (lane >> 4);
+  // Copies: chunk it = tid + WGSZ m of a tile -> key it / CPR, chunk it % CPR (coalesced).
+#define KVIT ((KEYS * CPR + WGSZ - 1) / WGSZ)
+#define ISSUE_KV(T)                                                                             \
+  _Pragma("unroll") for (int m_ = 0; m_ < KVIT; ++m_) {                                         \
+    const int it_ = tid + WGSZ * m_;                                                            \
+    if (KEYS * CPR % WGSZ == 0 || it_ < KEYS * CPR) {                                           \
+      const int r_ = it_ / CPR, c_ = it_ % CPR, st_ = (T) & 1;                                  \
+      const long ro_ = roff[st_ * KEYS + r_];                                                   \
+      const long so_ = (ro_ >= 0 ? ro_ : 0) + 8 * c_;                                           \
+      CP_ASYNC16(ks + st_ * (KEYS * KRQ) + r_ * KRQ + (KSWZ ? c_ ^ ((r_ & 1) << 2) : c_),         \
+                 (__global const ushort*)k + so_, ro_ >= 0 ? 16 : 0);                           \
+      CP_ASYNC16(vs + st_ * (KEYS * VRS) + r_ * VRS + (VSWZ ? c_ ^ (r_ & 7) : c_),                \
+                 (__global const ushort*)v + so_, ro_ >= 0 ? 16 : 0);                           \
+    }                                                                                           \
+  }
+#else
   // Vt: row g, segment (4c + t) ^ VSW(8n + g) = vp[((4c) ^ (8n / VD)) & VXM] + ((4c) & ~VXM).
   __local const uint4* vp[VXM + 1];
   {
@@ -296,6 +340,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     vgo[m] = VD * qc;
   }
 
+#endif
   float oacc[DN][4];
 #pragma unroll
   for (int n = 0; n < DN; ++n) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
@@ -390,6 +435,9 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   //   S(j), softmax | vw -> Vt | roff(j+2), pf <- tile j+3 | barrier
   //   | kreg -> Ks, load V(j+1), load K(j+2) | O += P V(j) | barrier
   // Every load has a whole tile of math to arrive; two barriers per tile.
+  // ASYNC: wait for tile j's copies | barrier (tile j visible; every warp done with tile
+  // j-1's stage and roff buffer) | copies of tile j+1 | roff(j+2), pf <- tile j+3 | S(j),
+  // softmax, O += P V(j): one barrier per tile.
   if (ntiles > 0) {
     PF_LOAD(0);
     PF_STORE(0);
@@ -399,16 +447,35 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }
     if (ntiles > 2) PF_LOAD(2);
     barrier(CLK_LOCAL_MEM_FENCE);
+#if ASYNC
+    ISSUE_KV(0);
+    CP_COMMIT();
+  }
+#else
     LOAD_K(0);
     STORE_K();
     LOAD_V(0);
     if (ntiles > 1) LOAD_K(1);
     barrier(CLK_LOCAL_MEM_FENCE);
   }
+#endif
 
   for (int it = 0; it < ntiles; ++it) {
     const int k0 = kv_begin + it * KEYS;
     const bool has_next = it + 1 < ntiles;
+#if ASYNC
+    CP_WAIT0();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (has_next) ISSUE_KV(it + 1);
+    CP_COMMIT();
+    if (it + 2 < ntiles) {
+      PF_STORE(it + 2);  // buffer it & 1: its last reader (the copies of tile it) ran before the barrier
+      if (it + 3 < ntiles) PF_LOAD(it + 3);
+    }
+    const int kso = (it & 1) * (KEYS * KRQ);  // stage of tile it
+#else
+    const int kso = 0;
+#endif
     const bool vis = WARP_VISIBLE(!(k0 >= w_end || k0 + KEYS <= w_begin));  // warp-uniform
 
     // S = Q K^T (16 x KEYS per warp, log2 domain: Q carries the scale), masks, softmax.
@@ -422,11 +489,11 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #pragma unroll
         for (int c = 0; c < NG; ++c) {
           if (2 * c + 1 < DK) {
-            const uint4 b = ((c & 1) ? kp_odd : kp_even)[8 * j * KRQ + 4 * c];
+            const uint4 b = ((c & 1) ? kp_odd : kp_even)[kso + 8 * j * KRQ + 4 * c];
             MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);
             MMA(s[j], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], b.z, b.w);
           } else {  // last 16 dims when DK is odd (padded layout): words 16c + 2t of row g
-            const uint2 b = kp_tail[8 * j * (KRS / 2) + 8 * c];
+            const uint2 b = kp_tail[2 * kso + 8 * j * (KRS / 2) + 8 * c];
             MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);
           }
         }
@@ -482,6 +549,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       SOFTMAX_STEP(fmax(m_lo, tl[0]), fmax(m_hi, th[0]), m_lo, m_hi, s, pa, oacc, lsum);
     }
 
+#if !ASYNC
     STORE_V();  // every warp finished reading Vt(j-1) before the previous barrier
     if (it + 2 < ntiles) {
       PF_STORE(it + 2);  // buffer it & 1: its last readers (loads of tile it) ran before the previous barrier
@@ -493,11 +561,25 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       LOAD_V((it + 1) & 1);
       if (it + 2 < ntiles) LOAD_K(it & 1);
     }
+#endif
 
     // O += P V (P rounded to the MMA type), row sums of P by an mma against ones.
     if (vis) {
 #pragma unroll
       for (int kc = 0; kc < KEYS / 16; ++kc) MMA(lsum, pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], ONE2, ONE2);
+#if ASYNC
+      __local const uint4* const vb_ = lbv + (it & 1) * (KEYS * VRS);
+#pragma unroll
+      for (int kc = 0; kc < KEYS / 16; ++kc) {
+#pragma unroll
+        for (int n = 0; n < DN; n += 2) {
+          uint b0, b1, b2, b3;
+          LDSM_X4_T(vb_ + kc * (16 * VRS) + (n & ~7) + lo2[(n & 7) >> 1], b0, b1, b2, b3);
+          MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);
+          MMA(oacc[n + 1], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b2, b3);
+        }
+      }
+#else
 #pragma unroll
       for (int n = 0; n < DN; ++n) {
 #pragma unroll
@@ -507,9 +589,11 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
           MMA(oacc[n], pa[2 * c + 1][0], pa[2 * c + 1][1], pa[2 * c + 1][2], pa[2 * c + 1][3], b.z, b.w);
         }
       }
+#endif
     }
-
+#if !ASYNC
     barrier(CLK_LOCAL_MEM_FENCE);  // Ks(j+1) visible; every warp is done with Vt(j)
+#endif
   }
 
   // Sinks, normalisation, stores. lsum[0] (= lsum[1]) and lsum[2] are complete row sums.

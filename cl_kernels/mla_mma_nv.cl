@@ -5,30 +5,32 @@
 //
 //   work-group = one work entry (request, block of 16 query vectors, KV range) = one MMA
 //                m-tile (rows = query vectors; fewer than 16 -> masked rows), WARPS warps
-//   tile       = KEYS tokens of the latent (576 values each), staged in local memory as
-//                16-bit MMA values (f16/bf16 as stored; fp8 decoded to f16 exactly), loaded
-//                into registers one tile ahead (software pipeline), or with ASYNC (16-bit
-//                latents) copied one tile ahead by cp.async into a second stage buffer
-//   S = Q K^T  split over the 576-wide K dimension: warp w owns the k-steps w + WARPS i
-//              (its q slice stays in registers as A fragments, pre-scaled), computes a
-//              partial S (16 x KEYS), partials are summed through local memory in a fixed
-//              order (every warp gets the same S, bit for bit)
-//   softmax    online, exp2 domain, in registers (rows g and g+8 of each lane; row max
-//              over the 4 lanes of a row with shfl), row sums by an MMA against ones
+//   slices     warp w owns the latent dims [OCOLS w, OCOLS (w + 1)) of ckv (and KPW of the 4
+//              16-dim k-steps of kpe): it loads exactly those bytes of every token, from
+//              global memory straight into registers, one KEYS-token tile ahead
+//   S = Q K^T  each warp's partial S over its own dims (its q slice stays in registers as A
+//              fragments, pre-scaled; its loaded latent chunks ARE the B fragments), summed
+//              through local memory in warp order (every warp gets the same S, bit for bit):
+//              the one barrier per tile
+//   softmax    online, exp2 domain, in registers (rows g and g+8 of each lane; row max over
+//              the 4 lanes of a row with shfl), row sums by an MMA against ones
 //   O += P V   P = the A fragment built from the S accumulators (FlashAttention-2 register
-//              reuse); V = ckv: warp w owns output columns [OCOLS w, OCOLS (w+1)), DN
-//              8-column n-tiles of f32 accumulators
+//              reuse); V = ckv, and warp w's output columns are its own ckv slice: the warp
+//              stages the chunks it loaded into its private local buffer and reads P V's B
+//              fragments back with ldmatrix.trans (no other warp touches them)
+// So the latent crosses local memory once (16 KB written and read per 16-token tile), there
+// is no tile-wide staging store, and one barrier per tile.
 //
-// Local layout of the tile: lat[KEYS][72] 16-byte chunks (8 values), logical chunk c of
-// token row r at physical chunk c ^ SWZ(r), SWZ(r) = ((r & 3) << 1) | ((r >> 2) & 1). With it
-//   - S's B fragments are one 8-byte read per k-step (the k index is permuted the same way
-//     for Q and K: k 2t,2t+1 <-> dims 16 ks + 4t + 0,1; k 2t+8,2t+9 <-> dims 16 ks + 4t +
-//     2,3), and the 16 lanes of each phase (rows 4i..4i+3) cover all 32 banks;
-//   - P V's B fragments (V[token 2t, 2t+1][dim], V[2t+8, 2t+9][dim]) are 16-bit reads of
-//     4 rows 2t + c (c fixed) whose SWZ differ: 4 distinct bank groups, conflict-free;
-//   - the staging stores (8 lanes: consecutive chunks of one row) are conflict-free.
-// Loads: each work-item owns one ckv chunk column (tid % 64) and one kpe chunk column, so
-// every read and staging address is a per-lane offset plus an immediate (few registers).
+// Permuted k order (the same for Q and the latent, which leaves Q K^T unchanged): in each
+// 64-dim group G of a warp's ckv slice, lane t holds dims 64G + 16t .. 64G + 16t + 15 of its
+// tokens (two 16-byte loads; a warp's load instruction touches the 128-byte lines of 8
+// tokens), and its k indices {2t, 2t+1, 2t+8, 2t+9} of the group's k-step s are dims 64G +
+// 16t + 4s + 0..3: register c = 2G + h (chunk 8G + 2t + h) is the B fragment of k-steps 2c
+// and 2c + 1. A kpe k-step: k {2t, 2t+1, 2t+8, 2t+9} = dims 4t + 0..3 (one 8-byte load).
+//
+// Staged V (per warp): vb[KEYS][VCH] 16-byte chunks (8 dims), chunk c of token r at c ^
+// (r & 7): the staging stores (8 lanes = 2 tokens x chunks 2t + h per phase) and the
+// ldmatrix row reads (8 consecutive tokens of one chunk) are conflict-free.
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type"):
 // lane = 4 g + t. A 16x16: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
@@ -37,8 +39,12 @@
 //
 // Work entries (8 int32): {kv_begin, kv_end, part, page_base, q_row0, nrows, vbeg,
 // causal_base}, exactly as mla.cl. Scores are in the log2 domain (q_scale = sm_scale *
-// log2(e) * kv_scale from the host); fp8 e4m3 is staged as f16 bits of value * 2^-8
+// log2(e) * kv_scale from the host); fp8 e4m3 is decoded to f16 bits of value * 2^-8
 // (KV_RAW), folded back into q and the output scale.
+//
+// FUSE_MERGE (decode split-K): a work-group that wrote a partial state counts it in the
+// plan's counter of (merge entry, head block); the one that completes the count merges
+// every part of its 16 query vectors (in part order: deterministic) and writes o / lse.
 #include "common.clh"
 
 #ifndef KV_DT
@@ -49,6 +55,9 @@
 #endif
 #ifndef KEYS
 #define KEYS 16
+#endif
+#ifndef FUSE_MERGE
+#define FUSE_MERGE 0
 #endif
 
 #if KV_DT == DT_BF16
@@ -68,46 +77,32 @@
 #define FP8 0
 #define CHW 4
 #endif
-// ASYNC (16-bit latents): tiles go global -> local by cp.async into NSTAGE = 2 buffers, the
-// next tile's copies in flight while this one is computed, with no registers held for
-// them (fp8 is decoded on the way, so it keeps the register prefetch below).
-#ifndef ASYNC
-#define ASYNC 0
-#endif
-#if FP8
-#undef ASYNC
-#define ASYNC 0
-#endif
-#define NSTAGE (ASYNC ? 2 : 1)
-// LDSM: P V's B fragments by ldmatrix.x4.trans (one instruction per two n-tiles) instead of
-// eight 16-bit local loads and their packing.
-#ifndef LDSM
-#define LDSM 0
-#endif
 
 #define WGSZ (32 * WARPS)
 #define CKV_DIM 512
 #define KPE_DIM 64
-#define NKS 36                  // k-steps of S (576 / 16)
-#define KSW (NKS / WARPS)       // k-steps per warp
-#define NT (KEYS / 8)           // 8-token n-tiles of S
-#define KC (KEYS / 16)          // 16-token k-steps of P V
-#define OCOLS (CKV_DIM / WARPS) // output columns per warp
-#define DN (OCOLS / 8)          // 8-column n-tiles of O per warp
-#define ROWQ 72                 // 16-byte chunks per staged row (64 ckv + 8 kpe)
-#define CKQ 64
+#define OCOLS (CKV_DIM / WARPS)     // ckv dims of S and output columns of P V per warp
+#define NCG (OCOLS / 32)            // 32-dim groups (two k-steps each) of a warp's slice
+#define KPW (KPE_DIM / 16 / WARPS)  // kpe k-steps per warp
+#define KSW (2 * NCG + KPW)         // k-steps of S per warp
+#define NT (KEYS / 8)               // 8-token n-tiles of S
+#define KC (KEYS / 16)              // 16-token k-steps of P V
+#define DN (OCOLS / 8)              // 8-column n-tiles of O per warp
+#define VCH (OCOLS / 8)             // 16-byte chunks per staged V row
 #define LN2 0.6931471805599453f
-#define SWZ(r) ((((r) & 3) << 1) | (((r) >> 2) & 1))
+#define VSW(r) ((r) & 7)
+#define CHK(c) (8 * ((c) >> 1) + ((c) & 1))  // slice chunk of a lane's register c, less 2t
 
-#if (NKS % WARPS) || (CKV_DIM % (8 * WARPS)) || (KEYS % 16)
-#error "mla_mma_nv.cl: WARPS must divide 36 k-steps and 64 column tiles (2 or 4); KEYS a multiple of 16"
+#if (WARPS != 2 && WARPS != 4) || (KEYS != 16 && KEYS != 32)
+#error "mla_mma_nv.cl: WARPS must be 2 or 4 and KEYS 16 or 32"
 #endif
 
 #include "mma_ptx_nv.clh"
 #include "mma_softmax_nv.clh"
 
 #if FP8
-typedef uint2 RAW;
+typedef uint2 RAWC;  // 8 fp8 codes
+typedef uint RAWK;   // 4 fp8 codes
 // Two fp8 codes (bits 0-7 and 8-15 of x) -> two f16 (lo in the low half), plain integer
 // ops. e4m3: the f16 with e4m3's exponent/mantissa fields is value * 2^-8 exactly
 // (normals and subnormals alike); e5m2 is the top byte of an f16.
@@ -119,12 +114,15 @@ inline uint fp8x2_to_f16x2(uint x) {
   return s << 8;
 #endif
 }
-inline uint4 stage_chunk(RAW w) {
+inline uint4 dec_chunk(RAWC w) {
   return (uint4)(fp8x2_to_f16x2(w.x), fp8x2_to_f16x2(w.x >> 16), fp8x2_to_f16x2(w.y), fp8x2_to_f16x2(w.y >> 16));
 }
+inline uint2 dec_kpe(RAWK w) { return (uint2)(fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16)); }
 #else
-typedef uint4 RAW;
-#define stage_chunk(w) (w)
+typedef uint4 RAWC;
+typedef uint2 RAWK;
+#define dec_chunk(w) (w)
+#define dec_kpe(w) (w)
 #endif
 
 // q element d (0..575) of query vector row `qrow`, times `sc`.
@@ -140,9 +138,16 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
              __global void* o, int o_dt, __global float* lse, int has_lse,
              __global float* ws, ulong lse_off, int H,
              long ckv_sp, long ckv_st, long kpe_sp, long kpe_st, long kpe_base,  // in 32-bit words
-             int log2_page, float q_scale, float v_scale) {
-  __local uint4 lat[NSTAGE * KEYS * ROWQ];
-  __local float4 sp[WARPS * NT * 32];  // partial S of every warp, C-fragment order
+             int log2_page, float q_scale, float v_scale
+#if FUSE_MERGE
+             , __global volatile int* counters, int merge_off, int pmap_off, int counter_off, int n_hblk
+#endif
+             ) {
+  __local uint4 vb[WARPS * KEYS * VCH];   // every warp's staged V (its own slice)
+  __local float4 sp[2 * WARPS * NT * 32];  // partial S of every warp, C-fragment order, 2 buffers
+#if FUSE_MERGE
+  __local int fm_last;
+#endif
   PTX_SCRATCH
 
   const int tid = get_local_id(0);
@@ -159,12 +164,15 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const int lim_lo = ok_lo ? cbase + r_lo : -1, lim_hi = ok_hi ? cbase + r_hi : -1;  // last visible key
   const size_t q_lo = (size_t)(row0 + r_lo) * H + h_lo, q_hi = (size_t)(row0 + r_hi) * H + h_hi;
 
-  // A fragments of this warp's k-steps, pre-scaled, in S's permuted k order.
+  // A fragments of this warp's k-steps, pre-scaled, in the permuted k order: ckv k-step
+  // 2c + e covers dims OCOLS w + 8 CHK(c) + 16t + 4e + 0..3, kpe k-step i dims 512 + 16 (KPW
+  // w + i) + 4t + 0..3.
   const float qs = q_scale * KV_RAW;
   uint qa[KSW][4];
 #pragma unroll
   for (int i = 0; i < KSW; ++i) {
-    const int d0 = 16 * (WARPS * i + warp) + 4 * t;
+    const int d0 = i < 2 * NCG ? OCOLS * warp + 8 * CHK(i >> 1) + 16 * t + 4 * (i & 1)
+                               : CKV_DIM + 16 * (KPW * warp + i - 2 * NCG) + 4 * t;
     float x[4], y[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -175,83 +183,41 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     qa[i][2] = pack2(x[2], x[3]), qa[i][3] = pack2(y[2], y[3]);
   }
 
-  // Per-lane read offsets, few and loop-invariant (everything else is an immediate):
-  // S: warp w owns k-steps ks = WARPS i + w; its B fragment is row g (+ 8 j), 8-byte unit
-  // 2 ((2 ks + (t >> 1)) ^ SWZ(g)) + (t & 1) = 2 ((2 WARPS i) & ~7) + su[((2 WARPS i) >> 2) & 1].
-  __local const uint2* const sb_base = (__local const uint2*)lat + g * (2 * ROWQ) + (t & 1);
-  const int fg = SWZ(g), sy = 2 * warp + (t >> 1);  // sy < 8
-  const int su0 = 2 * (sy ^ fg), su1 = 2 * ((4 + sy) ^ fg);
-#define SU(i) (2 * ((2 * WARPS * (i)) & ~7) + ((((2 * WARPS * (i)) >> 2) & 1) ? su1 : su0))
-  // P V: rows 16 kc + 2t + {0, 1, 8, 9}, column OCOLS w + 8 n + g at ushort offset
-  // row * 576 + 8 ((col >> 3) ^ SWZ(row)) + g. SWZ(2t + 1) = SWZ(2t) ^ 2 and OCOLS w / 8 is a
-  // multiple of 8, so both rows' offsets come from one table: vo[i] = 8 (OCOLS w / 8 + (i ^ SWZ(2t))).
-  __local const ushort* const vb0_base = (__local const ushort*)lat + (2 * t) * (8 * ROWQ) + g;
-  __local const ushort* const vb1_base = vb0_base + 8 * ROWQ;
-  int vo[8];
-  {
-    const int fe = SWZ(2 * t);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) vo[i] = OCOLS * warp + 8 * (i ^ fe);
+  // Loads: lane (g, t) of warp w reads tokens T0 + g + 8j of the tile: ckv chunks VCH w +
+  // CHK(c) + 2t (c < NCG) and kpe words of its k-steps; word offsets of the chunk columns
+  // are per-lane constants.
+  const long cgo = (long)(VCH * warp + 2 * t) * CHW;
+  const long kgo = kpe_base + (long)(2 * CHW * KPW * warp) + (long)(t * CHW / 2);
+  const int pmask = (1 << log2_page) - 1;
+#define LOAD_TILE(KCR, KPR, T0)                                                                    \
+  _Pragma("unroll") for (int j_ = 0; j_ < NT; ++j_) {                                              \
+    const int tk_ = (T0) + g + 8 * j_;                                                             \
+    if (tk_ < ke) {                                                                                \
+      const long pg_ = (long)page_ids[pbase + (tk_ >> log2_page)], sl_ = (long)(tk_ & pmask);      \
+      __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                          \
+      __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                          \
+      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
+      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = *(__global const RAWK*)(kp_ + 2 * CHW * i_); \
+    } else {                                                                                       \
+      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = (RAWC)(0u);                 \
+      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = (RAWK)(0u);                 \
+    }                                                                                              \
   }
-  // LDSM: lane l gives the address of token (l & 15) of the 16-key step, chunk DN w + n +
-  // (l >> 4) (n even) at physical chunk DN w + (n & ~7) + lo2[(n & 7) / 2] (the row swizzle
-  // flips only the low 3 bits of a chunk index).
-  __local const uint4* const lb_base = lat + (lane & 15) * ROWQ + DN * warp;
+
+  // Staging of this warp's chunks (token g + 8j, chunk CHK(c) + 2t) and the ldmatrix addresses:
+  // lane l gives token (l & 15) of a 16-token k-step, chunk n + (l >> 4) (n even) at physical
+  // chunk n ^ (l >> 4) ^ VSW(l & 7) = (n & ~7) + lo2[(n & 7) / 2].
+  __local uint4* const vw = vb + warp * (KEYS * VCH);
+  // Chunk CHK(c) + 2t of token g + 8j at 8 (c >> 1) + ((2t ^ VSW(g)) ^ (c & 1)): VST(j, c)
+  // below, from one per-lane offset per n-tile.
+  int vsw[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) vsw[j] = (g + 8 * j) * VCH + ((2 * t) ^ VSW(g));
+#define VST(j, c) (((c) & 1 ? vsw[j] ^ 1 : vsw[j]) + 8 * ((c) >> 1))
+  __local const uint4* const lb = vw + (lane & 15) * VCH;
   int lo2[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) lo2[i] = (2 * i + (lane >> 4)) ^ SWZ(lane & 7);
-
-  // Staging: ckv chunk k = tid % 64 of rows RB i + (tid / 64) (RB = WGSZ / 64 rows per step);
-  // kpe chunk 64 + tid % 8 of rows (WGSZ / 8) i + tid / 8. SWZ(2i + b) = SWZ(2i) ^ 2b, so the
-  // swizzled ckv chunk is (k ^ 2b) ^ SWZ(RB i) with SWZ(RB i) a constant (RB = 1 or 2).
-#define RB (WGSZ / 64)
-#define PFC (KEYS * 64 / WGSZ)  // ckv chunks per work-item per tile
-#define PFK (KEYS * 8 / WGSZ)   // kpe chunks per work-item per tile
-#if (KEYS * 8) % WGSZ || (RB != 1 && RB != 2)
-#error "mla_mma_nv.cl: KEYS * 8 must be a multiple of the work-group size (32 WARPS), WARPS 2 or 4"
-#endif
-  const int ck = tid & 63, cb = tid >> 6, ckx = ck ^ (2 * cb);
-  const int kk = tid & 7, kn = tid >> 3, kkx = CKQ + (kk ^ SWZ(kn));
-  const long cgo = (long)ck * CHW, kgo = kpe_base + (long)kk * CHW;
-  const int pmask = (1 << log2_page) - 1;
-  RAW pf[PFC + PFK];
-  // This work-item's chunk i of a tile: tile row and swizzled local chunk (ckv, kpe), and
-  // the global address of its chunk column in token TK's row (TK < ke).
-#define CKV_ROW(I) (RB * (I) + cb)
-#define KPE_ROW(I) ((WGSZ / 8) * (I) + kn)
-#define CKV_DST(I) (CKV_ROW(I) * ROWQ + (ckx ^ SWZ(RB * (I))))
-#define KPE_DST(I) (KPE_ROW(I) * ROWQ + kkx)
-#define CKV_SRC(TK) (ckv + (long)page_ids[pbase + ((TK) >> log2_page)] * ckv_sp + (long)((TK) & pmask) * ckv_st + cgo)
-#define KPE_SRC(TK) (kpe + (long)page_ids[pbase + ((TK) >> log2_page)] * kpe_sp + (long)((TK) & pmask) * kpe_st + kgo)
-#define LOAD_TILE(T0)                                                                              \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) {                                             \
-    const int tk_ = (T0) + CKV_ROW(i_);                                                            \
-    pf[i_] = (RAW)(0u);                                                                            \
-    if (tk_ < ke) pf[i_] = *(__global const RAW*)CKV_SRC(tk_);                                     \
-  }                                                                                                \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) {                                             \
-    const int tk_ = (T0) + KPE_ROW(i_);                                                            \
-    pf[PFC + i_] = (RAW)(0u);                                                                      \
-    if (tk_ < ke) pf[PFC + i_] = *(__global const RAW*)KPE_SRC(tk_);                               \
-  }
-#define STORE_TILE()                                                                               \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) lat[CKV_DST(i_)] = stage_chunk(pf[i_]);       \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) lat[KPE_DST(i_)] = stage_chunk(pf[PFC + i_]);
-
-#if ASYNC
-  // Tile T0's chunks into stage buffer B (same places as STORE_TILE); chunks past the range
-  // are zero-filled (their address is the first key's, always valid).
-#define ISSUE_TILE(T0, B)                                                                          \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFC; ++i_) {                                             \
-    const int tk_ = (T0) + CKV_ROW(i_);                                                            \
-    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + CKV_DST(i_), CKV_SRC(tk_ < ke ? tk_ : kb), tk_ < ke ? 16 : 0); \
-  }                                                                                                \
-  _Pragma("unroll") for (int i_ = 0; i_ < PFK; ++i_) {                                             \
-    const int tk_ = (T0) + KPE_ROW(i_);                                                            \
-    CP_ASYNC16(lat + (B) * (KEYS * ROWQ) + KPE_DST(i_), KPE_SRC(tk_ < ke ? tk_ : kb), tk_ < ke ? 16 : 0); \
-  }                                                                                                \
-  CP_COMMIT();
-#endif
+  for (int i = 0; i < 4; ++i) lo2[i] = (2 * i) ^ (lane >> 4) ^ VSW(lane & 7);
 
   float oacc[DN][4];
 #pragma unroll
@@ -259,101 +225,76 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   float lsum[4] = {0.f, 0.f, 0.f, 0.f};  // row sums of P (lsum[0] = row g, lsum[2] = row g + 8)
   float m_lo = CLATTN_NEG_INF, m_hi = CLATTN_NEG_INF;
 
-#if ASYNC
-  if (kb < ke) { ISSUE_TILE(kb, 0) }
-  int stage = 0;
-  for (int t0 = kb; t0 < ke; t0 += KEYS, stage ^= 1) {
-    barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with the previous tile (stage ^ 1)
-    if (t0 + KEYS < ke) {
-      ISSUE_TILE(t0 + KEYS, stage ^ 1)  // next tile's copies fly during this one
-    } else {
-      CP_COMMIT();  // an empty group: CP_WAIT1 below then waits for this tile's
-    }
-    CP_WAIT1();
-    barrier(CLK_LOCAL_MEM_FENCE);
-    __local const uint2* const sb = sb_base + stage * (2 * KEYS * ROWQ);
-    __local const ushort* const vb0 = vb0_base + stage * (8 * KEYS * ROWQ);
-    __local const ushort* const vb1 = vb1_base + stage * (8 * KEYS * ROWQ);
-    __local const uint4* const lb = lb_base + stage * (KEYS * ROWQ);
-#else
-  if (kb < ke) { LOAD_TILE(kb) }
-  for (int t0 = kb; t0 < ke; t0 += KEYS) {
-    barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with the previous tile
-    STORE_TILE();
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (t0 + KEYS < ke) { LOAD_TILE(t0 + KEYS) }  // next tile's loads fly during this one
-    __local const uint2* const sb = sb_base;
-    __local const ushort* const vb0 = vb0_base;
-    __local const ushort* const vb1 = vb1_base;
-    __local const uint4* const lb = lb_base;
-#endif
+  // One tile from the registers KCR/KPR (loaded a tile earlier) while the next tile's loads
+  // fly into KCN/KPN; sp buffer BUF.
+#define TILE(KCR, KPR, KCN, KPN, T0, BUF)                                                          \
+  {                                                                                                \
+    float s[NT][4], s2[NT][4];                                                                     \
+    _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;                                                 \
+      s2[j][0] = s2[j][1] = s2[j][2] = s2[j][3] = 0.f;                                             \
+    }                                                                                              \
+    _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
+      _Pragma("unroll") for (int c = 0; c < NCG; ++c) {                                            \
+        const uint4 b = dec_chunk(KCR[j][c]);                                                      \
+        MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);                \
+        MMA(s2[j], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], b.z, b.w); \
+      }                                                                                            \
+      _Pragma("unroll") for (int i = 0; i < KPW; ++i) {                                            \
+        const uint2 b = dec_kpe(KPR[j][i]);                                                        \
+        const int k_ = 2 * NCG + i;                                                                \
+        MMA(s[j], qa[k_][0], qa[k_][1], qa[k_][2], qa[k_][3], b.x, b.y);                            \
+      }                                                                                            \
+      sp[(((BUF) * WARPS + warp) * NT + j) * 32 + lane] =                                          \
+          (float4)(s[j][0] + s2[j][0], s[j][1] + s2[j][1], s[j][2] + s2[j][2], s[j][3] + s2[j][3]); \
+    }                                                                                              \
+    BAR_WARP(); /* this warp's ldmatrix reads of the previous tile are done */                     \
+    _Pragma("unroll") for (int j = 0; j < NT; ++j)                                                 \
+      _Pragma("unroll") for (int c = 0; c < NCG; ++c) vw[VST(j, c)] = dec_chunk(KCR[j][c]);    \
+    barrier(CLK_LOCAL_MEM_FENCE); /* partial S of every warp and this warp's V visible */          \
+    /* the next tile's loads fly during the rest of this one and the next one's start */         \
+    if ((T0) + KEYS < ke) { LOAD_TILE(KCN, KPN, (T0) + KEYS) }                                     \
+    /* Full S, summed in warp order (identical in every warp), then the mask. */                   \
+    _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
+      float4 a = sp[((BUF) * WARPS * NT + j) * 32 + lane];                                         \
+      _Pragma("unroll") for (int w = 1; w < WARPS; ++w) a += sp[(((BUF) * WARPS + w) * NT + j) * 32 + lane]; \
+      const int c0 = (T0) + 8 * j + 2 * t;                                                         \
+      s[j][0] = (c0 < ke && c0 <= lim_lo) ? a.x : CLATTN_NEG_INF;                                  \
+      s[j][1] = (c0 + 1 < ke && c0 + 1 <= lim_lo) ? a.y : CLATTN_NEG_INF;                          \
+      s[j][2] = (c0 < ke && c0 <= lim_hi) ? a.z : CLATTN_NEG_INF;                                  \
+      s[j][3] = (c0 + 1 < ke && c0 + 1 <= lim_hi) ? a.w : CLATTN_NEG_INF;                          \
+    }                                                                                              \
+    float mx_lo = m_lo, mx_hi = m_hi;                                                              \
+    _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
+      mx_lo = fmax(mx_lo, fmax(s[j][0], s[j][1]));                                                 \
+      mx_hi = fmax(mx_hi, fmax(s[j][2], s[j][3]));                                                 \
+    }                                                                                              \
+    uint pa[KC][4];                                                                                \
+    SOFTMAX_STEP(mx_lo, mx_hi, m_lo, m_hi, s, pa, oacc, lsum);                                     \
+    /* O += P V over this warp's columns; row sums of the rounded P by an mma against ones. */     \
+    _Pragma("unroll") for (int kc = 0; kc < KC; ++kc) {                                            \
+      MMA(lsum, pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], ONE2, ONE2);                           \
+      _Pragma("unroll") for (int n = 0; n < DN; n += 2) {                                          \
+        uint b0, b1, b2, b3;                                                                       \
+        LDSM_X4_T(lb + kc * (16 * VCH) + (n & ~7) + lo2[(n & 7) >> 1], b0, b1, b2, b3);            \
+        MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);                          \
+        MMA(oacc[n + 1], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b2, b3);                      \
+      }                                                                                            \
+    }                                                                                              \
+  }
 
-    // Partial S over this warp's k-steps.
-    float s[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-    for (int i = 0; i < KSW; ++i) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const uint2 b = sb[8 * j * (2 * ROWQ) + SU(i)];
-        MMA(s[j], qa[i][0], qa[i][1], qa[i][2], qa[i][3], b.x, b.y);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < NT; ++j) sp[(warp * NT + j) * 32 + lane] = (float4)(s[j][0], s[j][1], s[j][2], s[j][3]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    // Full S, summed in warp order (identical in every warp), then the mask.
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      float4 a = sp[j * 32 + lane];
-#pragma unroll
-      for (int w = 1; w < WARPS; ++w) a += sp[(w * NT + j) * 32 + lane];
-      const int c0 = t0 + 8 * j + 2 * t;
-      s[j][0] = (c0 < ke && c0 <= lim_lo) ? a.x : CLATTN_NEG_INF;
-      s[j][1] = (c0 + 1 < ke && c0 + 1 <= lim_lo) ? a.y : CLATTN_NEG_INF;
-      s[j][2] = (c0 < ke && c0 <= lim_hi) ? a.z : CLATTN_NEG_INF;
-      s[j][3] = (c0 + 1 < ke && c0 + 1 <= lim_hi) ? a.w : CLATTN_NEG_INF;
-    }
-
-    // Online softmax: row max over the tile (4 lanes share a row).
-    float mx_lo = m_lo, mx_hi = m_hi;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      mx_lo = fmax(mx_lo, fmax(s[j][0], s[j][1]));
-      mx_hi = fmax(mx_hi, fmax(s[j][2], s[j][3]));
-    }
-    uint pa[KC][4];
-    SOFTMAX_STEP(mx_lo, mx_hi, m_lo, m_hi, s, pa, oacc, lsum);
-
-    // O += P V over this warp's columns; row sums of the rounded P by an mma against ones.
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {
-      MMA(lsum, pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], ONE2, ONE2);
-#if LDSM
-#pragma unroll
-      for (int n = 0; n < DN; n += 2) {
-        uint b0, b1, b2, b3;
-        LDSM_X4_T(lb + kc * (16 * ROWQ) + (n & ~7) + lo2[(n & 7) >> 1], b0, b1, b2, b3);
-        MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);
-        MMA(oacc[n + 1], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b2, b3);
-      }
-#else
-      __local const ushort* const r0 = vb0 + kc * (16 * 8 * ROWQ);
-      __local const ushort* const r1 = vb1 + kc * (16 * 8 * ROWQ);
-#pragma unroll
-      for (int n = 0; n < DN; ++n) {
-        const int oe = vo[n & 7] + 8 * (n & ~7), oo = vo[(n ^ 2) & 7] + 8 * (n & ~7);
-        const uint b0 = (uint)r0[oe] | ((uint)r1[oo] << 16);
-        const uint b1 = (uint)r0[8 * (8 * ROWQ) + oe] | ((uint)r1[8 * (8 * ROWQ) + oo] << 16);
-        MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);
-      }
-#endif
-    }
+  RAWC kca[NT][NCG], kcb[NT][NCG];
+  RAWK kpa[NT][KPW], kpb[NT][KPW];
+  if (kb < ke) { LOAD_TILE(kca, kpa, kb) }
+  for (int t0 = kb; t0 < ke; t0 += 2 * KEYS) {
+    TILE(kca, kpa, kcb, kpb, t0, 0)
+    if (t0 + KEYS >= ke) break;
+    TILE(kcb, kpb, kca, kpa, t0 + KEYS, 1)
   }
 
   // Normalisation and stores: lane (g, t) of warp w holds rows g, g+8, columns
   // OCOLS w + 8 n + 2t, +1.
+  const int col0 = OCOLS * warp + 2 * t;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const bool ok = hh ? ok_hi : ok_lo;
@@ -362,7 +303,6 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     const float inv = l > 0.f ? v_scale * KV_RAW / l : 0.f;
     const float lse_v = l > 0.f ? (m + log2(l)) * LN2 : CLATTN_NEG_INF;
     const size_t qrow = hh ? q_hi : q_lo;
-    const int col0 = OCOLS * warp + 2 * t;
     if (wpart < 0) {
       if (o_dt == DT_F16 || o_dt == DT_BF16) {
         __global uint* o32 = (__global uint*)o + (qrow * CKV_DIM + col0) / 2;
@@ -385,4 +325,70 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
       if (warp == 0 && t == 0) ws[lse_off + wrow] = lse_v;
     }
   }
+
+#if FUSE_MERGE
+  if (wpart < 0 || pmap_off < 0) return;  // uniform over the group; pmap_off < 0: a merge pass follows
+  // This part's rows are written; make them visible before counting it (threadfence
+  // reduction). The group that brings the count to the merge entry's parts merges them all.
+  mem_fence(CLK_GLOBAL_MEM_FENCE);
+  barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+  const int mi = tab[pmap_off + wpart];
+  __global const int* mg = tab + merge_off + 4 * mi;
+  const int first = mg[1], np = mg[2];
+  if (tid == 0) {
+    __global volatile int* cnt = counters + counter_off + mi * n_hblk + vbeg / 16;
+    const int last = atomic_inc(cnt) == np - 1;
+    if (last) atomic_xchg(cnt, 0);  // ready for the next run of the plan
+    fm_last = last;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (!fm_last) return;
+  mem_fence(CLK_GLOBAL_MEM_FENCE);
+  // Rows g, g + 8 (heads h_lo, h_hi), this lane's columns, parts first .. first + np - 1 in
+  // order; the parts' lse become weights exp(lse - max), as merge_partials does.
+  __global volatile const float* wl = ws + lse_off + (size_t)first * H;
+  __global volatile const float2* wx = (__global volatile const float2*)ws + ((size_t)first * H * CKV_DIM + col0) / 2;
+  float M_lo = CLATTN_NEG_INF, M_hi = CLATTN_NEG_INF;
+  for (int p = 0; p < np; ++p) {
+    if (ok_lo) M_lo = fmax(M_lo, wl[(size_t)p * H + h_lo]);
+    if (ok_hi) M_hi = fmax(M_hi, wl[(size_t)p * H + h_hi]);
+  }
+  float2 acc_lo[DN], acc_hi[DN];
+#pragma unroll
+  for (int n = 0; n < DN; ++n) acc_lo[n] = acc_hi[n] = (float2)(0.f);
+  float den_lo = 0.f, den_hi = 0.f;
+  for (int p = 0; p < np; ++p) {
+    const float l_lo = ok_lo ? wl[(size_t)p * H + h_lo] : CLATTN_NEG_INF;
+    const float l_hi = ok_hi ? wl[(size_t)p * H + h_hi] : CLATTN_NEG_INF;
+    const float w_lo = l_lo == CLATTN_NEG_INF ? 0.f : exp(l_lo - M_lo);
+    const float w_hi = l_hi == CLATTN_NEG_INF ? 0.f : exp(l_hi - M_hi);
+    __global volatile const float2* xl = wx + ((size_t)p * H + h_lo) * (CKV_DIM / 2);
+    __global volatile const float2* xh = wx + ((size_t)p * H + h_hi) * (CKV_DIM / 2);
+    float2 vl[DN], vh[DN];
+#pragma unroll
+    for (int n = 0; n < DN; ++n) {
+      vl[n] = w_lo > 0.f ? xl[4 * n] : (float2)(0.f);
+      vh[n] = w_hi > 0.f ? xh[4 * n] : (float2)(0.f);
+    }
+    den_lo += w_lo, den_hi += w_hi;
+#pragma unroll
+    for (int n = 0; n < DN; ++n) acc_lo[n] += w_lo * vl[n], acc_hi[n] += w_hi * vh[n];
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    if (!(hh ? ok_hi : ok_lo)) continue;
+    const float den = hh ? den_hi : den_lo, inv = den > 0.f ? 1.f / den : 0.f;
+    const size_t qrow = hh ? q_hi : q_lo;
+#pragma unroll
+    for (int n = 0; n < DN; ++n) {
+      const float2 v = (hh ? acc_hi[n] : acc_lo[n]) * inv;
+      const size_t out = qrow * CKV_DIM + col0 + 8 * n;
+      if (o_dt == DT_F16 || o_dt == DT_BF16)
+        ((__global uint*)o)[out / 2] = o_dt == DT_F16 ? pack2_f16(v.x, v.y) : pack2_bf16(v.x, v.y);
+      else
+        ((__global float2*)o)[out / 2] = v;
+    }
+    if (has_lse && warp == 0 && t == 0) lse[qrow] = den > 0.f ? (hh ? M_hi : M_lo) + log(den) : CLATTN_NEG_INF;
+  }
+#endif
 }

@@ -198,9 +198,13 @@ size_t generic_local_bytes(int rows, int keys, int d) {
 }
 // extend_mma_nv.cl: Ks [keys][KRS words] (rows swizzled when d/8 is a multiple of 8, else
 // padded to 16 mod 32 words), Vt [d][keys/2 words], key row offsets of two tiles [2][keys] (long).
-size_t mma_local_bytes(int keys, int d) {
-  const int half = d / 2;
-  const int krs = (d / 8) % 8 == 0 ? half : half + (48 - half % 32) % 32;
+// ASYNC (cp.async, 16-bit KV): two stages of Ks and of V rows (d / 8 chunks, padded to an odd
+// count unless a multiple of 8).
+size_t mma_local_bytes(int keys, int d, bool async) {
+  const int half = d / 2, cpr = d / 8;
+  const int krs = cpr % 8 == 0 ? half : half + (48 - half % 32) % 32;
+  if (async) return 2 * size_t(keys) * krs * 4 + 2 * size_t(keys) * size_t(cpr % 8 == 0 ? cpr : cpr | 1) * 16 +
+                    size_t(keys) * 2 * 8;
   return size_t(keys) * krs * 4 + size_t(d) * (keys / 2) * 4 + size_t(keys) * 2 * 8;
 }
 
@@ -238,10 +242,15 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       t.keys = param(e, over, "MMA_KEYS");
       if (t.keys != 32 && t.keys != 64 && t.keys != 128)
         rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 32, 64 or 128");
+      auto pit = over.find("MMA_ASYNC");
+      bool async = (pit != over.end() ? pit->second : e.get_or("MMA_ASYNC", 0)) != 0 && es == 2;
+      // Two stages of the smallest tile (32 keys) exceed local memory at D >= 192: stage through
+      // registers there (one K and one transposed-V tile).
+      if (async && mma_local_bytes(32, kv.head_dim, true) > lmax) async = false;
       // keys <= work-items: the kernel gives each key's row offset to one work-item
-      while (t.keys > 32 && (t.keys > t.wg || mma_local_bytes(t.keys, kv.head_dim) > lmax)) t.keys /= 2;
-      if (mma_local_bytes(t.keys, kv.head_dim) > lmax) {
-        *why_not_mma = "tensor-core tiles need " + to_string(mma_local_bytes(t.keys, kv.head_dim)) +
+      while (t.keys > 32 && (t.keys > t.wg || mma_local_bytes(t.keys, kv.head_dim, async) > lmax)) t.keys /= 2;
+      if (mma_local_bytes(t.keys, kv.head_dim, async) > lmax) {
+        *why_not_mma = "tensor-core tiles need " + to_string(mma_local_bytes(t.keys, kv.head_dim, async)) +
                        " bytes of local memory, device has " + to_string(lmax);
       } else {
         const bool bf16 = kv.dtype == DType::BF16;
@@ -249,6 +258,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
                                                 {"KV_DT", to_string(int(kv.dtype))},
                                                 {"WARPS", to_string(warps)},
                                                 {"KEYS", to_string(t.keys)},
+                                                {"ASYNC", async ? "1" : "0"},
                                                 {"MMA_BF16", bf16 ? "1" : "0"}};
         t.options = rt::make_options(d);
         out.push_back(t);

@@ -52,6 +52,11 @@ struct MlaPlanState : ops::PlanTable {
   rt::Kernel* merge_k = nullptr;
   size_t wg = 0, merge_wg = 0;
   int work_off = 0, merge_off = 0, log2_page = 0;
+  // Fused split-K merge (mla_mma_nv.cl FUSE_MERGE): the part -> merge entry map and one
+  // zeroed counter per (merge entry, head block) follow the merge entries in the table.
+  bool fuse_kernel = false;  // the kernel was built with FUSE_MERGE (takes the extra arguments)
+  bool fuse = false;         // ... and this plan's merges run in it (pmap_off >= 0)
+  int pmap_off = -1, counter_off = 0, n_hblk = 1;
   float q_scale = 1.0f;
   int64_t lse_off_floats = 0;
   int64_t ckv_sp = 0, ckv_st = 0, kpe_sp = 0, kpe_st = 0, kpe_base = 0;  // 32-bit words
@@ -204,8 +209,8 @@ struct Tile {
   // device and cache allow it: 16 query vectors per group, MMA_WARPS warps, MMA_KEYS tokens.
   bool mma = false;
   int mma_warps = 4, mma_keys = 16;
-  int mma_async = 0;  // 16-bit latents: cp.async into two stage buffers (ASYNC)
-  int mma_ldsm = 0;   // P V's B fragments by ldmatrix.trans (LDSM)
+  bool fuse_merge = true;  // decode: the last part's group merges (FUSE_MERGE) ...
+  int fuse_max_parts = 8;  // ... when no merge has more parts than this (one group reads them all)
   std::string why_not_mma;
 };
 
@@ -214,10 +219,10 @@ int param(const params::Entry& e, const std::map<std::string, int>& over, const 
   return it != over.end() ? it->second : e.get_or(name, fallback);
 }
 
-// mla_mma_nv.cl: the latent tile (keys x 576 16-bit values) + every warp's partial S
-// (16 x keys f32).
-size_t mma_local_bytes(int warps, int keys, int stages) {
-  return size_t(stages) * keys * (kMlaCkvDim + kMlaKpeDim) * 2 + size_t(warps) * 16 * keys * 4;
+// mla_mma_nv.cl: the staged V slices (keys x 512 16-bit values) + two buffers of every
+// warp's partial S (16 x keys f32) + the fused merge's flag.
+size_t mma_local_bytes(int warps, int keys) {
+  return size_t(keys) * kMlaCkvDim * 2 + 2 * size_t(warps) * 16 * keys * 4 + 4;
 }
 
 size_t local_bytes(const Tile& t, DType dt) {
@@ -276,19 +281,18 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
       rt::invalid("mla parameter MMA_KEYS = " + to_string(t.mma_keys) + " must be 16 or 32");
     const bool dt_ok = c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::FP8_E4M3 ||
                        c.dtype == DType::FP8_E5M2;
-    t.mma_async = param(e, ov, "MMA_ASYNC", 0) != 0 && es == 2 ? 1 : 0;
-    t.mma_ldsm = param(e, ov, "MMA_LDSM", 0) != 0 ? 1 : 0;
-    const int stages = t.mma_async ? 2 : 1;
+    t.fuse_merge = param(e, ov, "FUSE_MERGE", 1) != 0;
+    t.fuse_max_parts = param(e, ov, "FUSE_MAX_PARTS", 8);
     const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
-    while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys, stages) > lmax) t.mma_keys /= 2;
+    while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys) > lmax) t.mma_keys /= 2;
     if (!params::variant_available(prof, "nv_mma_sync", &why))
       t.why_not_mma = why;
     else if (!dt_ok)
       t.why_not_mma = std::string("latent ") + dtype_name(c.dtype) + " (tensor cores take f16/bf16/fp8)";
     else if (!aligned(8 * int(es)))
       t.why_not_mma = "latent strides/offsets are not multiples of " + to_string(8 * es) + " bytes";
-    else if (mma_local_bytes(t.mma_warps, t.mma_keys, stages) > lmax)
-      t.why_not_mma = "tile needs " + to_string(mma_local_bytes(t.mma_warps, t.mma_keys, stages)) +
+    else if (mma_local_bytes(t.mma_warps, t.mma_keys) > lmax)
+      t.why_not_mma = "tile needs " + to_string(mma_local_bytes(t.mma_warps, t.mma_keys)) +
                       " bytes of local memory, device has " + to_string(lmax);
     else if (prof.max_work_group_size && size_t(32 * t.mma_warps) > prof.max_work_group_size)
       t.why_not_mma = "device allows " + to_string(prof.max_work_group_size) + " work-items per group";
@@ -330,13 +334,13 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   };
   std::vector<Cand> cands;
   bool mma = false;
+  const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
   if (tile.mma)
     cands.push_back({"mla_mma_nv.cl", "mla_mma",
                      {"nv_mma_sync", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
                                                        {"WARPS", to_string(tile.mma_warps)},
                                                        {"KEYS", to_string(tile.mma_keys)},
-                                                       {"ASYNC", to_string(tile.mma_async)},
-                                                       {"LDSM", to_string(tile.mma_ldsm)}})},
+                                                       {"FUSE_MERGE", fuse ? "1" : "0"}})},
                      size_t(32 * tile.mma_warps)});
   cands.push_back({"mla.cl", "mla_attn",
                    {"generic", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
@@ -364,6 +368,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
       plan.variant = ch.variant;
       plan.kernel_options = ch.options;
       mma = cands[i].cand.variant == "nv_mma_sync";
+      st->fuse_kernel = mma && fuse;
       break;
     } catch (const Error& e) {
       if (e.status() != Status::BuildFailed || last) throw;
@@ -383,6 +388,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   const int align = mma ? tile.mma_keys : tile.lanes;
   if (!extend) {
     const int n_hblk = (H + qb - 1) / qb;
+    st->n_hblk = n_hblk;
     planner::SplitKVConfig cfg;
     cfg.units_per_item = n_hblk;
     cfg.max_concurrent = int64_t(std::max(1u, c.profile.compute_units)) * tile.wgs_per_cu;
@@ -415,6 +421,17 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->work_off = 0;
   st->merge_off = int(h.size());
   for (const auto& m : merges) h.insert(h.end(), {m.req, m.first, m.count, 0});
+  int max_parts = 0;
+  for (const auto& m : merges) max_parts = std::max(max_parts, m.count);
+  st->fuse = st->fuse_kernel && max_parts <= tile.fuse_max_parts;
+  if (st->fuse) {
+    st->pmap_off = int(h.size());
+    h.resize(h.size() + size_t(plan.num_partials), 0);
+    for (size_t m = 0; m < merges.size(); ++m)
+      for (int p = 0; p < merges[m].count; ++p) h[size_t(st->pmap_off + merges[m].first + p)] = int32_t(m);
+    st->counter_off = int(h.size());
+    h.resize(h.size() + merges.size() * size_t(st->n_hblk), 0);
+  }
   planner::WorkspaceLayout ws = planner::workspace_layout(plan.num_partials, H, kMlaCkvDim);
   plan.workspace_bytes = ws.bytes;
   st->lse_off_floats = ws.lse_offset_bytes / 4;
@@ -425,7 +442,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->kpe_base = cache.kpe_base() * es / 4;
   st->log2_page = log2_int(cache.page_size);
   st->q_scale = opt.sm_scale * 1.4426950408889634f;
-  if (plan.num_merges > 0) {
+  if (plan.num_merges > 0 && !st->fuse) {
     auto mp = ops::merge_program(c);
     st->merge_prog = mp.program;
     st->merge_wg = mp.wg;
@@ -513,15 +530,24 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
   cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
   cl_mem lse = b.lse ? b.lse : dummy;
   cl_mem ws = plan.workspace_bytes > 0 ? b.workspace : dummy;
-  const bool merge = plan.num_merges > 0;
+  // A fused merge mutates the plan's counters: a plan runs one batch at a time (in order).
+  const bool merge = plan.num_merges > 0 && !st->fuse;
   const size_t gws[1] = {size_t(plan.num_work) * st->wg}, lws[1] = {st->wg};
   cl_event ev1 = nullptr;
-  st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr, b.q_nope, b.q_pe,
-                     cl_int(plan.q_dtype), ckv, kpe, page_ids, st->table, cl_int(st->work_off), b.o,
-                     cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H),
-                     cl_long(st->ckv_sp), cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st),
-                     cl_long(st->kpe_base), cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale),
-                     cl_float(b.kv_scale));
+  cl_event* ev = (merge || e.event) ? &ev1 : nullptr;
+  if (st->fuse_kernel)
+    st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), ev, b.q_nope, b.q_pe, cl_int(plan.q_dtype), ckv, kpe,
+                       page_ids, st->table, cl_int(st->work_off), b.o, cl_int(plan.o_dtype), lse,
+                       cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp),
+                       cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base),
+                       cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), st->table,
+                       cl_int(st->merge_off), cl_int(st->pmap_off), cl_int(st->counter_off), cl_int(st->n_hblk));
+  else
+    st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), ev, b.q_nope, b.q_pe, cl_int(plan.q_dtype), ckv, kpe,
+                       page_ids, st->table, cl_int(st->work_off), b.o, cl_int(plan.o_dtype), lse,
+                       cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp),
+                       cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base),
+                       cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale));
   if (!merge) {
     if (e.event) *e.event = ev1;
     return;

@@ -14,6 +14,12 @@
 //   MMA_KEYS   keys per tile (32, 64 or 128); local memory = K tile (KEYS x D halves, rows
 //              padded for D = 80) + transposed V tile (D x KEYS halves) + KEYS row offsets
 //              (halved while it exceeds the device's local memory; below 32 -> generic)
+//   MMA_ASYNC  1: 16-bit K and V tiles by cp.async into two stage buffers (row-major V, P V's
+//              B fragments by ldmatrix.trans; twice the tile memory, so 32 keys at D = 128
+//              and register staging at D >= 192); one barrier per tile, no staging
+//              registers. H100 2026-11-22 (clattn-bench extend --param MMA_ASYNC=1): 154 ->
+//              191 (1 x 4096), 187 -> 235 (1 x 16384), 168 -> 211 (8 x 1024 over 2048)
+//              TFLOP/s; 4 warps: 183 / 218 / 202
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -27,7 +33,7 @@ const std::vector<Row>& rows_extend() {
       {"extend", Level::Generic, "", "d256", {{"KEYS", 16}, {"MMA_KEYS", 32}},
        "variant generic: 16-key steps keep D=256 at 34 KB of local memory (48 KB on NVIDIA, 64 KB on AMD/Intel)"},
       {"extend", Level::Vendor, "nvidia", "*",
-       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 8}, {"MMA_KEYS", 64}},
+       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 8}, {"MMA_KEYS", 64}, {"MMA_ASYNC", 1}},
        "variant nv_mma_sync: FlashAttention-2 (Dao 2023) layout, 8 warps x 16 rows, 64-key K and transposed-V "
        "tiles = 33 KB at D=128 within the 48 KB OpenCL local limit (DEVICE.md); the next K and V tiles wait in "
        "registers (16 each per work-item with 8 warps) during the current tile's mma.sync m16n8k16 (PTX ISA "
@@ -47,7 +53,7 @@ const std::vector<Row>& rows_extend() {
        "reductions) and 16 rows = one AVX-512 float vector (PoCL pthread device docs); not tuned"},
       // Tuned on the machine itself (clattn-tune, docs/tuning.md).
       {"extend", Level::Device, "NVIDIA H100 80GB HBM3", "d128",
-       {{"KEYS", 32}, {"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 8}, {"ROWS", 32}, {"WG", 128}},
+       {{"KEYS", 32}, {"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 8}, {"ROWS", 32}, {"WG", 128}, {"MMA_ASYNC", 1}},
        "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 166.9 TFLOP/s; vendor default 163.3, generic 4.368 (geomean over B=4 qo=1024 kv=2048 Hq=32 Hkv=8 D=128 bf16 causal; B=1 qo=4096 kv=4096 Hq=32 Hkv=8 D=128 bf16 causal); 18 candidates, 0 rejected as wrong"},
 
   };

@@ -51,6 +51,7 @@ struct Case {
   double k_scale = 1.0, v_scale = 1.0;
   int64_t head_pad = 0;
   std::string variant;  // ExtendOptions::variant
+  std::map<std::string, int> params;  // ExtendOptions::params
   std::string describe() const {
     std::string s = "B=" + std::to_string(qo.size()) + " (qo,prefix)={";
     for (size_t i = 0; i < qo.size(); ++i)
@@ -245,6 +246,7 @@ ExtendOptions options_of(const Batch& b) {
   o.causal = b.c.causal;
   o.mask_indptr = b.mask_indptr;
   o.variant = b.c.variant;
+  o.params = b.c.params;
   return o;
 }
 
@@ -430,14 +432,19 @@ TEST(Extend, RandomBatches) {
     int G, Hkv;
   };
   const Prog progs[] = {{128, DType::BF16, 4, 2}, {64, DType::F16, 1, 3},      {80, DType::F32, 2, 2},
-                        {96, DType::FP8_E4M3, 8, 1}, {192, DType::FP8_E5M2, 3, 1}, {256, DType::BF16, 16, 1}};
+                        {96, DType::FP8_E4M3, 8, 1}, {192, DType::FP8_E5M2, 3, 1}, {256, DType::BF16, 16, 1},
+                        {80, DType::F16, 2, 1}};
+  const int kProgs = sizeof progs / sizeof progs[0];
   const int pages[] = {1, 4, 16, 32};
   const DType io[] = {DType::F32, DType::F16, DType::BF16};
   test::Rng rng(50);
-  const int kCases = 12;
+  const int kCases = 2 * kProgs;
   for (int n = 0; n < kCases; ++n) {
     Case c;
-    const Prog& p = progs[size_t(n) % (sizeof progs / sizeof progs[0])];
+    const Prog& p = progs[size_t(n % kProgs)];
+    // Tensor-core kernel: every program once with register staging, once with cp.async
+    // stages (16-bit KV; fp8 always stages through registers).
+    c.params["MMA_ASYNC"] = n / kProgs;
     c.D = p.D, c.kv = p.kv, c.G = p.G, c.Hkv = p.Hkv;
     c.P = pages[rng.uniform_int(0, 3)];
     c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];

@@ -129,7 +129,8 @@ TEST(MlaDecode, SplitKOnAndOff) {
 // The tensor-core variant asked for explicitly (MMA=1) over its matrix: bf16 / f16 / fp8
 // latents x H 8 / 16 / 128 x pages 1 / 16 / 64, split-K on and off (each dtype both), then
 // the other tile shapes (MMA_WARPS 2, MMA_KEYS 32) on two more batches, and an fp8 e5m2
-// latent; bf16 and f16 cases alternate between cp.async staging (MMA_ASYNC) and registers. Where
+// latent; split cases alternate between the fused merge (FUSE_MERGE, the default) and the
+// separate merge pass. Where
 // the device can run it, the plan must use it (a failed build would fall back silently);
 // elsewhere this runs the generic kernel.
 TEST(MlaDecode, TensorCoreVariantMatrix) {
@@ -156,8 +157,8 @@ TEST(MlaDecode, TensorCoreVariantMatrix) {
     o.params["MMA"] = 1;
     if (c == 9) o.params["MMA_WARPS"] = 2;
     if (c == 9 || c == 10) o.params["MMA_KEYS"] = 32;
-    o.params["MMA_ASYNC"] = (c / 2) % 2;  // cp.async stages (16-bit latents) and register staging
-    o.params["MMA_LDSM"] = c % 2;         // P V's B fragments by ldmatrix.trans or 16-bit loads
+    o.params["FUSE_MERGE"] = (c / 2) % 2 == 0;  // split-K merged by the last part's group, or a merge pass
+    o.params["FUSE_MAX_PARTS"] = 1024;          // fused even with the many tiny parts below
     const bool split = c % 2 == 0;
     if (split) o.params["MIN_CHUNK"] = 16, o.params["WGS_PER_CU"] = 1024;
     else o.max_splits = 1;
