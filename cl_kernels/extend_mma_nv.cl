@@ -351,13 +351,16 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // one tile before the offset is needed (PF_LOAD), so no page-table latency sits in front
   // of a barrier; PF_STORE writes the offset (-1 past kv_end) into roff buffer (T & 1).
   int pf_page = 0, pf_slot = 0;
+  // Power-of-two pages (the usual case) split a token index by shift and mask: warp 0 does
+  // this for every tile while the other warps wait at the next barrier.
+  const int pg_log2 = (page_size & (page_size - 1)) == 0 ? 31 - clz(page_size) : -1;
 #define PF_LOAD(T)                                                                              \
   if (tid < KEYS) {                                                                             \
     const int key_ = kv_begin + (T) * KEYS + tid;                                               \
     if (paged && key_ < kv_end) {                                                               \
       const int tt_ = key_ + tok_off;                                                           \
-      pf_slot = tt_ % page_size;                                                                \
-      pf_page = page_ids[base + tt_ / page_size];                                               \
+      pf_slot = pg_log2 >= 0 ? tt_ & (page_size - 1) : tt_ % page_size;                         \
+      pf_page = page_ids[base + (pg_log2 >= 0 ? tt_ >> pg_log2 : tt_ / page_size)];             \
     }                                                                                           \
   }
 #define PF_STORE(T)                                                                             \
