@@ -29,6 +29,11 @@ struct Harness {
   std::string json_out;  // optional: append result rows as JSON lines to this file
 
   const Limits& get_limits();
+  // Streaming read of `bytes` (rounded to MiB), measured once per size: the same kernel as
+  // the limit over the op's own byte count, which shows the per-launch ramp that a bare read
+  // of that size pays too (printed beside the limit for ops reading less than it).
+  double same_size_read_gbps(double bytes);
+  std::map<size_t, double> same_size_reads;
   // Runs `enqueue` (which enqueues one call on ctx's queue) warmup + iters samples of
   // `reps` calls; returns the median per-call device milliseconds between a marker before
   // and a marker after each sample.

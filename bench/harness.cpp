@@ -153,18 +153,32 @@ std::vector<std::map<std::string, int>> parse_grid(const std::string& g) {
   return out;
 }
 
+double Harness::same_size_read_gbps(double bytes) {
+  const size_t mib = std::max<size_t>(1, size_t(bytes / double(1 << 20) + 0.5));
+  auto it = same_size_reads.find(mib);
+  if (it != same_size_reads.end()) return it->second;
+  const double g = measure_limits(ctx(), mib << 20).stream_read_gbps;
+  same_size_reads[mib] = g;
+  return g;
+}
+
 void Harness::report(const std::string& op, const std::string& shape, double ms, double bytes, double flops,
                      const std::string& limit_kind) {
   const Limits& L = get_limits();
   double gbps = bytes / (ms * 1e6);
   double tflops = flops / (ms * 1e9);
-  double pct = 0;
+  double pct = 0, same = 0;
   std::string limit_desc;
   if (limit_kind == "stream_read") {
     pct = 100.0 * gbps / L.stream_read_gbps;
-    char buf[64];
+    char buf[128];
     std::snprintf(buf, sizeof buf, "%% of stream-read %.1f GB/s", L.stream_read_gbps);
     limit_desc = buf;
+    if (bytes < 0.75 * double(L.bytes)) {
+      same = same_size_read_gbps(bytes);
+      std::snprintf(buf, sizeof buf, " | same-size read %.0f GB/s: %.1f%%", same, 100.0 * gbps / same);
+      limit_desc += buf;
+    }
   }
   std::string idle;
   if (reps > 1 && idle_ms > 0) {
@@ -180,7 +194,7 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
     out << "{\"op\":\"" << op << "\",\"shape\":\"" << shape << "\",\"ms\":" << ms << ",\"gbps\":" << gbps
         << ",\"tflops\":" << tflops << ",\"pct_of_limit\":" << pct << ",\"reps\":" << reps
         << ",\"idle_ms\":" << idle_ms << ",\"host_us\":" << host_us << ",\"limit_gbps\":" << L.stream_read_gbps
-        << ",\"device\":\"" << ctx().profile().device_name << "\"}\n";
+        << ",\"same_size_read_gbps\":" << same << ",\"device\":\"" << ctx().profile().device_name << "\"}\n";
   }
 }
 
