@@ -61,18 +61,22 @@ void merge_states(__global const void* v, __global const float* s, __global void
 }
 
 // Split-K pass (paged decode without a fused merge, MLA decode): request `req` has
-// num_parts partial states at workspace rows first..first+num_parts-1; one work-group per
-// (tab entry, query head) merges them (merge_parts.clh). tab entries (4 int32 at
-// merge_off + 4*e): {req, first, num_parts, 0}, num_parts <= MERGE_MAXP.
+// num_parts partial states at workspace rows first..first+num_parts-1; col_blocks
+// work-groups per (tab entry, query head) merge them, each a block of the row's float4
+// columns (merge_parts.clh; more groups than rows keep many parts' loads in flight). tab
+// entries (4 int32 at merge_off + 4*e): {req, first, num_parts, 0}, num_parts <= MERGE_MAXP.
 #define MERGE_SUMS (MERGE_WG > MERGE_COLS ? MERGE_WG : MERGE_COLS)
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
 void merge_partials(__global const int* tab, int merge_off, __global const float* ws, ulong lse_off,
                     __global void* o, int o_dt, __global float* lse, int has_lse, __global const float* sinks,
-                    int has_sinks, int Hq, int D) {
+                    int has_sinks, int Hq, int D, int col_blocks) {
   __local float w[MERGE_MAXP];
   __local float red[MERGE_WG];
   __local float4 part_sum[MERGE_SUMS];
-  __global const int* me = tab + merge_off + 4 * get_group_id(0);
+  const int e = (int)get_group_id(0) / col_blocks, cb = (int)get_group_id(0) % col_blocks;
+  const int ncol = D / 4, per = (ncol + col_blocks - 1) / col_blocks;
+  const int c0 = min(ncol, cb * per), c1 = min(ncol, c0 + per);
+  __global const int* me = tab + merge_off + 4 * e;
   merge_parts_head(me[0], me[1], me[2], ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, Hq, D,
-                   get_group_id(1), get_local_id(0), MERGE_WG, w, red, part_sum, MERGE_SUMS);
+                   get_group_id(1), c0, c1, cb == 0, get_local_id(0), MERGE_WG, w, red, part_sum, MERGE_SUMS);
 }

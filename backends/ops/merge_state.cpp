@@ -1,6 +1,8 @@
 // merge_state / merge_states: argument checks, then one launch of cl_kernels/merge_state.cl.
 #include "backends/ops/merge_state.hpp"
 
+#include <algorithm>
+
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "runtime/log.hpp"
@@ -16,6 +18,13 @@ MergeProgram merge_program(detail::ContextImpl& c) {
   m.wg = wg;
   m.program = c.programs.get("merge_state.cl", rt::make_options({{"MERGE_WG", std::to_string(wg)}}));
   return m;
+}
+
+int merge_col_blocks(const DeviceProfile& p, int num_merges, int heads, int head_dim) {
+  const int64_t rows = std::max<int64_t>(1, int64_t(num_merges) * heads);
+  const int64_t want = 2 * int64_t(std::max(1u, p.compute_units));
+  const int64_t cb = (want + rows - 1) / rows;
+  return int(std::clamp<int64_t>(cb, 1, std::max(1, head_dim / 4 / 8)));
 }
 
 namespace {

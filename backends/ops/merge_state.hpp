@@ -15,5 +15,10 @@ struct MergeProgram {
 };
 // Builds (or fetches) the merge program for this context.
 MergeProgram merge_program(detail::ContextImpl& c);
+// Groups per (merge entry, head) row for merge_partials (its col_blocks argument): enough
+// for about two groups per compute unit, each keeping at least 8 float4 columns. A few long
+// rows (B=1 with 128 parts) are otherwise merged by a handful of groups that wait for their
+// parts' loads one round after another.
+int merge_col_blocks(const DeviceProfile& p, int num_merges, int heads, int head_dim);
 
 }  // namespace clattn::ops

@@ -552,11 +552,12 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
     if (e.event) *e.event = ev1;
     return;
   }
-  const size_t mg[2] = {size_t(plan.num_merges) * st->merge_wg, size_t(H)}, ml[2] = {st->merge_wg, 1};
+  const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, plan.num_merges, H, kMlaCkvDim);
+  const size_t mg[2] = {size_t(plan.num_merges) * size_t(cb) * st->merge_wg, size_t(H)}, ml[2] = {st->merge_wg, 1};
   try {
     st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
                         cl_ulong(st->lse_off_floats), b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), dummy,
-                        cl_int(0), cl_int(H), cl_int(kMlaCkvDim));
+                        cl_int(0), cl_int(H), cl_int(kMlaCkvDim), cl_int(cb));
   } catch (...) {
     clReleaseEvent(ev1);
     throw;

@@ -510,11 +510,12 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
     if (e.event) *e.event = ev1;
     return;
   }
-  size_t mg[2] = {size_t(plan.num_merges) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
+  const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, plan.num_merges, Hq, D);
+  size_t mg[2] = {size_t(plan.num_merges) * size_t(cb) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
   try {
     st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
                         cl_ulong(st->lse_off_floats), b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), sinks,
-                        cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(D));
+                        cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(D), cl_int(cb));
   } catch (...) {
     clReleaseEvent(ev1);
     throw;
