@@ -1,7 +1,8 @@
 #!/bin/bash
 # One full pass on the NVIDIA GPU machine (shared DEVICE notes: carry .device/, filled by
 # fetch-debs.sh): build, probe, the GPU test suite (native = NVIDIA variants), every
-# benchmark, and clattn-serve-sim --big for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash scripts/h100-pass.sh
+# benchmark (with torch SDPA beside extend where torch imports), and clattn-serve-sim --big
+# for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash scripts/h100-pass.sh
 set -o pipefail
 source scripts/h100-common.sh
 h100_build || exit 1
@@ -12,6 +13,12 @@ for op in ${OPS:-limits decode extend linear mla metadata}; do
   echo "== bench $op rc=$?"
   grep -vE "^#" "$OUT/bench_$op.txt" | head -40 | cut -c1-230
 done
+case " ${OPS:-extend} " in *" extend "*)
+  if python3 -c "import torch" 2>/dev/null; then
+    timeout 120 python3 scripts/torch_sdpa.py > "$OUT/torch_sdpa.txt" 2>&1
+    echo "== torch SDPA rc=$?"; tail -3 "$OUT/torch_sdpa.txt"
+  fi;;
+esac
 for m in ${SIM-llama-8b qwen3-next deepseek-v3-tp8 gpt-oss}; do
   layers=""; case $m in qwen3-next|deepseek-v3-tp8) layers="--layers 16";; esac
   timeout 150 ./build-gpu/tools/clattn-serve-sim --device nvidia --model $m $layers --big --no-progress > "$OUT/sim_$m.txt" 2>&1
