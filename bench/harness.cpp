@@ -157,7 +157,12 @@ double Harness::same_size_read_gbps(double bytes) {
   const size_t mib = std::max<size_t>(1, size_t(bytes / double(1 << 20) + 0.5));
   auto it = same_size_reads.find(mib);
   if (it != same_size_reads.end()) return it->second;
-  const double g = measure_limits(ctx(), mib << 20).stream_read_gbps;
+  double g = 0;  // 0: not measured (e.g. a device too small for two more buffers of that size)
+  try {
+    g = measure_limits(ctx(), mib << 20).stream_read_gbps;
+  } catch (const Error& e) {
+    std::printf("#   same-size read of %zu MiB not measured: %s\n", mib, e.what());
+  }
   same_size_reads[mib] = g;
   return g;
 }
@@ -174,8 +179,8 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
     char buf[128];
     std::snprintf(buf, sizeof buf, "%% of stream-read %.1f GB/s", L.stream_read_gbps);
     limit_desc = buf;
-    if (bytes < 0.75 * double(L.bytes)) {
-      same = same_size_read_gbps(bytes);
+    if (bytes < 0.75 * double(L.bytes)) same = same_size_read_gbps(bytes);
+    if (same > 0) {
       std::snprintf(buf, sizeof buf, " | same-size read %.0f GB/s: %.1f%%", same, 100.0 * gbps / same);
       limit_desc += buf;
     }
