@@ -242,8 +242,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       t.keys = param(e, over, "MMA_KEYS");
       if (t.keys != 32 && t.keys != 64 && t.keys != 128)
         rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 32, 64 or 128");
-      auto pit = over.find("MMA_ASYNC");
-      bool async = (pit != over.end() ? pit->second : e.get_or("MMA_ASYNC", 0)) != 0 && es == 2;
+      bool async = ops::param_or(e, over, "MMA_ASYNC", 0) != 0 && es == 2;
       // Two stages of the smallest tile (32 keys) exceed local memory at D >= 192: stage through
       // registers there (one K and one transposed-V tile).
       if (async && mma_local_bytes(32, kv.head_dim, true) > lmax) async = false;

@@ -214,11 +214,6 @@ struct Tile {
   std::string why_not_mma;
 };
 
-int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name, int fallback) {
-  auto it = over.find(name);
-  return it != over.end() ? it->second : e.get_or(name, fallback);
-}
-
 // mla_mma_nv.cl: the staged V slices (keys x 512 16-bit values) + two buffers of every
 // warp's partial S (16 x keys f32) + the fused merge's flag.
 size_t mma_local_bytes(int warps, int keys) {
@@ -235,12 +230,12 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
   Tile t;
   t.source = e.source;
   const auto& ov = opt.params;
-  t.qb = param(e, ov, "QB", 16);
-  t.lanes = param(e, ov, "LANES", 16);
-  t.load_bytes = param(e, ov, "LOAD_BYTES", 16);
-  t.wgs_per_cu = std::max(1, param(e, ov, "WGS_PER_CU", 2));
-  t.min_chunk = std::max(1, param(e, ov, "MIN_CHUNK", 256));
-  t.max_splits = std::max(1, param(e, ov, "MAX_SPLITS", 64));
+  t.qb = ops::param_or(e, ov, "QB", 16);
+  t.lanes = ops::param_or(e, ov, "LANES", 16);
+  t.load_bytes = ops::param_or(e, ov, "LOAD_BYTES", 16);
+  t.wgs_per_cu = std::max(1, ops::param_or(e, ov, "WGS_PER_CU", 2));
+  t.min_chunk = std::max(1, ops::param_or(e, ov, "MIN_CHUNK", 256));
+  t.max_splits = std::max(1, ops::param_or(e, ov, "MAX_SPLITS", 64));
   if (t.lanes != 4 && t.lanes != 8 && t.lanes != 16)
     rt::invalid("mla parameter LANES = " + to_string(t.lanes) + " must be 4, 8 or 16");
   if (!is_pow2(t.qb) || t.qb > 64) rt::invalid("mla parameter QB = " + to_string(t.qb) + " must be a power of two <= 64");
@@ -271,18 +266,18 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
 
   // Tensor-core variant: capability (inline PTX, sm_80+), a 16-bit or fp8 latent, chunk
   // loads of 8 values (16 bytes, 8 for fp8) aligned, local memory for the tile.
-  if (param(e, ov, "MMA", 0) != 0) {
+  if (ops::param_or(e, ov, "MMA", 0) != 0) {
     std::string why;
-    t.mma_warps = param(e, ov, "MMA_WARPS", 4);
-    t.mma_keys = param(e, ov, "MMA_KEYS", 16);
+    t.mma_warps = ops::param_or(e, ov, "MMA_WARPS", 4);
+    t.mma_keys = ops::param_or(e, ov, "MMA_KEYS", 16);
     if (t.mma_warps != 2 && t.mma_warps != 4)
       rt::invalid("mla parameter MMA_WARPS = " + to_string(t.mma_warps) + " must be 2 or 4");
     if (t.mma_keys != 16 && t.mma_keys != 32)
       rt::invalid("mla parameter MMA_KEYS = " + to_string(t.mma_keys) + " must be 16 or 32");
     const bool dt_ok = c.dtype == DType::BF16 || c.dtype == DType::F16 || c.dtype == DType::FP8_E4M3 ||
                        c.dtype == DType::FP8_E5M2;
-    t.fuse_merge = param(e, ov, "FUSE_MERGE", 1) != 0;
-    t.fuse_max_parts = param(e, ov, "FUSE_MAX_PARTS", 8);
+    t.fuse_merge = ops::param_or(e, ov, "FUSE_MERGE", 1) != 0;
+    t.fuse_max_parts = ops::param_or(e, ov, "FUSE_MAX_PARTS", 8);
     const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
     while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys) > lmax) t.mma_keys /= 2;
     if (!params::variant_available(prof, "nv_mma_sync", &why))

@@ -9,12 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "backends/params/database.hpp"
 #include "clattn/ops.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
 #include "runtime/program_cache.hpp"
 
 namespace clattn::ops {
+
+// A tile parameter: the caller's override (the options' params map) if it names it, else
+// the looked-up row's value, else `fallback` (for parameters not every row names).
+inline int param_or(const params::Entry& e, const std::map<std::string, int>& over, const char* name, int fallback) {
+  auto it = over.find(name);
+  return it != over.end() ? it->second : e.get_or(name, fallback);
+}
 
 // Integer helpers for tile and page-size arithmetic.
 inline bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }

@@ -100,11 +100,9 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.unroll = std::max(1, param(e, over, "UNROLL"));
   t.early_v = param(e, over, "EARLY_V") ? 1 : 0;
   t.ptx_shfl = param(e, over, "PTX_SHFL") != 0;
-  t.fuse_merge = e.get_or("FUSE_MERGE", 1) != 0;
-  if (over.count("FUSE_MERGE")) t.fuse_merge = over.at("FUSE_MERGE") != 0;
-  t.prefetch = e.get_or("PREFETCH", 0) != 0;
-  if (over.count("PREFETCH")) t.prefetch = over.at("PREFETCH") != 0;
-  t.merge_batch = std::clamp(over.count("MERGE_BATCH") ? over.at("MERGE_BATCH") : e.get_or("MERGE_BATCH", 8), 1, 32);
+  t.fuse_merge = ops::param_or(e, over, "FUSE_MERGE", 1) != 0;
+  t.prefetch = ops::param_or(e, over, "PREFETCH", 0) != 0;
+  t.merge_batch = std::clamp(ops::param_or(e, over, "MERGE_BATCH", 8), 1, 32);
   const int qregs = std::max(1, param(e, over, "QREGS"));
   const int qregs_max = std::max(qregs, param(e, over, "QREGS_MAX"));
   const int gcap = std::clamp(param(e, over, "GMAX_CAP"), 1, 16);
