@@ -325,20 +325,23 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
 #define MMA_S0(acc, a)                                                                          \
   MMA_UNROLL for (int nb_ = 0; nb_ < 2; ++nb_) MMA(acc[nb_], a.x, a.y, a.z, a.w, bh[2 * nb_], bh[2 * nb_ + 1]);
 #endif
+// ACC[mt] = the 16-row tile mt of W (row stride KW) times S0 over the DK dims.
+#define TIMES_S0(ACC, W)                                                                        \
+  MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {                                                 \
+    MMA_UNROLL for (int e = 0; e < 8; ++e) ACC[mt][e >> 2][e & 3] = 0.f;                        \
+  }                                                                                             \
+  MMA_UNROLL for (int ks = 0; ks < DK / 16; ++ks) {                                             \
+    uint bh[4], bl[4];                                                                          \
+    SPLIT_B(ks);                                                                                \
+    MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {                                               \
+      const uint4 a_ = frag_a(W + 16 * mt * KW + 8 * ks, KW, gi, ti);                           \
+      MMA_S0(ACC[mt], a_);                                                                      \
+    }                                                                                           \
+  }
 #if LIN_GDN
     {
       float kacc[NCT][2][4];
-      MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
-        MMA_UNROLL for (int e = 0; e < 8; ++e) kacc[mt][e >> 2][e & 3] = 0.f;
-      }
-      MMA_UNROLL for (int ks = 0; ks < DK / 16; ++ks) {
-        uint bh[4], bl[4];
-        SPLIT_B(ks);
-        MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
-          const uint4 ak = frag_a(Kw + 16 * mt * KW + 8 * ks, KW, gi, ti);
-          MMA_S0(kacc[mt], ak);
-        }
-      }
+      TIMES_S0(kacc, Kw)
       // R = beta (V - e^G rk K S0) into Dl.
       MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
         MMA_UNROLL for (int h = 0; h < 2; ++h) {
@@ -357,17 +360,8 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
     }
 #endif
     float oacc[NCT][2][4];
-    MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
-      MMA_UNROLL for (int e = 0; e < 8; ++e) oacc[mt][e >> 2][e & 3] = 0.f;
-    }
-    MMA_UNROLL for (int ks = 0; ks < DK / 16; ++ks) {
-      uint bh[4], bl[4];
-      SPLIT_B(ks);
-      MMA_UNROLL for (int mt = 0; mt < NCT; ++mt) {
-        const uint4 aq = frag_a(Qw + 16 * mt * KW + 8 * ks, KW, gi, ti);
-        MMA_S0(oacc[mt], aq);
-      }
-    }
+    TIMES_S0(oacc, Qw)
+#undef TIMES_S0
 #undef SPLIT_B
 #undef MMA_S0
     // O's accumulators become e^G rq Q S0; GLA: D = V straight to Db and D' to Eb.
