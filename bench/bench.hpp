@@ -62,6 +62,8 @@ struct Harness {
 // --param NAME=VALUE and --grid "A=1,2;B=3" (every combination) parsing, shared by the ops.
 std::pair<std::string, int> parse_param(const std::string& s);
 std::vector<std::map<std::string, int>> parse_grid(const std::string& g);
+// " NAME=VALUE" per override, appended to a case's shape so sweep rows say what they ran.
+std::string param_suffix(const std::map<std::string, int>& params);
 
 using Registrar = std::function<void(CLI::App& app, Harness& h)>;
 // Each case file adds itself in bench/main.cpp's list.

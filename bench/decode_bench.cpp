@@ -136,9 +136,7 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
-  std::string shape = shape_of(c);
-  for (auto& [name, val] : params) shape += " " + name + "=" + std::to_string(val);
-  h.report("decode", shape, ms, bytes, flops);
+  h.report("decode", shape_of(c) + param_suffix(params), ms, bytes, flops);
   std::printf("#   plan: %s WG=%d TPT=%d GMAX=%dx%d UNROLL=%d LOAD=%d EARLY_V=%d; %d work items, chunk %d, %d partials\n",
               plan.variant.c_str(), plan.tile.wg, plan.tile.tpt, plan.tile.gmax, plan.tile.head_blocks,
               plan.tile.unroll, plan.tile.load_bytes, plan.tile.early_v, plan.num_work, plan.chunk_tokens,

@@ -137,8 +137,7 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   double ms = h.time_ms([&] { extend_run(ctx, plan, eb); });
   const double flops = 4.0 * D * H * visible_pairs(c);
   char shape[160];
-  std::string ps;
-  for (const auto& kv : params) ps += " " + kv.first + "=" + std::to_string(kv.second);
+  const std::string ps = param_suffix(params);
   std::snprintf(shape, sizeof shape, "%dx(q%d,kv%d) H=%d D=%d f16 causal %s%s", B, c.qo, c.kv, H, D,
                 plan.variant.c_str(), ps.c_str());
   h.report_compute("extend", shape, ms, flops, peak, peak_desc);

@@ -128,6 +128,12 @@ std::pair<std::string, int> parse_param(const std::string& s) {
   return {s.substr(0, eq), std::stoi(s.substr(eq + 1))};
 }
 
+std::string param_suffix(const std::map<std::string, int>& params) {
+  std::string s;
+  for (const auto& [name, val] : params) s += " " + name + "=" + std::to_string(val);
+  return s;
+}
+
 // "A=1,2;B=3" -> [{A=1,B=3}, {A=2,B=3}]
 std::vector<std::map<std::string, int>> parse_grid(const std::string& g) {
   std::vector<std::map<std::string, int>> out = {{}};

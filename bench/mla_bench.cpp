@@ -77,9 +77,7 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
   std::snprintf(shape, sizeof shape, "B=%d S=%d H=%d P=%d %s QB%d L%d x%d%s", B, c.S, H, P, dtype_name(c.kv),
                 plan.tile.qb, plan.tile.lanes, plan.num_work,
                 plan.num_merges ? (" split" + std::to_string(plan.chunk_tokens)).c_str() : "");
-  std::string sh = shape;
-  for (auto& [name, val] : params) sh += " " + name + "=" + std::to_string(val);
-  h.report("mla_decode", sh, ms, bytes, flops);
+  h.report("mla_decode", shape + param_suffix(params), ms, bytes, flops);
 }
 
 }  // namespace
