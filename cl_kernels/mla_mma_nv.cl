@@ -149,10 +149,25 @@ typedef uint2 RAWK;
 #define dec_kpe(w) (w)
 #endif
 
-// q element d (0..575) of query vector row `qrow`, times `sc`.
-inline float q_elem(__global const void* q_nope, __global const void* q_pe, int q_dt, size_t qrow, int d, float sc) {
-  return (d < CKV_DIM ? load_elem(q_nope, qrow * CKV_DIM + d, q_dt) : load_elem(q_pe, qrow * KPE_DIM + d - CKV_DIM, q_dt)) *
-         sc;
+// Elements d .. d + 3 (d a multiple of 4, all in q_nope or all in q_pe) of query vector row
+// `qrow` as stored: one 8-byte load for 16-bit q, one 16-byte load for f32 (as bits).
+inline uint4 q_quad(__global const void* q_nope, __global const void* q_pe, int q_dt, size_t qrow, int d) {
+  const size_t i = d < CKV_DIM ? qrow * CKV_DIM + d : qrow * KPE_DIM + d - CKV_DIM;
+  __global const void* p = d < CKV_DIM ? q_nope : q_pe;
+  if (q_dt == DT_F32) return as_uint4(*(__global const float4*)((__global const float*)p + i));
+  const uint2 w = *(__global const uint2*)((__global const ushort*)p + i);
+  return (uint4)(w.x, w.y, 0u, 0u);
+}
+// The four values of q_quad's result times `sc`.
+inline float4 q_quad_f(uint4 w, int q_dt, float sc) {
+  if (q_dt == DT_F32) return as_float4(w) * sc;
+  if (q_dt == DT_BF16)
+    return (float4)(as_float(w.x << 16), as_float(w.x & 0xffff0000u), as_float(w.y << 16), as_float(w.y & 0xffff0000u)) *
+           sc;
+  float a, b, c, d;
+  unpack2_f16(w.x, &a, &b);
+  unpack2_f16(w.y, &c, &d);
+  return (float4)(a, b, c, d) * sc;
 }
 
 __kernel __attribute__((reqd_work_group_size(WGALL, 1, 1)))
@@ -233,19 +248,23 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   // 2c + e covers dims OCOLS w + 8 CHK(c) + 16t + 4e + 0..3, kpe k-step i dims 512 + 16 (KPW
   // w + i) + 4t + 0..3.
   const float qs = q_scale * KV_RAW;
+  // Every load is issued before any conversion (a group's q arrives in one round trip).
   uint qa[KSW][4];
+  {
+    uint4 wl[KSW], wh[KSW];
 #pragma unroll
-  for (int i = 0; i < KSW; ++i) {
-    const int d0 = i < 2 * NCG ? OCOLS * warp + 8 * CHK(i >> 1) + 16 * t + 4 * (i & 1)
-                               : CKV_DIM + 16 * (KPW * warp + i - 2 * NCG) + 4 * t;
-    float x[4], y[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      x[e] = ok_lo ? q_elem(q_nope, q_pe, q_dt, q_lo, d0 + e, qs) : 0.0f;
-      y[e] = ok_hi ? q_elem(q_nope, q_pe, q_dt, q_hi, d0 + e, qs) : 0.0f;
+    for (int i = 0; i < KSW; ++i) {
+      const int d0 = i < 2 * NCG ? OCOLS * warp + 8 * CHK(i >> 1) + 16 * t + 4 * (i & 1)
+                                 : CKV_DIM + 16 * (KPW * warp + i - 2 * NCG) + 4 * t;
+      wl[i] = ok_lo ? q_quad(q_nope, q_pe, q_dt, q_lo, d0) : (uint4)(0u);
+      wh[i] = ok_hi ? q_quad(q_nope, q_pe, q_dt, q_hi, d0) : (uint4)(0u);
     }
-    qa[i][0] = pack2(x[0], x[1]), qa[i][1] = pack2(y[0], y[1]);
-    qa[i][2] = pack2(x[2], x[3]), qa[i][3] = pack2(y[2], y[3]);
+#pragma unroll
+    for (int i = 0; i < KSW; ++i) {
+      const float4 x = q_quad_f(wl[i], q_dt, qs), y = q_quad_f(wh[i], q_dt, qs);
+      qa[i][0] = pack2(x.x, x.y), qa[i][1] = pack2(y.x, y.y);
+      qa[i][2] = pack2(x.z, x.w), qa[i][3] = pack2(y.z, y.w);
+    }
   }
 
   // Loads: lane (g, t) of warp w reads tokens T0 + g + 8j of the tile: ckv chunks VCH w +
