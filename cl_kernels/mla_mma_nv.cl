@@ -150,24 +150,9 @@ typedef uint2 RAWK;
 #endif
 
 // Elements d .. d + 3 (d a multiple of 4, all in q_nope or all in q_pe) of query vector row
-// `qrow` as stored: one 8-byte load for 16-bit q, one 16-byte load for f32 (as bits).
+// `qrow` as raw bits (load4_bits).
 inline uint4 q_quad(__global const void* q_nope, __global const void* q_pe, int q_dt, size_t qrow, int d) {
-  const size_t i = d < CKV_DIM ? qrow * CKV_DIM + d : qrow * KPE_DIM + d - CKV_DIM;
-  __global const void* p = d < CKV_DIM ? q_nope : q_pe;
-  if (q_dt == DT_F32) return as_uint4(*(__global const float4*)((__global const float*)p + i));
-  const uint2 w = *(__global const uint2*)((__global const ushort*)p + i);
-  return (uint4)(w.x, w.y, 0u, 0u);
-}
-// The four values of q_quad's result times `sc`.
-inline float4 q_quad_f(uint4 w, int q_dt, float sc) {
-  if (q_dt == DT_F32) return as_float4(w) * sc;
-  if (q_dt == DT_BF16)
-    return (float4)(as_float(w.x << 16), as_float(w.x & 0xffff0000u), as_float(w.y << 16), as_float(w.y & 0xffff0000u)) *
-           sc;
-  float a, b, c, d;
-  unpack2_f16(w.x, &a, &b);
-  unpack2_f16(w.y, &c, &d);
-  return (float4)(a, b, c, d) * sc;
+  return d < CKV_DIM ? load4_bits(q_nope, qrow * CKV_DIM + d, q_dt) : load4_bits(q_pe, qrow * KPE_DIM + d - CKV_DIM, q_dt);
 }
 
 __kernel __attribute__((reqd_work_group_size(WGALL, 1, 1)))
@@ -261,7 +246,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     }
 #pragma unroll
     for (int i = 0; i < KSW; ++i) {
-      const float4 x = q_quad_f(wl[i], q_dt, qs), y = q_quad_f(wh[i], q_dt, qs);
+      const float4 x = bits4_to_float4(wl[i], q_dt) * qs, y = bits4_to_float4(wh[i], q_dt) * qs;
       qa[i][0] = pack2(x.x, x.y), qa[i][1] = pack2(y.x, y.y);
       qa[i][2] = pack2(x.z, x.w), qa[i][3] = pack2(y.z, y.w);
     }

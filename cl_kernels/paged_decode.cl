@@ -260,8 +260,32 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
   const int pmask = (1 << log2_page) - 1;
   const long head_off = (long)kvh * stride_head;
 
-  // q rows of the block, pre-scaled; padding heads and loads past the row are zero.
+  // q rows of the block, pre-scaled; padding heads and loads past the row are zero. Four
+  // elements per load (load4_bits), every load issued before any conversion.
   float qr[GMAX][EL];
+#if VEC % 4 == 0
+  {
+    uint4 qb[GMAX][EL / 4];
+UNROLL_LOOP
+    for (int g = 0; g < GMAX; ++g)
+UNROLL_LOOP
+      for (int j = 0; j < NCH; ++j) {
+        const int c = tl + j * TPT;
+        const bool in = g < ng && (FULL_CHUNKS || c < NCHUNK);
+UNROLL_LOOP
+        for (int e = 0; e < VEC; e += 4)
+          qb[g][(j * VEC + e) / 4] =
+              in ? load4_bits(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + c * VEC + e, q_dt) : (uint4)(0u);
+      }
+UNROLL_LOOP
+    for (int g = 0; g < GMAX; ++g)
+UNROLL_LOOP
+      for (int k = 0; k < EL / 4; ++k) {
+        const float4 x = bits4_to_float4(qb[g][k], q_dt) * (q_scale * RAW_HALF);
+        qr[g][4 * k] = x.x, qr[g][4 * k + 1] = x.y, qr[g][4 * k + 2] = x.z, qr[g][4 * k + 3] = x.w;
+      }
+  }
+#else
 UNROLL_LOOP
   for (int g = 0; g < GMAX; ++g) {
 UNROLL_LOOP
@@ -277,6 +301,7 @@ UNROLL_LOOP
       }
     }
   }
+#endif
 
   float acc[GMAX][EL];
   float mrun[GMAX], lrun[GMAX];
