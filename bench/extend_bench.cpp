@@ -155,9 +155,16 @@ void register_extend(CLI::App& app, Harness& h) {
   cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
   cmd->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
   cmd->add_option("--variant", only, "only this variant (generic, nv_mma_sync)");
+  static int one_b = 0, one_qo = 0, one_kv = 0, one_h = 32;
+  cmd->add_option("-B", one_b, "one case: batch (with --qo --kv -H; head dim 128)");
+  cmd->add_option("--qo", one_qo, "one case: query tokens per request");
+  cmd->add_option("--kv", one_kv, "one case: KV tokens per request (>= --qo; the rest is cached prefix)");
+  cmd->add_option("-H", one_h, "one case: heads (query = KV heads)");
   cmd->callback([&h] {
     std::vector<ExtCase> cases;
-    if (quick)
+    if (one_b > 0)
+      cases = {{one_b, one_qo, std::max(one_kv, one_qo), one_h, 128}};
+    else if (quick)
       cases = {{1, 256, 256, 4, 128}, {2, 128, 256, 4, 128}};
     else
       cases = {{1, 4096, 4096, 32, 128}, {1, 16384, 16384, 32, 128}, {8, 1024, 2048, 32, 128}};
