@@ -59,18 +59,6 @@
 #ifndef FUSE_MERGE
 #define FUSE_MERGE 0
 #endif
-// WS (sm_90, 16-bit latents, KEYS 16): warp specialisation. One more warp, the producer,
-// has the TMA engine copy every tile's latent rows (one bulk copy per token for ckv, one for
-// kpe) into a two-stage local ring; a stage's mbarrier completes when its bytes have landed
-// (FULL), and the consumers give a stage back through a named barrier (EMPTY). The WARPS
-// consumer warps read S's B fragments (the chunks the register path loads) and P V's
-// ldmatrix rows straight from the ring: the latent streams while they compute, no consumer
-// register holds a tile ahead, and the copies take no load/store-unit issue slots (per-lane
-// cp.async from one producer warp measured no faster than the register path: the copy
-// instructions and the consumers' local-memory traffic share the load/store pipe).
-#ifndef WS
-#define WS 0
-#endif
 
 #if KV_DT == DT_BF16
 #define MMA_BF16 1
@@ -90,8 +78,7 @@
 #define CHW 4
 #endif
 
-#define WGSZ (32 * WARPS)          // consumer work-items (every work-item without WS)
-#define WGALL (32 * (WARPS + WS))  // the group, producer warp included
+#define WGSZ (32 * WARPS)
 #define CKV_DIM 512
 #define KPE_DIM 64
 #define OCOLS (CKV_DIM / WARPS)     // ckv dims of S and output columns of P V per warp
@@ -109,17 +96,6 @@
 #if (WARPS != 2 && WARPS != 4) || (KEYS != 16 && KEYS != 32)
 #error "mla_mma_nv.cl: WARPS must be 2 or 4 and KEYS 16 or 32"
 #endif
-#if WS && (FP8 || KEYS != 16)
-#error "mla_mma_nv.cl: WS needs a 16-bit latent and KEYS 16"
-#endif
-// WS ring stage: KEYS token rows of RQ 16-byte chunks: ckv (64 chunks), kpe (8), one chunk of
-// padding so that rows start 16 bytes apart in the banks (8 consecutive tokens of one chunk,
-// an ldmatrix matrix, hit 8 distinct bank groups; so do S's fragment reads).
-#define RQ ((CKV_DIM + KPE_DIM) / 8 + 1)
-#define RING_STAGE (KEYS * RQ)
-// Named barrier ids: consumers only; EMPTY of stage s.
-#define NB_CONS 1
-#define NB_EMPTY(s) (2 + (s))
 
 #include "mma_ptx_nv.clh"
 #include "mma_softmax_nv.clh"
@@ -155,7 +131,7 @@ inline uint4 q_quad(__global const void* q_nope, __global const void* q_pe, int 
   return d < CKV_DIM ? load4_bits(q_nope, qrow * CKV_DIM + d, q_dt) : load4_bits(q_pe, qrow * KPE_DIM + d - CKV_DIM, q_dt);
 }
 
-__kernel __attribute__((reqd_work_group_size(WGALL, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1)))
 void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
              __global const uint* ckv, __global const uint* kpe, __global const int* page_ids,
              __global const int* tab, int work_off,
@@ -167,12 +143,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
              , __global volatile int* counters, int merge_off, int pmap_off, int counter_off, int n_hblk
 #endif
              ) {
-#if WS
-  __local uint4 ring[2 * RING_STAGE];      // two tiles of latent (producer -> consumers)
-  __local ulong full[2];                   // mbarrier of each stage: its bytes have landed
-#else
   __local uint4 vb[WARPS * KEYS * VCH];   // every warp's staged V (its own slice)
-#endif
   __local float4 sp[2 * WARPS * NT * 32];  // partial S of every warp, C-fragment order, 2 buffers
 #if FUSE_MERGE
   __local int fm_last;
@@ -184,42 +155,6 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   __global const int* me = tab + work_off + 8 * (int)get_group_id(0);
   const int kb = me[0], ke = me[1], wpart = me[2], pbase = me[3];
   const int row0 = me[4], nrows = me[5], vbeg = me[6], cbase = me[7];
-
-#if WS
-  if (tid == 0) {
-    MBAR_INIT(full, 1);
-    MBAR_INIT(full + 1, 1);
-    FENCE_PROXY_ASYNC();
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  if (warp == WARPS) {  // the producer: tile n into stage n & 1 once its tile n - 2 is consumed
-    const int pm = (1 << log2_page) - 1;
-    int n = 0;
-    for (int t0 = kb; t0 < ke; t0 += KEYS, ++n) {
-      const int st = n & 1;
-      if (n >= 2) {
-        if (st)
-          NBAR_SYNC(NB_EMPTY(1), WGALL);
-        else
-          NBAR_SYNC(NB_EMPTY(0), WGALL);
-      }
-      // Lane r: token t0 + r. Rows past ke are zeros (P = 0 there must not meet stale NaNs).
-      __local uint4* const row = ring + st * RING_STAGE + lane * RQ;
-      const int nv = min(KEYS, ke - t0);
-      if (lane < nv) {
-        const int tk = t0 + lane;
-        const long pg = (long)page_ids[pbase + (tk >> log2_page)], sl = (long)(tk & pm);
-        BULK_G2L(row, ckv + pg * ckv_sp + sl * ckv_st, CKV_DIM * 2, full + st);
-        BULK_G2L(row + CKV_DIM / 8, kpe + pg * kpe_sp + sl * kpe_st + kpe_base, KPE_DIM * 2, full + st);
-      } else if (lane < KEYS) {
-        for (int i = 0; i < (CKV_DIM + KPE_DIM) / 8; ++i) row[i] = (uint4)(0u);
-      }
-      BAR_WARP();  // the zero rows are written before the phase can complete
-      if (lane == 0) MBAR_EXPECT_TX(full + st, nv * (CKV_DIM + KPE_DIM) * 2);
-    }
-    return;
-  }
-#endif
 
   // This lane's two query vectors (rows g and g + 8 of the m-tile).
   const int v_lo = vbeg + g, v_hi = vbeg + g + 8;
@@ -276,56 +211,17 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   // Staging of this warp's chunks (token g + 8j, chunk CHK(c) + 2t) and the ldmatrix addresses:
   // lane l gives token (l & 15) of a 16-token k-step, chunk n + (l >> 4) (n even) at physical
   // chunk n ^ (l >> 4) ^ VSW(l & 7) = (n & ~7) + lo2[(n & 7) / 2].
-#if !WS
   __local uint4* const vw = vb + warp * (KEYS * VCH);
-#endif
   // Chunk CHK(c) + 2t of token g + 8j at 8 (c >> 1) + ((2t ^ VSW(g)) ^ (c & 1)): VST(j, c)
   // below, from one per-lane offset per n-tile.
   int vsw[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) vsw[j] = (g + 8 * j) * VCH + ((2 * t) ^ VSW(g));
 #define VST(j, c) (((c) & 1 ? vsw[j] ^ 1 : vsw[j]) + 8 * ((c) >> 1))
-#if !WS
   __local const uint4* const lb = vw + (lane & 15) * VCH;
-#endif
   int lo2[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) lo2[i] = (2 * i) ^ (lane >> 4) ^ VSW(lane & 7);
-
-#if WS
-  // Tile operands from ring stage BUF: ckv chunk OCOLS / 8 w + CHK(c) + 2t of token g + 8j
-  // (the chunks the register path loads), kpe words 4t..4t+3 of k-step kk = KPW w + i (chunk
-  // 2 kk + t / 2, half t & 1); P V: lane l gives token (l & 15) of a 16-token k-step, chunk
-  // OCOLS / 8 w + n + (l >> 4).
-  __local const uint4* const rw = ring + g * RQ + (OCOLS / 8) * warp + 2 * t;
-  __local const uint2* const kw = (__local const uint2*)(ring + g * RQ + CKV_DIM / 8) + t;
-  __local const uint4* const pvw = ring + (lane & 15) * RQ + (OCOLS / 8) * warp + (lane >> 4);
-#define TILE_WAIT(T0, BUF) MBAR_WAIT(full + (BUF), (((T0) - kb) / (2 * KEYS)) & 1)
-#define S_CHUNK(KCR, j, c, BUF) rw[(BUF) * RING_STAGE + 8 * (j) * RQ + CHK(c)]
-#define S_KPE(KPR, j, i, BUF) kw[2 * ((BUF) * RING_STAGE + 8 * (j) * RQ) + 4 * (KPW * warp + (i))]
-#define STAGE_V(KCR)
-#define CONS_BARRIER() NBAR_SYNC(NB_CONS, WGSZ)
-#define NEXT_LOADS(KCN, KPN, T0)
-#define PV_ADDR(BUF, kc, n) (pvw + (BUF) * RING_STAGE + (kc) * 16 * RQ + (n))
-  // Stage BUF is free once every consumer is done with it; the producer waits for it only
-  // when a tile two ahead exists.
-#define TILE_DONE(T0, BUF) \
-  if ((T0) + 2 * KEYS < ke) NBAR_ARRIVE(NB_EMPTY(BUF), WGALL)
-#else
-#define TILE_WAIT(T0, BUF)
-#define S_CHUNK(KCR, j, c, BUF) dec_chunk(KCR[j][c])
-#define S_KPE(KPR, j, i, BUF) dec_kpe(KPR[j][i])
-  // This warp's ldmatrix reads of the previous tile are done before its chunks are staged.
-#define STAGE_V(KCR)                                                                               \
-  BAR_WARP();                                                                                      \
-  _Pragma("unroll") for (int j = 0; j < NT; ++j)                                                   \
-    _Pragma("unroll") for (int c = 0; c < NCG; ++c) vw[VST(j, c)] = dec_chunk(KCR[j][c])
-#define CONS_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
-#define NEXT_LOADS(KCN, KPN, T0) \
-  if ((T0) + KEYS < ke) { LOAD_TILE(KCN, KPN, (T0) + KEYS) }
-#define PV_ADDR(BUF, kc, n) (lb + (kc) * (16 * VCH) + ((n) & ~7) + lo2[((n) & 7) >> 1])
-#define TILE_DONE(T0, BUF)
-#endif
 
   float oacc[DN][4];
 #pragma unroll
@@ -337,7 +233,6 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   // fly into KCN/KPN; sp buffer BUF.
 #define TILE(KCR, KPR, KCN, KPN, T0, BUF)                                                          \
   {                                                                                                \
-    TILE_WAIT(T0, BUF);                                                                            \
     float s[NT][4], s2[NT][4];                                                                     \
     _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
       s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;                                                 \
@@ -345,22 +240,24 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     }                                                                                              \
     _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
       _Pragma("unroll") for (int c = 0; c < NCG; ++c) {                                            \
-        const uint4 b = S_CHUNK(KCR, j, c, BUF);                                                   \
+        const uint4 b = dec_chunk(KCR[j][c]);                                                      \
         MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);                \
         MMA(s2[j], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], b.z, b.w); \
       }                                                                                            \
       _Pragma("unroll") for (int i = 0; i < KPW; ++i) {                                            \
-        const uint2 b = S_KPE(KPR, j, i, BUF);                                                     \
+        const uint2 b = dec_kpe(KPR[j][i]);                                                        \
         const int k_ = 2 * NCG + i;                                                                \
         MMA(s[j], qa[k_][0], qa[k_][1], qa[k_][2], qa[k_][3], b.x, b.y);                            \
       }                                                                                            \
       sp[(((BUF) * WARPS + warp) * NT + j) * 32 + lane] =                                          \
           (float4)(s[j][0] + s2[j][0], s[j][1] + s2[j][1], s[j][2] + s2[j][2], s[j][3] + s2[j][3]); \
     }                                                                                              \
-    STAGE_V(KCR);                                                                                  \
-    CONS_BARRIER(); /* partial S of every warp and this warp's V visible */                        \
+    BAR_WARP(); /* this warp's ldmatrix reads of the previous tile are done */                     \
+    _Pragma("unroll") for (int j = 0; j < NT; ++j)                                                 \
+      _Pragma("unroll") for (int c = 0; c < NCG; ++c) vw[VST(j, c)] = dec_chunk(KCR[j][c]);    \
+    barrier(CLK_LOCAL_MEM_FENCE); /* partial S of every warp and this warp's V visible */          \
     /* the next tile's loads fly during the rest of this one and the next one's start */         \
-    NEXT_LOADS(KCN, KPN, T0);                                                                      \
+    if ((T0) + KEYS < ke) { LOAD_TILE(KCN, KPN, (T0) + KEYS) }                                     \
     /* Full S, summed in warp order (identical in every warp), then the mask. */                   \
     _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
       float4 a = sp[((BUF) * WARPS * NT + j) * 32 + lane];                                         \
@@ -383,25 +280,16 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
       MMA(lsum, pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], ONE2, ONE2);                           \
       _Pragma("unroll") for (int n = 0; n < DN; n += 2) {                                          \
         uint b0, b1, b2, b3;                                                                       \
-        LDSM_X4_T(PV_ADDR(BUF, kc, n), b0, b1, b2, b3);                                           \
+        LDSM_X4_T(lb + kc * (16 * VCH) + (n & ~7) + lo2[(n & 7) >> 1], b0, b1, b2, b3);            \
         MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);                          \
         MMA(oacc[n + 1], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b2, b3);                      \
       }                                                                                            \
     }                                                                                              \
-    TILE_DONE(T0, BUF);                                                                            \
   }
 
-#if WS
-  // (register tiles unused: the ring holds the latent)
-#define kca 0
-#define kcb 0
-#define kpa 0
-#define kpb 0
-#else
   RAWC kca[NT][NCG], kcb[NT][NCG];
   RAWK kpa[NT][KPW], kpb[NT][KPW];
   if (kb < ke) { LOAD_TILE(kca, kpa, kb) }
-#endif
   for (int t0 = kb; t0 < ke; t0 += 2 * KEYS) {
     TILE(kca, kpa, kcb, kpb, t0, 0)
     if (t0 + KEYS >= ke) break;
@@ -447,12 +335,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   // This part's rows are written; make them visible before counting it (threadfence
   // reduction). The group that brings the count to the merge entry's parts merges them all.
   mem_fence(CLK_GLOBAL_MEM_FENCE);
-#if WS
-  MEMBAR_GL();
-  CONS_BARRIER();
-#else
   barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-#endif
   const int mi = tab[pmap_off + wpart];
   __global const int* mg = tab + merge_off + 4 * mi;
   const int first = mg[1], np = mg[2];
@@ -462,7 +345,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     if (last) atomic_xchg(cnt, 0);  // ready for the next run of the plan
     fm_last = last;
   }
-  CONS_BARRIER();
+  barrier(CLK_LOCAL_MEM_FENCE);
   if (!fm_last) return;
   mem_fence(CLK_GLOBAL_MEM_FENCE);
   // Rows g, g + 8 (heads h_lo, h_hi), this lane's columns, parts first .. first + np - 1 in

@@ -209,7 +209,6 @@ struct Tile {
   // device and cache allow it: 16 query vectors per group, MMA_WARPS warps, MMA_KEYS tokens.
   bool mma = false;
   int mma_warps = 4, mma_keys = 16;
-  bool mma_ws = false;  // MMA_WS: a producer warp streams the latent into a local ring (16-bit latents)
   bool fuse_merge = true;  // decode: the last part's group merges (FUSE_MERGE) ...
   int fuse_max_parts = 8;  // ... when no merge has more parts than this (one group reads them all)
   std::string why_not_mma;
@@ -219,11 +218,6 @@ struct Tile {
 // warp's partial S (16 x keys f32) + the fused merge's flag.
 size_t mma_local_bytes(int warps, int keys) {
   return size_t(keys) * kMlaCkvDim * 2 + 2 * size_t(warps) * 16 * keys * 4 + 4;
-}
-// ... with MMA_WS: two tiles of 16-bit latent rows (ckv + kpe + 16 bytes of padding) and their
-// two mbarriers instead of the staged V.
-size_t mma_ws_local_bytes(int warps, int keys) {
-  return 2 * size_t(keys) * ((kMlaCkvDim + kMlaKpeDim) * 2 + 16) + 2 * size_t(warps) * 16 * keys * 4 + 16 + 4;
 }
 
 size_t local_bytes(const Tile& t, DType dt) {
@@ -299,13 +293,6 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
       t.why_not_mma = "device allows " + to_string(prof.max_work_group_size) + " work-items per group";
     else
       t.mma = true;
-    // Warp specialisation (bulk copies: sm_90): 16-bit latents, 4 consumer warps, 16-token
-    // tiles, room for the ring.
-    const bool bits16 = c.dtype == DType::BF16 || c.dtype == DType::F16;
-    t.mma_ws = t.mma && ops::param_or(e, ov, "MMA_WS", 0) != 0 && prof.nv_compute_capability >= 90 && bits16 &&
-               t.mma_warps == 4 && t.mma_keys == 16 &&
-               mma_ws_local_bytes(t.mma_warps, t.mma_keys) <= lmax &&
-               !(prof.max_work_group_size && size_t(32 * (t.mma_warps + 1)) > prof.max_work_group_size);
   }
   return t;
 }
@@ -348,9 +335,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
                      {"nv_mma_sync", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
                                                        {"WARPS", to_string(tile.mma_warps)},
                                                        {"KEYS", to_string(tile.mma_keys)},
-                                                       {"FUSE_MERGE", fuse ? "1" : "0"},
-                                                       {"WS", tile.mma_ws ? "1" : "0"}})},
-                     size_t(32 * (tile.mma_warps + (tile.mma_ws ? 1 : 0)))});
+                                                       {"FUSE_MERGE", fuse ? "1" : "0"}})},
+                     size_t(32 * tile.mma_warps)});
   cands.push_back({"mla.cl", "mla_attn",
                    {"generic", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
                                                  {"QB", to_string(tile.qb)},

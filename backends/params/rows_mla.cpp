@@ -23,11 +23,6 @@
 //               parts (no merge pass; deterministic: parts summed in order), 0 = merge pass
 //   FUSE_MAX_PARTS  fuse only when no request has more parts than this (the merging group
 //               reads all of them alone; B=1 at 128 parts is faster with the merge pass)
-//   MMA_WS      1 = warp specialisation (sm_90, bf16/f16 latents, 4 warps, 16-token tiles): a
-//               fifth warp has the TMA engine bulk-copy each tile into a two-stage local ring
-//               (45.6 KB) that the 4 warps read; 168 registers instead of 255. Off by default:
-//               on the H100 it measured the same as the register path at H=16 (0.162 ms) and
-//               slower at H=128 (103 vs 112 TFLOP/s), docs/mla.md
 #include "backends/params/database.hpp"
 
 namespace clattn::params {

@@ -452,7 +452,7 @@ std::vector<OpSpec> build_specs() {
                                         {"MIN_CHUNK", {128, 256, 512}}};
                  if (params::variant_available(p, "nv_mma_sync"))
                    for (Axis x : std::vector<Axis>{{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4}}, {"MMA_KEYS", {16, 32}},
-                                                   {"FUSE_MERGE", {1, 0}}, {"MMA_WS", {0, 1}}})
+                                                   {"FUSE_MERGE", {1, 0}}})
                      a.push_back(x);
                  for (Axis x : std::vector<Axis>{{"QB", {4, 8, 16, 32}}, {"LANES", {4, 8, 16}}, {"LOAD_BYTES", {8, 16}}})
                    a.push_back(x);
@@ -475,7 +475,7 @@ std::vector<OpSpec> build_specs() {
                [](const DeviceProfile& p, bool quick) {
                  std::vector<Axis> a;
                  if (params::variant_available(p, "nv_mma_sync"))
-                   a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4}}, {"MMA_KEYS", {16, 32}}, {"MMA_WS", {0, 1}}};
+                   a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4}}, {"MMA_KEYS", {16, 32}}};
                  for (Axis x : std::vector<Axis>{{"QB", {4, 8, 16, 32}}, {"LANES", {4, 8, 16}}, {"LOAD_BYTES", {8, 16}}})
                    a.push_back(x);
                  if (quick) a = {{"QB", {4, 16}}};
