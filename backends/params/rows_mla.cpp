@@ -39,7 +39,7 @@ const std::vector<Row>& rows_mla() {
        "CUDA occupancy calculator sm_90); 18 KB of bf16 latent in flight per group through the register "
        "prefetch; 32 splits + merge took GQA decode at B=1 S=32k from 46 GB/s to 1.35 TB/s (DEVICE.md). "
        "MMA=1: mla_mma_nv.cl where nv_inline_ptx and sm_80+ (4 warps, 16-token tiles, 24 KB local, merge fused; "
-       "docs/mla.md; H100 2026-11-22: H=16 0.162 ms, H=128 111 TFLOP/s)"},
+       "docs/mla.md; H100 2026-11-22, fifth session: H=16 0.125 ms = 82% of stream-read, H=128 128 TFLOP/s)"},
       {"mla_decode", Level::Vendor, "amd", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
        "4 x wave64 per group, 64 KB LDS per CU holds one bf16 group plus change (AMD CDNA3 ISA / tuning guide, "
