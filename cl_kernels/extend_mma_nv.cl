@@ -59,6 +59,12 @@
 #ifndef MMA_BF16
 #define MMA_BF16 0
 #endif
+// MT: 16-row m-tiles per warp (1 or 2). With 2, every K and V fragment read from local memory
+// feeds two m-tiles (half the fragment traffic per mma, twice the independent mma per warp);
+// q fragments (8 registers per k-step and m-tile) and O accumulators double.
+#ifndef MT
+#define MT 1
+#endif
 // ASYNC (16-bit KV): K and V tiles go global -> local by cp.async into two stage buffers
 // (the next tile's copies fly during this one's math; no staging registers, one barrier
 // per tile), V stays row-major and P V's B fragments come from ldmatrix.trans. fp8 KV is
@@ -72,6 +78,7 @@
 #endif
 
 #define WGSZ (32 * WARPS)
+#define WROWS (16 * MT)                     // packed query rows per warp
 #define DK (HEAD_DIM / 16)                  // k-steps of S = Q K^T
 #define NG ((DK + 1) / 2)                   // 32-dim groups of a K row (last: 16 dims if DK is odd)
 #define NT (KEYS / 8)                       // 8-key n-tiles of S
@@ -198,26 +205,32 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   const int nrows = qo_len * G;
   const int shift = kv_len - qo_len;  // query token j sits at key position shift + j
 
-  // This lane's two rows (g and g + 8 of the warp's 16).
-  const int wrow0 = row0 + 16 * warp;
-  const int pr_lo = wrow0 + g, pr_hi = wrow0 + g + 8;
-  const bool ok_lo = pr_lo < nrows, ok_hi = pr_hi < nrows;
-  const int tok_lo = pr_lo / G, tok_hi = pr_hi / G;
-  const int qpos_lo = shift + tok_lo, qpos_hi = shift + tok_hi;
+  // This lane's rows: g and g + 8 of each of the warp's MT m-tiles ("lo" / "hi").
+  const int wrow0 = row0 + WROWS * warp;
+  int pr_lo[MT], pr_hi[MT], tok_lo[MT], tok_hi[MT], qpos_lo[MT], qpos_hi[MT];
+  bool ok_lo[MT], ok_hi[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    pr_lo[mt] = wrow0 + 16 * mt + g, pr_hi[mt] = wrow0 + 16 * mt + g + 8;
+    ok_lo[mt] = pr_lo[mt] < nrows, ok_hi[mt] = pr_hi[mt] < nrows;
+    tok_lo[mt] = pr_lo[mt] / G, tok_hi[mt] = pr_hi[mt] / G;
+    qpos_lo[mt] = shift + tok_lo[mt], qpos_hi[mt] = shift + tok_hi[mt];
+  }
 
   // Q fragments times the score scale, in the MMA type, in S's permuted k order: dims
-  // d0 .. d0 + 3 of each k-step (all loads issued before any conversion).
-  uint qa[DK][4];
-  {
-    const size_t qlo = ((size_t)(qo_start + tok_lo) * Hq + kvh * G + pr_lo % G) * HEAD_DIM;
-    const size_t qhi = ((size_t)(qo_start + tok_hi) * Hq + kvh * G + pr_hi % G) * HEAD_DIM;
+  // d0 .. d0 + 3 of each k-step (all loads of an m-tile issued before any conversion).
+  uint qa[MT][DK][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM;
+    const size_t qhi = ((size_t)(qo_start + tok_hi[mt]) * Hq + kvh * G + pr_hi[mt] % G) * HEAD_DIM;
 #define QD0(kk) (32 * ((kk) >> 1) + (2 * ((kk) >> 1) + 1 < DK ? 8 * t + 4 * ((kk) & 1) : 4 * t))
     if (q_dt == DT_F16 || q_dt == DT_BF16) {
       uint2 xl[DK], xh[DK];
 #pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
-        xl[kk] = ok_lo ? *(__global const uint2*)((__global const ushort*)q + qlo + QD0(kk)) : (uint2)(0u);
-        xh[kk] = ok_hi ? *(__global const uint2*)((__global const ushort*)q + qhi + QD0(kk)) : (uint2)(0u);
+        xl[kk] = ok_lo[mt] ? *(__global const uint2*)((__global const ushort*)q + qlo + QD0(kk)) : (uint2)(0u);
+        xh[kk] = ok_hi[mt] ? *(__global const uint2*)((__global const ushort*)q + qhi + QD0(kk)) : (uint2)(0u);
       }
 #pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
@@ -231,42 +244,46 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
           y[0] = as_float(xh[kk].x << 16), y[1] = as_float(xh[kk].x & 0xffff0000u);
           y[2] = as_float(xh[kk].y << 16), y[3] = as_float(xh[kk].y & 0xffff0000u);
         }
-        qa[kk][0] = pack2(x[0] * q_scale, x[1] * q_scale);
-        qa[kk][1] = pack2(y[0] * q_scale, y[1] * q_scale);
-        qa[kk][2] = pack2(x[2] * q_scale, x[3] * q_scale);
-        qa[kk][3] = pack2(y[2] * q_scale, y[3] * q_scale);
+        qa[mt][kk][0] = pack2(x[0] * q_scale, x[1] * q_scale);
+        qa[mt][kk][1] = pack2(y[0] * q_scale, y[1] * q_scale);
+        qa[mt][kk][2] = pack2(x[2] * q_scale, x[3] * q_scale);
+        qa[mt][kk][3] = pack2(y[2] * q_scale, y[3] * q_scale);
       }
     } else {  // f32
       float4 xl[DK], xh[DK];
 #pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
-        xl[kk] = ok_lo ? *(__global const float4*)((__global const float*)q + qlo + QD0(kk)) : (float4)(0.f);
-        xh[kk] = ok_hi ? *(__global const float4*)((__global const float*)q + qhi + QD0(kk)) : (float4)(0.f);
+        xl[kk] = ok_lo[mt] ? *(__global const float4*)((__global const float*)q + qlo + QD0(kk)) : (float4)(0.f);
+        xh[kk] = ok_hi[mt] ? *(__global const float4*)((__global const float*)q + qhi + QD0(kk)) : (float4)(0.f);
       }
 #pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
         const float4 x = xl[kk] * q_scale, y = xh[kk] * q_scale;
-        qa[kk][0] = pack2(x.x, x.y), qa[kk][1] = pack2(y.x, y.y);
-        qa[kk][2] = pack2(x.z, x.w), qa[kk][3] = pack2(y.z, y.w);
+        qa[mt][kk][0] = pack2(x.x, x.y), qa[mt][kk][1] = pack2(y.x, y.y);
+        qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);
       }
     }
 #undef QD0
   }
 
   // Key range of the whole group (uniform: every warp joins every barrier) and of this warp.
-  const int last_row = min(row0 + 16 * WARPS, nrows) - 1;
+  const int last_row = min(row0 + WROWS * WARPS, nrows) - 1;
   const int kv_end = causal ? min(kv_len, shift + last_row / G + 1) : kv_len;
   const int kv_begin = window_left >= 0 ? max(0, shift + row0 / G - window_left) : 0;
-  const int w_last = min(wrow0 + 15, nrows - 1);
+  const int w_last = min(wrow0 + WROWS - 1, nrows - 1);
   const int w_first_pos = shift + wrow0 / G, w_last_pos = shift + max(w_last, wrow0) / G;
   const int w_end = wrow0 >= nrows ? kv_begin : (causal ? min(kv_len, w_last_pos + 1) : kv_len);
   const int w_begin = window_left >= 0 ? max(0, w_first_pos - window_left) : 0;
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + KEYS - 1) / KEYS : 0;
   // Visible keys of this lane's rows: [kmin, kmax] (then the custom mask, if any).
-  const int kmax_lo = causal ? min(kv_len - 1, qpos_lo) : kv_len - 1;
-  const int kmax_hi = causal ? min(kv_len - 1, qpos_hi) : kv_len - 1;
-  const int kmin_lo = window_left >= 0 ? qpos_lo - window_left : 0;
-  const int kmin_hi = window_left >= 0 ? qpos_hi - window_left : 0;
+  int kmax_lo[MT], kmax_hi[MT], kmin_lo[MT], kmin_hi[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    kmax_lo[mt] = causal ? min(kv_len - 1, qpos_lo[mt]) : kv_len - 1;
+    kmax_hi[mt] = causal ? min(kv_len - 1, qpos_hi[mt]) : kv_len - 1;
+    kmin_lo[mt] = window_left >= 0 ? qpos_lo[mt] - window_left : 0;
+    kmin_hi[mt] = window_left >= 0 ? qpos_hi[mt] - window_left : 0;
+  }
   const long mask_end = mask_off + ((long)qo_len * kv_len + 7) / 8;  // end of this request's bytes
 
   // Per-lane fragment read positions (16-byte units). Ks: row g, dims 32c + 8t, with the
@@ -341,11 +358,16 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   }
 
 #endif
-  float oacc[DN][4];
+  float oacc[MT][DN][4];
+  float lsum[MT][4];  // row sums of P (lsum[mt][0] = row g, lsum[mt][2] = row g + 8)
+  float m_lo[MT], m_hi[MT];
 #pragma unroll
-  for (int n = 0; n < DN; ++n) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
-  float lsum[4] = {0.f, 0.f, 0.f, 0.f};  // row sums of P (lsum[0] = row g, lsum[2] = row g + 8)
-  float m_lo = CLATTN_NEG_INF, m_hi = CLATTN_NEG_INF;
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int n = 0; n < DN; ++n) oacc[mt][n][0] = oacc[mt][n][1] = oacc[mt][n][2] = oacc[mt][n][3] = 0.f;
+    lsum[mt][0] = lsum[mt][1] = lsum[mt][2] = lsum[mt][3] = 0.f;
+    m_lo[mt] = m_hi[mt] = CLATTN_NEG_INF;
+  }
 
   // Key row offsets: work-item tid < KEYS owns key tid of every tile. Its page id is loaded
   // one tile before the offset is needed (PF_LOAD), so no page-table latency sits in front
@@ -481,32 +503,42 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #endif
     const bool vis = WARP_VISIBLE(!(k0 >= w_end || k0 + KEYS <= w_begin));  // warp-uniform
 
-    // S = Q K^T (16 x KEYS per warp, log2 domain: Q carries the scale), masks, softmax.
-    uint pa[KEYS / 16][4];
+    // S = Q K^T (WROWS x KEYS per warp, log2 domain: Q carries the scale), masks, softmax.
+    uint pa[MT][KEYS / 16][4];
     if (vis) {
-      float s[NT][4];
+      float s[MT][NT][4];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
         for (int c = 0; c < NG; ++c) {
           if (2 * c + 1 < DK) {
             const uint4 b = ((c & 1) ? kp_odd : kp_even)[kso + 8 * j * KRQ + 4 * c];
-            MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);
-            MMA(s[j], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], b.z, b.w);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              MMA(s[mt][j], qa[mt][2 * c][0], qa[mt][2 * c][1], qa[mt][2 * c][2], qa[mt][2 * c][3], b.x, b.y);
+              MMA(s[mt][j], qa[mt][2 * c + 1][0], qa[mt][2 * c + 1][1], qa[mt][2 * c + 1][2], qa[mt][2 * c + 1][3], b.z,
+                  b.w);
+            }
           } else {  // last 16 dims when DK is odd (padded layout): words 16c + 2t of row g
             const uint2 b = kp_tail[2 * kso + 8 * j * (KRS / 2) + 8 * c];
-            MMA(s[j], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], b.x, b.y);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+              MMA(s[mt][j], qa[mt][2 * c][0], qa[mt][2 * c][1], qa[mt][2 * c][2], qa[mt][2 * c][3], b.x, b.y);
           }
         }
       }
 
       if (cap_log2 > 0.f) {
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[j][e] = cap_log2 * tanh(s[j][e] * inv_cap);
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][j][e] = cap_log2 * tanh(s[mt][j][e] * inv_cap);
       }
       const bool need_mask = has_mask || k0 + KEYS > kv_len || (causal && k0 + KEYS - 1 > w_first_pos) ||
                              (window_left >= 0 && k0 < w_last_pos - window_left);
@@ -514,42 +546,49 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
         // Column 8j + 2t + (e & 1) of the tile is visible to a row iff it lies in the row's
         // [kmin, kmax] (relative to this lane's first column) and its custom-mask bit is set.
         const int kb = k0 + 2 * t;
-        const int rmin_lo = kmin_lo - kb, rmax_lo = kmax_lo - kb, rmin_hi = kmin_hi - kb, rmax_hi = kmax_hi - kb;
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = 8 * j + (e & 1);
-            const bool in = e < 2 ? (c >= rmin_lo && c <= rmax_lo) : (c >= rmin_hi && c <= rmax_hi);
-            if (!in) s[j][e] = CLATTN_NEG_INF;
-          }
-        if (has_mask) {
-          ulong mb_lo[(KEYS + 63) / 64], mb_hi[(KEYS + 63) / 64];
-#pragma unroll
-          for (int h = 0; h < (KEYS + 63) / 64; ++h) {
-            mb_lo[h] = ok_lo ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_lo * kv_len + kb + 64 * h) : 0;
-            mb_hi[h] = ok_hi ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_hi * kv_len + kb + 64 * h) : 0;
-          }
+        for (int mt = 0; mt < MT; ++mt) {
+          const int rmin_lo = kmin_lo[mt] - kb, rmax_lo = kmax_lo[mt] - kb;
+          const int rmin_hi = kmin_hi[mt] - kb, rmax_hi = kmax_hi[mt] - kb;
 #pragma unroll
           for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int c = 8 * j + (e & 1);
-              const ulong mb = e < 2 ? mb_lo[c / 64] : mb_hi[c / 64];
-              if (!((mb >> (c % 64)) & 1)) s[j][e] = CLATTN_NEG_INF;
+              const bool in = e < 2 ? (c >= rmin_lo && c <= rmax_lo) : (c >= rmin_hi && c <= rmax_hi);
+              if (!in) s[mt][j][e] = CLATTN_NEG_INF;
             }
+          if (has_mask) {
+            ulong mb_lo[(KEYS + 63) / 64], mb_hi[(KEYS + 63) / 64];
+#pragma unroll
+            for (int h = 0; h < (KEYS + 63) / 64; ++h) {
+              mb_lo[h] = ok_lo[mt] ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_lo[mt] * kv_len + kb + 64 * h) : 0;
+              mb_hi[h] = ok_hi[mt] ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_hi[mt] * kv_len + kb + 64 * h) : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int c = 8 * j + (e & 1);
+                const ulong mb = e < 2 ? mb_lo[c / 64] : mb_hi[c / 64];
+                if (!((mb >> (c % 64)) & 1)) s[mt][j][e] = CLATTN_NEG_INF;
+              }
+          }
         }
       }
 
-      // Online softmax: row max over the tile (4 lanes share a row).
-      float tl[NT], th[NT];  // tree reductions: short dependency chains
+      // Online softmax per m-tile: row max over the tile (4 lanes share a row).
 #pragma unroll
-      for (int j = 0; j < NT; ++j) tl[j] = fmax(s[j][0], s[j][1]), th[j] = fmax(s[j][2], s[j][3]);
+      for (int mt = 0; mt < MT; ++mt) {
+        float tl[NT], th[NT];  // tree reductions: short dependency chains
 #pragma unroll
-      for (int lv = 1; lv < NT; lv *= 2)
+        for (int j = 0; j < NT; ++j) tl[j] = fmax(s[mt][j][0], s[mt][j][1]), th[j] = fmax(s[mt][j][2], s[mt][j][3]);
 #pragma unroll
-        for (int j = 0; j < NT; j += 2 * lv) tl[j] = fmax(tl[j], tl[j + lv]), th[j] = fmax(th[j], th[j + lv]);
-      SOFTMAX_STEP(fmax(m_lo, tl[0]), fmax(m_hi, th[0]), m_lo, m_hi, s, pa, oacc, lsum);
+        for (int lv = 1; lv < NT; lv *= 2)
+#pragma unroll
+          for (int j = 0; j < NT; j += 2 * lv) tl[j] = fmax(tl[j], tl[j + lv]), th[j] = fmax(th[j], th[j + lv]);
+        SOFTMAX_STEP(fmax(m_lo[mt], tl[0]), fmax(m_hi[mt], th[0]), m_lo[mt], m_hi[mt], s[mt], pa[mt], oacc[mt], lsum[mt]);
+      }
     }
 
 #if !ASYNC
@@ -566,10 +605,14 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }
 #endif
 
-    // O += P V (P rounded to the MMA type), row sums of P by an mma against ones.
+    // O += P V (P rounded to the MMA type), row sums of P by an mma against ones; each V
+    // fragment read from local memory serves the warp's MT m-tiles.
     if (vis) {
 #pragma unroll
-      for (int kc = 0; kc < KEYS / 16; ++kc) MMA(lsum, pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], ONE2, ONE2);
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kc = 0; kc < KEYS / 16; ++kc)
+          MMA(lsum[mt], pa[mt][kc][0], pa[mt][kc][1], pa[mt][kc][2], pa[mt][kc][3], ONE2, ONE2);
 #if ASYNC
       __local const uint4* const vb_ = lbv + (it & 1) * (KEYS * VRS);
 #pragma unroll
@@ -578,8 +621,11 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
         for (int n = 0; n < DN; n += 2) {
           uint b0, b1, b2, b3;
           LDSM_X4_T(vb_ + kc * (16 * VRS) + (n & ~7) + lo2[(n & 7) >> 1], b0, b1, b2, b3);
-          MMA(oacc[n], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b0, b1);
-          MMA(oacc[n + 1], pa[kc][0], pa[kc][1], pa[kc][2], pa[kc][3], b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            MMA(oacc[mt][n], pa[mt][kc][0], pa[mt][kc][1], pa[mt][kc][2], pa[mt][kc][3], b0, b1);
+            MMA(oacc[mt][n + 1], pa[mt][kc][0], pa[mt][kc][1], pa[mt][kc][2], pa[mt][kc][3], b2, b3);
+          }
         }
       }
 #else
@@ -588,8 +634,12 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #pragma unroll
         for (int c = 0; c < KEYS / 32; ++c) {
           const uint4 b = vp[((4 * c) ^ (8 * n / VD)) & VXM][8 * n * VRQ + ((4 * c) & ~VXM)];
-          MMA(oacc[n], pa[2 * c][0], pa[2 * c][1], pa[2 * c][2], pa[2 * c][3], b.x, b.y);
-          MMA(oacc[n], pa[2 * c + 1][0], pa[2 * c + 1][1], pa[2 * c + 1][2], pa[2 * c + 1][3], b.z, b.w);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            MMA(oacc[mt][n], pa[mt][2 * c][0], pa[mt][2 * c][1], pa[mt][2 * c][2], pa[mt][2 * c][3], b.x, b.y);
+            MMA(oacc[mt][n], pa[mt][2 * c + 1][0], pa[mt][2 * c + 1][1], pa[mt][2 * c + 1][2], pa[mt][2 * c + 1][3], b.z,
+                b.w);
+          }
         }
       }
 #endif
@@ -599,42 +649,44 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #endif
   }
 
-  // Sinks, normalisation, stores. lsum[0] (= lsum[1]) and lsum[2] are complete row sums.
+  // Sinks, normalisation, stores. lsum[mt][0] (= [1]) and lsum[mt][2] are complete row sums.
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const bool ok = hh ? ok_hi : ok_lo;
-    if (!ok) continue;
-    const int pr = hh ? pr_hi : pr_lo, tok = hh ? tok_hi : tok_lo;
-    float m = hh ? m_hi : m_lo, l = hh ? lsum[2] : lsum[0], alpha = 1.f;
-    const int h = kvh * G + pr % G;
-    if (has_sinks) {
-      const float sk = sinks[h] * LOG2E;
-      const float mt = fmax(m, sk);
-      alpha = m == mt ? 1.f : exp2(m - mt);
-      l = l * alpha + exp2(sk - mt);
-      m = mt;
-    }
-    const float inv = l > 0.f ? alpha * v_scale / l : 0.f;
-    const size_t orow = (size_t)(qo_start + tok) * Hq + h;
-    if (o_dt == DT_F16 || o_dt == DT_BF16) {
-      __global uint* o32 = (__global uint*)o + orow * (HEAD_DIM / 2) + t;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int n = 0; n < DN; ++n) {
-        const float a = oacc[n][2 * hh] * inv, b = oacc[n][2 * hh + 1] * inv;
-        o32[4 * n] = o_dt == DT_F16 ? pack2_f16(a, b) : pack2_bf16(a, b);
+    for (int hh = 0; hh < 2; ++hh) {
+      const bool ok = hh ? ok_hi[mt] : ok_lo[mt];
+      if (!ok) continue;
+      const int pr = hh ? pr_hi[mt] : pr_lo[mt], tok = hh ? tok_hi[mt] : tok_lo[mt];
+      float m = hh ? m_hi[mt] : m_lo[mt], l = hh ? lsum[mt][2] : lsum[mt][0], alpha = 1.f;
+      const int h = kvh * G + pr % G;
+      if (has_sinks) {
+        const float sk = sinks[h] * LOG2E;
+        const float mx = fmax(m, sk);
+        alpha = m == mx ? 1.f : exp2(m - mx);
+        l = l * alpha + exp2(sk - mx);
+        m = mx;
       }
-    } else if (o_dt == DT_F32) {
-      __global float2* o64 = (__global float2*)o + orow * (HEAD_DIM / 2) + t;
+      const float inv = l > 0.f ? alpha * v_scale / l : 0.f;
+      const size_t orow = (size_t)(qo_start + tok) * Hq + h;
+      if (o_dt == DT_F16 || o_dt == DT_BF16) {
+        __global uint* o32 = (__global uint*)o + orow * (HEAD_DIM / 2) + t;
 #pragma unroll
-      for (int n = 0; n < DN; ++n) o64[4 * n] = (float2)(oacc[n][2 * hh] * inv, oacc[n][2 * hh + 1] * inv);
-    } else {
+        for (int n = 0; n < DN; ++n) {
+          const float a = oacc[mt][n][2 * hh] * inv, b = oacc[mt][n][2 * hh + 1] * inv;
+          o32[4 * n] = o_dt == DT_F16 ? pack2_f16(a, b) : pack2_bf16(a, b);
+        }
+      } else if (o_dt == DT_F32) {
+        __global float2* o64 = (__global float2*)o + orow * (HEAD_DIM / 2) + t;
 #pragma unroll
-      for (int n = 0; n < DN; ++n) {
-        const size_t col = orow * HEAD_DIM + 8 * n + 2 * t;
-        store_elem(o, col, o_dt, oacc[n][2 * hh] * inv);
-        store_elem(o, col + 1, o_dt, oacc[n][2 * hh + 1] * inv);
+        for (int n = 0; n < DN; ++n) o64[4 * n] = (float2)(oacc[mt][n][2 * hh] * inv, oacc[mt][n][2 * hh + 1] * inv);
+      } else {
+#pragma unroll
+        for (int n = 0; n < DN; ++n) {
+          const size_t col = orow * HEAD_DIM + 8 * n + 2 * t;
+          store_elem(o, col, o_dt, oacc[mt][n][2 * hh] * inv);
+          store_elem(o, col + 1, o_dt, oacc[mt][n][2 * hh + 1] * inv);
+        }
       }
+      if (has_lse && t == 0) lse[orow] = l > 0.f ? (m + log2(l)) * LN2 : CLATTN_NEG_INF;
     }
-    if (has_lse && t == 0) lse[orow] = l > 0.f ? (m + log2(l)) * LN2 : CLATTN_NEG_INF;
-  }
 }

@@ -238,7 +238,10 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       Tile t;
       t.variant = "nv_mma_sync";
       const int warps = std::clamp(param(e, over, "MMA_WARPS"), 1, 8);
-      t.wg = 32 * warps, t.rows = 16 * warps;
+      // MMA_MT 16-row m-tiles per warp: 2 shares every K/V fragment between two (head dims up
+      // to 128: q fragments and O accumulators double).
+      const int mt = ops::param_or(e, over, "MMA_MT", 1) == 2 && kv.head_dim <= 128 ? 2 : 1;
+      t.wg = 32 * warps, t.rows = 16 * warps * mt;
       t.keys = param(e, over, "MMA_KEYS");
       if (t.keys != 32 && t.keys != 64 && t.keys != 128)
         rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 32, 64 or 128");
@@ -256,6 +259,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
         std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)},
                                                 {"KV_DT", to_string(int(kv.dtype))},
                                                 {"WARPS", to_string(warps)},
+                                                {"MT", to_string(mt)},
                                                 {"KEYS", to_string(t.keys)},
                                                 {"ASYNC", async ? "1" : "0"},
                                                 {"MMA_BF16", bf16 ? "1" : "0"}};

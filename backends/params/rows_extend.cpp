@@ -20,6 +20,11 @@
 //              registers. H100 2026-11-22 (clattn-bench extend --param MMA_ASYNC=1): 154 ->
 //              191 (1 x 4096), 187 -> 235 (1 x 16384), 168 -> 211 (8 x 1024 over 2048)
 //              TFLOP/s; 4 warps: 183 / 218 / 202
+//   MMA_MT     16-row m-tiles per warp (1 or 2; 2 only at head dims <= 128): 2 shares every K
+//              and V fragment between two m-tiles (group rows = 16 x MMA_WARPS x MMA_MT). H100
+//              2026-11-22, 8 warps (256 rows per group; 255 registers, 224 bytes spilled):
+//              188 / 252 / 219 TFLOP/s against 195 / 236 / 212 with 1 (the 1 x 4096 case has
+//              half as many groups and pays more ramp and tail); not the default
 #include "backends/params/database.hpp"
 
 namespace clattn::params {

@@ -443,8 +443,10 @@ TEST(Extend, RandomBatches) {
     Case c;
     const Prog& p = progs[size_t(n % kProgs)];
     // Tensor-core kernel: every program once with register staging, once with cp.async
-    // stages (16-bit KV; fp8 always stages through registers).
+    // stages (16-bit KV; fp8 always stages through registers)...
     c.params["MMA_ASYNC"] = n / kProgs;
+    // ... and about half of them with two m-tiles per warp (MMA_MT 2, head dims <= 128).
+    c.params["MMA_MT"] = n % 4 < 2 || n == 7 ? 2 : 1;
     c.D = p.D, c.kv = p.kv, c.G = p.G, c.Hkv = p.Hkv;
     c.P = pages[rng.uniform_int(0, 3)];
     c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];

@@ -430,7 +430,8 @@ std::vector<OpSpec> build_specs() {
                [](const DeviceProfile& p, bool quick) {
                  std::vector<Axis> a;
                  if (params::variant_available(p, "nv_mma_sync"))
-                   a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4, 8}}, {"MMA_KEYS", {32, 64, 128}}, {"MMA_ASYNC", {1, 0}}};
+                   a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4, 8}}, {"MMA_KEYS", {32, 64, 128}}, {"MMA_ASYNC", {1, 0}},
+                        {"MMA_MT", {1, 2}}};
                  for (Axis x : std::vector<Axis>{{"ROWS", {8, 16, 32, 64}}, {"WG", {32, 64, 128, 256}}, {"KEYS", {16, 32, 64}}})
                    a.push_back(x);
                  if (quick) a = {{"ROWS", {8, 32}}, {"KEYS", {16, 64}}};
