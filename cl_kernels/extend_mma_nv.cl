@@ -1,9 +1,9 @@
 // Extend / prefill attention on NVIDIA tensor cores: inline PTX mma.sync m16n8k16 (f16 or
 // bf16 inputs, f32 accumulation) inside OpenCL C, FlashAttention-2 structure (Dao 2023).
 //
-// A work-group of WARPS warps covers 16 * WARPS packed query rows (tokens x GQA group, as in
-// extend.cl), each warp 16 rows whose Q fragments stay in registers (pre-multiplied by the
-// score scale) for the whole KV loop. Per KEYS-key tile every warp computes S = Q K^T with
+// A work-group of WARPS warps covers 16 * MT * WARPS packed query rows (tokens x GQA group, as
+// in extend.cl), each warp MT m-tiles of 16 rows whose Q fragments stay in registers
+// (pre-multiplied by the score scale) for the whole KV loop. Per KEYS-key tile every warp computes S = Q K^T with
 // mma.sync, masks (boundary tiles only), runs the online softmax in registers (row max over
 // the 4 lanes of a row with shfl.sync, row sums by one extra mma against a ones column, O
 // rescaled only when some row max of the warp moved), rounds P to the MMA type and
