@@ -218,50 +218,25 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   }
 
   // Q fragments times the score scale, in the MMA type, in S's permuted k order: dims
-  // d0 .. d0 + 3 of each k-step (all loads of an m-tile issued before any conversion).
+  // d0 .. d0 + 3 of each k-step (load4_bits; all loads of an m-tile issued before any
+  // conversion).
   uint qa[MT][DK][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM;
     const size_t qhi = ((size_t)(qo_start + tok_hi[mt]) * Hq + kvh * G + pr_hi[mt] % G) * HEAD_DIM;
 #define QD0(kk) (32 * ((kk) >> 1) + (2 * ((kk) >> 1) + 1 < DK ? 8 * t + 4 * ((kk) & 1) : 4 * t))
-    if (q_dt == DT_F16 || q_dt == DT_BF16) {
-      uint2 xl[DK], xh[DK];
+    uint4 xl[DK], xh[DK];
 #pragma unroll
-      for (int kk = 0; kk < DK; ++kk) {
-        xl[kk] = ok_lo[mt] ? *(__global const uint2*)((__global const ushort*)q + qlo + QD0(kk)) : (uint2)(0u);
-        xh[kk] = ok_hi[mt] ? *(__global const uint2*)((__global const ushort*)q + qhi + QD0(kk)) : (uint2)(0u);
-      }
+    for (int kk = 0; kk < DK; ++kk) {
+      xl[kk] = ok_lo[mt] ? load4_bits(q, qlo + QD0(kk), q_dt) : (uint4)(0u);
+      xh[kk] = ok_hi[mt] ? load4_bits(q, qhi + QD0(kk), q_dt) : (uint4)(0u);
+    }
 #pragma unroll
-      for (int kk = 0; kk < DK; ++kk) {
-        float x[4], y[4];
-        if (q_dt == DT_F16) {
-          unpack2_f16(xl[kk].x, &x[0], &x[1]), unpack2_f16(xl[kk].y, &x[2], &x[3]);
-          unpack2_f16(xh[kk].x, &y[0], &y[1]), unpack2_f16(xh[kk].y, &y[2], &y[3]);
-        } else {
-          x[0] = as_float(xl[kk].x << 16), x[1] = as_float(xl[kk].x & 0xffff0000u);
-          x[2] = as_float(xl[kk].y << 16), x[3] = as_float(xl[kk].y & 0xffff0000u);
-          y[0] = as_float(xh[kk].x << 16), y[1] = as_float(xh[kk].x & 0xffff0000u);
-          y[2] = as_float(xh[kk].y << 16), y[3] = as_float(xh[kk].y & 0xffff0000u);
-        }
-        qa[mt][kk][0] = pack2(x[0] * q_scale, x[1] * q_scale);
-        qa[mt][kk][1] = pack2(y[0] * q_scale, y[1] * q_scale);
-        qa[mt][kk][2] = pack2(x[2] * q_scale, x[3] * q_scale);
-        qa[mt][kk][3] = pack2(y[2] * q_scale, y[3] * q_scale);
-      }
-    } else {  // f32
-      float4 xl[DK], xh[DK];
-#pragma unroll
-      for (int kk = 0; kk < DK; ++kk) {
-        xl[kk] = ok_lo[mt] ? *(__global const float4*)((__global const float*)q + qlo + QD0(kk)) : (float4)(0.f);
-        xh[kk] = ok_hi[mt] ? *(__global const float4*)((__global const float*)q + qhi + QD0(kk)) : (float4)(0.f);
-      }
-#pragma unroll
-      for (int kk = 0; kk < DK; ++kk) {
-        const float4 x = xl[kk] * q_scale, y = xh[kk] * q_scale;
-        qa[mt][kk][0] = pack2(x.x, x.y), qa[mt][kk][1] = pack2(y.x, y.y);
-        qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);
-      }
+    for (int kk = 0; kk < DK; ++kk) {
+      const float4 x = bits4_to_float4(xl[kk], q_dt) * q_scale, y = bits4_to_float4(xh[kk], q_dt) * q_scale;
+      qa[mt][kk][0] = pack2(x.x, x.y), qa[mt][kk][1] = pack2(y.x, y.y);
+      qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);
     }
 #undef QD0
   }
