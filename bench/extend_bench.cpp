@@ -133,7 +133,7 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   ExtendBuffers eb;
   eb.q = q.get(), eb.k = kc.get(), eb.v = vc.get(), eb.page_ids = ids.get(), eb.o = o.get(), eb.lse = lse.get();
   if (verbose_build)
-    h.print_build_log(plan.variant == "nv_mma_sync" ? "extend_mma_nv.cl" : "extend.cl", plan.kernel_options);
+    h.print_build_log(plan.variant != "generic" ? "extend_mma_nv.cl" : "extend.cl", plan.kernel_options);
   double ms = h.time_ms([&] { extend_run(ctx, plan, eb); });
   const double flops = 4.0 * D * H * visible_pairs(c);
   char shape[160];
@@ -154,7 +154,7 @@ void register_extend(CLI::App& app, Harness& h) {
   cmd->add_flag("--verbose-build", verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
   cmd->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
-  cmd->add_option("--variant", only, "only this variant (generic, nv_mma_sync)");
+  cmd->add_option("--variant", only, "only this variant (generic, nv_mma_sync, nv_wgmma)");
   static int one_b = 0, one_qo = 0, one_kv = 0, one_h = 32;
   cmd->add_option("-B", one_b, "one case: batch (with --qo --kv -H; head dim 128)");
   cmd->add_option("--qo", one_qo, "one case: query tokens per request");
@@ -174,15 +174,16 @@ void register_extend(CLI::App& app, Harness& h) {
     std::string fp32_desc;
     const double fp32 = fp32_peak_tflops(ctx, &fp32_desc);
     std::vector<std::string> variants;
-    if (only.empty() || only == "nv_mma_sync") {
-      std::vector<VariantInfo> vs = clattn::variants(ctx.profile());
-      for (auto& v : vs)
-        if (v.name == "nv_mma_sync" && v.available) variants.push_back("nv_mma_sync");
-    }
+    for (const char* tc : {"nv_wgmma", "nv_mma_sync"})
+      if (only.empty() || only == tc) {
+        std::vector<VariantInfo> vs = clattn::variants(ctx.profile());
+        for (auto& v : vs)
+          if (v.name == tc && v.available) variants.push_back(tc);
+      }
     if (only.empty() || only == "generic") variants.push_back("generic");
     double mma = 0.0;
     std::string mma_desc;
-    if (!variants.empty() && variants[0] == "nv_mma_sync") {
+    if (!variants.empty() && variants[0] != "generic") {
       mma = mma_peak_tflops(h, quick);
       mma_desc = "mma.sync m16n8k16 f16->f32 loop, measured in this process";
       std::printf("# limit: %.1f TFLOP/s %s\n", mma, mma_desc.c_str());

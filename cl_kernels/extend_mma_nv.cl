@@ -65,6 +65,11 @@
 #ifndef MT
 #define MT 1
 #endif
+// QLOC 1: q fragments in private memory (L1-cached, read once per 32-dim group per tile)
+// instead of registers: frees 32 * MT registers, which MT = 2 needs to stay unspilled.
+#ifndef QLOC
+#define QLOC 0
+#endif
 // ASYNC (16-bit KV): K and V tiles go global -> local by cp.async into two stage buffers
 // (the next tile's copies fly during this one's math; no staging registers, one barrier
 // per tile), V stays row-major and P V's B fragments come from ldmatrix.trans. fp8 KV is
@@ -75,6 +80,19 @@
 #if KV_DT != DT_F16 && KV_DT != DT_BF16
 #undef ASYNC
 #define ASYNC 0
+#endif
+// WGMMA 1 (Hopper, compute capability 9.0): S = Q K^T and O += P V by warpgroup MMA
+// (wgmma.mma_async m64nNk16: A = q / P fragments in registers, B = K / V read from the cp.async
+// stages through shared-memory matrix descriptors), so a warpgroup's 4 warps (64 rows) issue
+// one instruction where mma.sync needed 4 x N/8. The wgmma forms need PTX target sm_90a, which
+// NVIDIA's OpenCL compiler never writes: mma_ptx_nv.clh hides them behind PTX comments and the
+// runtime rebuilds the program's PTX for sm_90a (runtime/ptx_retarget.cpp). K and V stages are
+// stored as 8 x 16-byte core matrices (key r, 8-dim chunk c at (r / 8) * 8 CPR + 8 c + r % 8).
+#ifndef WGMMA
+#define WGMMA 0
+#endif
+#if WGMMA && (!ASYNC || MT != 1 || (WARPS % 4) || (HEAD_DIM % 64) || (KEYS != 32 && KEYS != 64))
+#error "extend_mma_nv.cl: WGMMA needs ASYNC, MT 1, whole warpgroups, HEAD_DIM % 64 == 0 and KEYS 32 or 64"
 #endif
 
 #define WGSZ (32 * WARPS)
@@ -154,6 +172,18 @@ inline ulong mask_bits(__global const uchar* mask, long end, long bit) {
   return sh ? (lo >> sh) | (b8 << (64 - sh)) : lo;
 }
 
+// q elements i, i + 1, i + 8, i + 9 (i even) in load4_bits' layout (bits4_to_float4 decodes
+// them): the natural-order A fragment pairs of one row and k-step (WGMMA).
+inline uint4 q_pairs_bits(__global const void* q, size_t i, int dt) {
+  if (dt == DT_F32) {
+    const float2 a = *(__global const float2*)((__global const float*)q + i);
+    const float2 b = *(__global const float2*)((__global const float*)q + i + 8);
+    return (uint4)(as_uint(a.x), as_uint(a.y), as_uint(b.x), as_uint(b.y));
+  }
+  __global const uint* p = (__global const uint*)((__global const ushort*)q + i);
+  return (uint4)(p[0], p[4], 0u, 0u);
+}
+
 // 4 stored KV values at element i as 4 x 16-bit MMA values (uint2).
 inline uint2 load_kv4(__global const void* p, long i) {
 #if KV_DT == DT_F16 || KV_DT == DT_BF16
@@ -219,8 +249,12 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 
   // Q fragments times the score scale, in the MMA type, in S's permuted k order: dims
   // d0 .. d0 + 3 of each k-step (load4_bits; all loads of an m-tile issued before any
-  // conversion).
+  // conversion). WGMMA reads K as stored, so there q keeps the natural order (q_pairs_bits).
+#if QLOC
+  uint4 qv[MT][DK];  // indexed by a runtime k-step below, so it lives in (L1-cached) private memory
+#else
   uint qa[MT][DK][4];
+#endif
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM;
@@ -229,14 +263,23 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     uint4 xl[DK], xh[DK];
 #pragma unroll
     for (int kk = 0; kk < DK; ++kk) {
+#if WGMMA
+      xl[kk] = ok_lo[mt] ? q_pairs_bits(q, qlo + 16 * kk + 2 * t, q_dt) : (uint4)(0u);
+      xh[kk] = ok_hi[mt] ? q_pairs_bits(q, qhi + 16 * kk + 2 * t, q_dt) : (uint4)(0u);
+#else
       xl[kk] = ok_lo[mt] ? load4_bits(q, qlo + QD0(kk), q_dt) : (uint4)(0u);
       xh[kk] = ok_hi[mt] ? load4_bits(q, qhi + QD0(kk), q_dt) : (uint4)(0u);
+#endif
     }
 #pragma unroll
     for (int kk = 0; kk < DK; ++kk) {
       const float4 x = bits4_to_float4(xl[kk], q_dt) * q_scale, y = bits4_to_float4(xh[kk], q_dt) * q_scale;
+#if QLOC
+      qv[mt][kk] = (uint4)(pack2(x.x, x.y), pack2(y.x, y.y), pack2(x.z, x.w), pack2(y.z, y.w));
+#else
       qa[mt][kk][0] = pack2(x.x, x.y), qa[mt][kk][1] = pack2(y.x, y.y);
       qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);
+#endif
     }
 #undef QD0
   }
@@ -245,9 +288,15 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   const int last_row = min(row0 + WROWS * WARPS, nrows) - 1;
   const int kv_end = causal ? min(kv_len, shift + last_row / G + 1) : kv_len;
   const int kv_begin = window_left >= 0 ? max(0, shift + row0 / G - window_left) : 0;
-  const int w_last = min(wrow0 + WROWS - 1, nrows - 1);
-  const int w_first_pos = shift + wrow0 / G, w_last_pos = shift + max(w_last, wrow0) / G;
-  const int w_end = wrow0 >= nrows ? kv_begin : (causal ? min(kv_len, w_last_pos + 1) : kv_len);
+  // (WGMMA: of this warp's warpgroup, which issues each wgmma as one.)
+#if WGMMA
+  const int srow0 = row0 + 64 * (warp >> 2), SROWS = 64;
+#else
+  const int srow0 = wrow0, SROWS = WROWS;
+#endif
+  const int w_last = min(srow0 + SROWS - 1, nrows - 1);
+  const int w_first_pos = shift + srow0 / G, w_last_pos = shift + max(w_last, srow0) / G;
+  const int w_end = srow0 >= nrows ? kv_begin : (causal ? min(kv_len, w_last_pos + 1) : kv_len);
   const int w_begin = window_left >= 0 ? max(0, w_first_pos - window_left) : 0;
   const int ntiles = kv_end > kv_begin ? (kv_end - kv_begin + KEYS - 1) / KEYS : 0;
   // Visible keys of this lane's rows: [kmin, kmax] (then the custom mask, if any).
@@ -276,6 +325,13 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #pragma unroll
   for (int i = 0; i < 4; ++i) lo2[i] = VSWZ ? ((2 * i) ^ (lane >> 4) ^ (lane & 7)) : 2 * i + (lane >> 4);
   // Copies: chunk it = tid + WGSZ m of a tile -> key it / CPR, chunk it % CPR (coalesced).
+#if WGMMA
+#define KSLOT(r_, c_) (((r_) >> 3) * (CPR * 8) + (c_) * 8 + ((r_) & 7))
+#define VSLOT(r_, c_) KSLOT(r_, c_)
+#else
+#define KSLOT(r_, c_) ((r_) * KRQ + (KSWZ ? (c_) ^ (((r_) & 1) << 2) : (c_)))
+#define VSLOT(r_, c_) ((r_) * VRS + (VSWZ ? (c_) ^ ((r_) & 7) : (c_)))
+#endif
 #define KVIT ((KEYS * CPR + WGSZ - 1) / WGSZ)
 #define ISSUE_KV(T)                                                                             \
   _Pragma("unroll") for (int m_ = 0; m_ < KVIT; ++m_) {                                         \
@@ -284,10 +340,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       const int r_ = it_ / CPR, c_ = it_ % CPR, st_ = (T) & 1;                                  \
       const long ro_ = roff[st_ * KEYS + r_];                                                   \
       const long so_ = (ro_ >= 0 ? ro_ : 0) + 8 * c_;                                           \
-      CP_ASYNC16(ks + st_ * (KEYS * KRQ) + r_ * KRQ + (KSWZ ? c_ ^ ((r_ & 1) << 2) : c_),         \
-                 (__global const ushort*)k + so_, ro_ >= 0 ? 16 : 0);                           \
-      CP_ASYNC16(vs + st_ * (KEYS * VRS) + r_ * VRS + (VSWZ ? c_ ^ (r_ & 7) : c_),                \
-                 (__global const ushort*)v + so_, ro_ >= 0 ? 16 : 0);                           \
+      CP_ASYNC16(ks + st_ * (KEYS * KRQ) + KSLOT(r_, c_), (__global const ushort*)k + so_, ro_ >= 0 ? 16 : 0); \
+      CP_ASYNC16(vs + st_ * (KEYS * VRS) + VSLOT(r_, c_), (__global const ushort*)v + so_, ro_ >= 0 ? 16 : 0); \
     }                                                                                           \
   }
 #else
@@ -465,6 +519,9 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     const bool has_next = it + 1 < ntiles;
 #if ASYNC
     CP_WAIT0();
+#if WGMMA
+    FENCE_PROXY_ASYNC();  // this work-item's copies -> visible to the wgmma (async proxy) reads
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (has_next) ISSUE_KV(it + 1);
     CP_COMMIT();
@@ -486,6 +543,47 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+#if WGMMA
+      {
+        const uint kb_ = (uint)(size_t)(ks + kso);  // k-step kk: cores 2kk, 2kk + 1 of every 8-key block
+        WG_FENCE();
+#pragma unroll
+        for (int kk = 0; kk < DK; ++kk)
+          WG_MMA_S(s[0], qa[0][kk], wg_desc(kb_ + 256 * kk, 128, 128 * CPR), kk);
+        WG_COMMIT();
+        WG_WAIT0();
+#pragma unroll
+        for (int j = 0; j < NT; ++j) WG_KEEP4(s[0][j]);
+      }
+#elif QLOC
+      // One 32-dim group per (not unrolled) step: its q fragments come from private memory
+      // (L1), each K fragment read from local memory feeds the warp's MT m-tiles.
+#pragma unroll 1
+      for (int c = 0; c < NG; ++c) {
+        uint4 qx[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) qx[mt][0] = qv[mt][2 * c], qx[mt][1] = qv[mt][min(2 * c + 1, DK - 1)];
+        __local const uint4* const kpc = ((c & 1) ? kp_odd : kp_even) + kso + 4 * c;
+        if ((DK % 2) == 0 || 2 * c + 1 < DK) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const uint4 b = kpc[8 * j * KRQ];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              MMA(s[mt][j], qx[mt][0].x, qx[mt][0].y, qx[mt][0].z, qx[mt][0].w, b.x, b.y);
+              MMA(s[mt][j], qx[mt][1].x, qx[mt][1].y, qx[mt][1].z, qx[mt][1].w, b.z, b.w);
+            }
+          }
+        } else {  // last 16 dims when DK is odd (padded layout): words 16c + 2t of row g
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const uint2 b = kp_tail[2 * kso + 8 * j * (KRS / 2) + 8 * c];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) MMA(s[mt][j], qx[mt][0].x, qx[mt][0].y, qx[mt][0].z, qx[mt][0].w, b.x, b.y);
+          }
+        }
+      }
+#else
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -506,6 +604,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
           }
         }
       }
+#endif
 
       if (cap_log2 > 0.f) {
 #pragma unroll
@@ -588,7 +687,24 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #pragma unroll
         for (int kc = 0; kc < KEYS / 16; ++kc)
           MMA(lsum[mt], pa[mt][kc][0], pa[mt][kc][1], pa[mt][kc][2], pa[mt][kc][3], ONE2, ONE2);
-#if ASYNC
+#if WGMMA
+      {
+        // k-step kc: keys 16kc .. 16kc + 15 = 8-key blocks 2kc, 2kc + 1; 64 dims per wgmma.
+        const uint vb_ = (uint)(size_t)(vs + (it & 1) * (KEYS * VRS));
+#pragma unroll
+        for (int n = 0; n < DN; ++n) WG_KEEP4(oacc[0][n]);
+        WG_FENCE();
+#pragma unroll
+        for (int kc = 0; kc < KEYS / 16; ++kc)
+#pragma unroll
+          for (int p = 0; p < HEAD_DIM / 64; ++p)
+            WG_MMA_PV64(oacc[0] + 8 * p, pa[0][kc], wg_desc(vb_ + 2 * 128 * CPR * kc + 1024 * p, 128 * CPR, 128));
+        WG_COMMIT();
+        WG_WAIT0();
+#pragma unroll
+        for (int n = 0; n < DN; ++n) WG_KEEP4(oacc[0][n]);
+      }
+#elif ASYNC
       __local const uint4* const vb_ = lbv + (it & 1) * (KEYS * VRS);
 #pragma unroll
       for (int kc = 0; kc < KEYS / 16; ++kc) {

@@ -4,6 +4,7 @@
 
 #include "runtime/kernel_sources.hpp"
 #include "runtime/log.hpp"
+#include "runtime/ptx_retarget.hpp"
 #include "runtime/sha256.hpp"
 
 namespace clattn::rt {
@@ -122,6 +123,30 @@ std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::s
   }
 }
 
+// The program rebuilt from its own PTX retargeted to sm_90a (runtime/ptx_retarget.hpp);
+// takes ownership of `p`. Failures raise Status::BuildFailed, so the op tries its next variant.
+cl_program ProgramCache::rebuild_sm90a(cl_program p, const std::string& file, const std::string& options) {
+  const std::vector<unsigned char> bin = program_binary(p);
+  clReleaseProgram(p);
+  auto ptx = retarget_ptx_sm90a(std::string(bin.begin(), bin.end()));
+  if (!ptx)
+    throw Error(Status::BuildFailed, "building " + file + " with [" + options +
+                                         "]: the program binary is not sm_90 PTX, so it cannot be retargeted to sm_90a");
+  const unsigned char* ptr = reinterpret_cast<const unsigned char*>(ptx->c_str());
+  size_t size = ptx->size() + 1;
+  cl_int err = CL_SUCCESS, bin_status = CL_SUCCESS;
+  cl_program q = clCreateProgramWithBinary(ctx_, 1, &dev_, &size, &ptr, &bin_status, &err);
+  if (err == CL_SUCCESS && bin_status != CL_SUCCESS) err = bin_status;
+  if (err == CL_SUCCESS) err = clBuildProgram(q, 1, &dev_, options.c_str(), nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    std::string blog = q ? build_log(q, dev_) : std::string();
+    if (q) clReleaseProgram(q);
+    throw Error(Status::BuildFailed,
+                "building " + file + " with [" + options + "] for sm_90a failed: " + cl_error_name(err) + "\n" + blog, err);
+  }
+  return q;
+}
+
 std::shared_ptr<Program> ProgramCache::build(const std::string& file, const std::string& source,
                                              const std::string& options, const std::string& k) {
   auto t0 = std::chrono::steady_clock::now();
@@ -150,6 +175,7 @@ std::shared_ptr<Program> ProgramCache::build(const std::string& file, const std:
     throw Error(Status::BuildFailed,
                 "building " + file + " with [" + options + "] failed: " + cl_error_name(err) + "\n" + blog, err);
   }
+  if (options.find(kPtxSm90aOption) != std::string::npos) p = rebuild_sm90a(p, file, options);
   ++compiled_;
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   log().debug("program built: {} [{}] in {:.1f} ms (cache miss {})", file, options, ms, k.substr(0, 12));

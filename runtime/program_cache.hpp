@@ -106,6 +106,7 @@ class ProgramCache {
  private:
   std::shared_ptr<Program> build(const std::string& file, const std::string& source, const std::string& options,
                                  const std::string& key);
+  cl_program rebuild_sm90a(cl_program p, const std::string& file, const std::string& options);
   cl_context ctx_;
   cl_device_id dev_;
   std::string identity_;  // platform + device + driver, folded into keys

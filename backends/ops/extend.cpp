@@ -8,6 +8,7 @@
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/ops/extend.hpp"
+#include "runtime/ptx_retarget.hpp"
 #include "runtime/log.hpp"
 
 namespace clattn {
@@ -65,8 +66,8 @@ void check_options(const KVDesc& kv, const ExtendOptions& opt) {
   if (!(opt.logits_soft_cap >= 0.0f) || !std::isfinite(opt.logits_soft_cap))
     rt::invalid("logits_soft_cap = " + to_string(opt.logits_soft_cap) + ", must be >= 0 and finite");
   if (opt.window_left < -1) rt::invalid("window_left = " + to_string(opt.window_left) + ", must be >= -1");
-  if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "nv_mma_sync")
-    rt::invalid("variant = '" + opt.variant + "' unknown (\"\", \"generic\", \"nv_mma_sync\")");
+  if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "nv_mma_sync" && opt.variant != "nv_wgmma")
+    rt::invalid("variant = '" + opt.variant + "' unknown (\"\", \"generic\", \"nv_mma_sync\", \"nv_wgmma\")");
 }
 
 // qo_indptr shape, monotonicity and qo_len <= kv_len; fills qo_start / qo_len.
@@ -223,7 +224,8 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
   std::vector<Tile> out;
 
-  bool want_mma = opt.variant.empty() ? param(e, over, "MMA") != 0 : opt.variant == "nv_mma_sync";
+  bool want_mma = opt.variant.empty() ? param(e, over, "MMA") != 0
+                                       : opt.variant == "nv_mma_sync" || opt.variant == "nv_wgmma";
   if (want_mma) {
     std::string why;
     const int64_t es = int64_t(dtype_size(kv.dtype));
@@ -260,9 +262,30 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
                                                 {"KV_DT", to_string(int(kv.dtype))},
                                                 {"WARPS", to_string(warps)},
                                                 {"MT", to_string(mt)},
+                                                {"QLOC", to_string(int(ops::param_or(e, over, "MMA_QLOC", 0) != 0))},
                                                 {"KEYS", to_string(t.keys)},
                                                 {"ASYNC", async ? "1" : "0"},
                                                 {"MMA_BF16", bf16 ? "1" : "0"}};
+        // nv_wgmma (Hopper warpgroup MMA) first where it applies; nv_mma_sync stays behind it
+        // as the fallback (a failed sm_90a rebuild is logged and skipped).
+        const bool wg_wanted = opt.variant.empty() ? ops::param_or(e, over, "MMA_WGMMA", 0) != 0
+                                                   : opt.variant == "nv_wgmma";
+        std::string wg_why;
+        if (wg_wanted && !params::variant_available(prof, "nv_wgmma", &wg_why)) {
+          rt::log().info("extend: nv_wgmma not used ({})", wg_why);
+        } else if (wg_wanted && async && mt == 1 && warps % 4 == 0 && kv.head_dim % 64 == 0 &&
+                   (t.keys == 32 || t.keys == 64)) {
+          Tile w = t;
+          w.variant = "nv_wgmma";
+          auto dw = d;
+          dw["WGMMA"] = "1";
+          dw["QLOC"] = "0";
+          w.options = rt::make_options(dw, rt::kPtxSm90aOption);
+          out.push_back(w);
+        } else if (wg_wanted) {
+          rt::log().info("extend: nv_wgmma needs 16-bit KV in two cp.async stages, MMA_MT 1, whole warpgroups and a "
+                         "head dim of 64 or 128; using nv_mma_sync");
+        }
         t.options = rt::make_options(d);
         out.push_back(t);
       }
@@ -315,7 +338,7 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   std::shared_ptr<rt::Program> prog;
   rt::Kernel* kernel = nullptr;
   for (size_t i = 0; i < cands.size(); ++i) {
-    const bool mma = cands[i].variant == "nv_mma_sync";
+    const bool mma = cands[i].variant == "nv_mma_sync" || cands[i].variant == "nv_wgmma";
     try {
       prog = c.programs.get(mma ? "extend_mma_nv.cl" : "extend.cl", cands[i].options);
       kernel = &prog->kernel(mma ? "extend_mma" : "extend_generic");

@@ -4,7 +4,7 @@ namespace clattn::params {
 
 const std::vector<std::string>& all_variants() {
   static const std::vector<std::string> v = {"generic", "khr_subgroups", "intel_subgroups", "nv_ptx_shfl",
-                                             "nv_mma_sync"};
+                                             "nv_mma_sync", "nv_wgmma"};
   return v;
 }
 
@@ -28,6 +28,14 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
     if (p.nv_compute_capability < 80)
       return say(false, "needs compute capability >= 8.0, device has " + std::to_string(p.nv_compute_capability));
     return say(true, "mma.sync m16n8k16 f16/bf16 on sm_" + std::to_string(p.nv_compute_capability));
+  }
+  if (v == "nv_wgmma") {
+    // wgmma exists on sm_90a only (not on later architectures' targets); the PTX is rebuilt for
+    // it (runtime/ptx_retarget.hpp).
+    if (!p.nv_inline_ptx) return say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");
+    if (p.nv_compute_capability / 10 != 9)
+      return say(false, "needs compute capability 9.x (Hopper), device has " + std::to_string(p.nv_compute_capability));
+    return say(true, "wgmma.mma_async f16/bf16 on sm_90a (PTX retargeted from sm_90)");
   }
   return say(false, "unknown variant");
 }

@@ -46,7 +46,8 @@ struct ExtendOptions {
   std::vector<int32_t> mask_indptr;
   bool validate = true;           // run the O(pages) metadata validation (off for the hot path)
   // "" = the device profile's choice; "generic" forces the portable kernel; "nv_mma_sync"
-  // asks for the tensor-core kernel (falls back to generic, logged, when unavailable).
+  // asks for the tensor-core kernel (falls back to generic, logged, when unavailable);
+  // "nv_wgmma" for its Hopper warpgroup-MMA form (falls back to nv_mma_sync, then generic).
   std::string variant;
   std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
   PlanBuffer plan_buffer;             // optional caller-owned table memory (ops.hpp PlanBuffer)
@@ -80,7 +81,7 @@ class CLATTN_API ExtendPlan {
   bool has_mask = false;
   int64_t table_bytes = 0;        // bytes of the plan's work table (PlanBuffer size that fits)
   int num_tiles = 0;              // (request, row tile) work items; x num_kv_heads work-groups
-  std::string variant;            // "generic" or "nv_mma_sync"
+  std::string variant;            // "generic", "nv_mma_sync" or "nv_wgmma"
   std::string kernel_options;
   struct Tile {
     int wg = 0, rows = 0, keys = 0;  // work-items, packed query rows (tokens x group), keys per step

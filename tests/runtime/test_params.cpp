@@ -56,7 +56,13 @@ TEST(Params, VariantsFollowCapabilities) {
   EXPECT_FALSE(params::variant_available(p, "nv_mma_sync"));
   p.nv_compute_capability = 90;
   EXPECT_TRUE(params::variant_available(p, "nv_mma_sync"));
+  EXPECT_TRUE(params::variant_available(p, "nv_wgmma"));  // Hopper only: sm_90a
   EXPECT_TRUE(params::variant_available(p, "generic"));
+  p.nv_compute_capability = 89;
+  EXPECT_FALSE(params::variant_available(p, "nv_wgmma"));
+  p.nv_compute_capability = 100;
+  EXPECT_FALSE(params::variant_available(p, "nv_wgmma"));
+  EXPECT_TRUE(params::variant_available(p, "nv_mma_sync"));
   DeviceProfile cpu;
   cpu.vendor = "cpu";
   cpu.vendor_forced = "nvidia";  // forcing NVIDIA's parameters cannot make PTX run on a CPU
