@@ -3,10 +3,12 @@
 #include <cmath>
 #include <sstream>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "bench/bench.hpp"
 #include "runtime/kernel_sources.hpp"
+#include "runtime/ptx_retarget.hpp"
 
 namespace clattn::bench {
 
@@ -114,6 +116,27 @@ void Harness::print_build_log(const std::string& file, const std::string& option
   cl_device_id dev = ctx().cl_device();
   std::string opts = options + (ctx().profile().vendor == "nvidia" ? " -cl-nv-verbose" : "");
   clBuildProgram(pr, 1, &dev, opts.c_str(), nullptr, nullptr);
+  if (options.find(rt::kPtxSm90aOption) != std::string::npos) {
+    // Rebuild for sm_90a as the program cache does, so the log is the one of the code that runs.
+    size_t bs = 0;
+    clGetProgramInfo(pr, CL_PROGRAM_BINARY_SIZES, sizeof bs, &bs, nullptr);
+    std::string bin(bs, '\0');
+    unsigned char* bp = reinterpret_cast<unsigned char*>(bin.data());
+    if (bs) clGetProgramInfo(pr, CL_PROGRAM_BINARIES, sizeof bp, &bp, nullptr);
+    clReleaseProgram(pr);
+    auto ptx = rt::retarget_ptx_sm90a(bin, rt::ptx_maxnreg_option(options));
+    if (!ptx) {
+      std::printf("#   %s: not sm_90 PTX, no sm_90a rebuild\n", file.c_str());
+      return;
+    }
+    if (const char* dump = std::getenv("CLATTN_DUMP_PTX")) {
+      if (FILE* f = std::fopen(dump, "w")) std::fputs(ptx->c_str(), f), std::fclose(f);
+    }
+    const unsigned char* pp = reinterpret_cast<const unsigned char*>(ptx->c_str());
+    size_t pl = ptx->size() + 1;
+    pr = clCreateProgramWithBinary(ctx().cl_ctx(), 1, &dev, &pl, &pp, nullptr, &err);
+    clBuildProgram(pr, 1, &dev, opts.c_str(), nullptr, nullptr);
+  }
   size_t n = 0;
   clGetProgramBuildInfo(pr, dev, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
   std::string log(n, '\0');

@@ -65,11 +65,6 @@
 #ifndef MT
 #define MT 1
 #endif
-// QLOC 1: q fragments in private memory (L1-cached, read once per 32-dim group per tile)
-// instead of registers: frees 32 * MT registers, which MT = 2 needs to stay unspilled.
-#ifndef QLOC
-#define QLOC 0
-#endif
 // ASYNC (16-bit KV): K and V tiles go global -> local by cp.async into two stage buffers
 // (the next tile's copies fly during this one's math; no staging registers, one barrier
 // per tile), V stays row-major and P V's B fragments come from ldmatrix.trans. fp8 KV is
@@ -91,9 +86,20 @@
 #ifndef WGMMA
 #define WGMMA 0
 #endif
+// STAGGER (WGMMA): each work-group walks its key tiles starting at its own offset (wrapping),
+// so the groups running together read different parts of a head's KV. The online softmax
+// does not depend on the order of the tiles.
+#ifndef STAGGER
+#define STAGGER 0
+#endif
 #if WGMMA && (!ASYNC || MT != 1 || (WARPS % 4) || (HEAD_DIM % 64) || (KEYS != 32 && KEYS != 64))
 #error "extend_mma_nv.cl: WGMMA needs ASYNC, MT 1, whole warpgroups, HEAD_DIM % 64 == 0 and KEYS 32 or 64"
 #endif
+// cp.async stages: WGMMA keeps three K and three V tiles (each copy has two tiles of math to
+// land; 48 KB at D = 128, so each work-item computes its own rows' offsets instead of a
+// shared table), the other forms two of each.
+#define KSTAGES (WGMMA ? 3 : 2)
+#define RBUF(T) ((T) & 1)
 
 #define WGSZ (32 * WARPS)
 #define WROWS (16 * MT)                     // packed query rows per warp
@@ -217,19 +223,25 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
     float inv_cap, float v_scale, int causal, int window_left) {
 #if ASYNC
-  __local uint4 ks[2 * KEYS * KRQ];
-  __local uint4 vs[2 * KEYS * VRS];
+  __local uint4 ks[KSTAGES * KEYS * KRQ];
+  __local uint4 vs[KSTAGES * KEYS * VRS];
 #else
   __local uint4 ks[KEYS * KRQ];
   __local uint4 vt[HEAD_DIM * VRQ];
 #endif
-  __local long roff[2 * KEYS];  // key row offsets of two tiles (buffer = tile index & 1)
+#if !WGMMA
+  __local long roff[2 * KEYS];  // key row offsets of two tiles (buffer RBUF(tile))
+#endif
   PTX_SCRATCH
 
   const int tid = get_local_id(0);
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int kvh = get_group_id(1);
-  __global const int* w = table + 8 * get_group_id(0);
+  // Work-groups start in launch order (dimension 0 fastest); taking the KV head from the
+  // fastest-varying part of that order puts every head's rows in each wave, instead of one
+  // head's whole KV streamed by a full wave at once (H100: +12% at 1 x 4096, 32 heads).
+  const int lin = get_group_id(1) * get_num_groups(0) + get_group_id(0);
+  const int kvh = lin % get_num_groups(1), item = lin / get_num_groups(1);
+  __global const int* w = table + 8 * item;
   const int qo_start = w[0], qo_len = w[1], kv_len = w[2], row0 = w[3], base = w[4], tok_off = w[5];
   const int mask_off = w[6];
   const int nrows = qo_len * G;
@@ -250,11 +262,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // Q fragments times the score scale, in the MMA type, in S's permuted k order: dims
   // d0 .. d0 + 3 of each k-step (load4_bits; all loads of an m-tile issued before any
   // conversion). WGMMA reads K as stored, so there q keeps the natural order (q_pairs_bits).
-#if QLOC
-  uint4 qv[MT][DK];  // indexed by a runtime k-step below, so it lives in (L1-cached) private memory
-#else
   uint qa[MT][DK][4];
-#endif
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM;
@@ -274,12 +282,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #pragma unroll
     for (int kk = 0; kk < DK; ++kk) {
       const float4 x = bits4_to_float4(xl[kk], q_dt) * q_scale, y = bits4_to_float4(xh[kk], q_dt) * q_scale;
-#if QLOC
-      qv[mt][kk] = (uint4)(pack2(x.x, x.y), pack2(y.x, y.y), pack2(x.z, x.w), pack2(y.z, y.w));
-#else
       qa[mt][kk][0] = pack2(x.x, x.y), qa[mt][kk][1] = pack2(y.x, y.y);
       qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);
-#endif
     }
 #undef QD0
   }
@@ -333,16 +337,21 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define VSLOT(r_, c_) ((r_) * VRS + (VSWZ ? (c_) ^ ((r_) & 7) : (c_)))
 #endif
 #define KVIT ((KEYS * CPR + WGSZ - 1) / WGSZ)
-#define ISSUE_KV(T)                                                                             \
+// Copies of tile T's rows of SRC (k or v) into the stage at DST; SLOT(r, c) places chunk c of row r.
+#define ISSUE_ROWS(T, DST, SRC, SLOT)                                                           \
   _Pragma("unroll") for (int m_ = 0; m_ < KVIT; ++m_) {                                         \
     const int it_ = tid + WGSZ * m_;                                                            \
     if (KEYS * CPR % WGSZ == 0 || it_ < KEYS * CPR) {                                           \
-      const int r_ = it_ / CPR, c_ = it_ % CPR, st_ = (T) & 1;                                  \
-      const long ro_ = roff[st_ * KEYS + r_];                                                   \
+      const int r_ = it_ / CPR, c_ = it_ % CPR;                                                 \
+      const long ro_ = roff[RBUF(T) * KEYS + r_];                                               \
       const long so_ = (ro_ >= 0 ? ro_ : 0) + 8 * c_;                                           \
-      CP_ASYNC16(ks + st_ * (KEYS * KRQ) + KSLOT(r_, c_), (__global const ushort*)k + so_, ro_ >= 0 ? 16 : 0); \
-      CP_ASYNC16(vs + st_ * (KEYS * VRS) + VSLOT(r_, c_), (__global const ushort*)v + so_, ro_ >= 0 ? 16 : 0); \
+      CP_ASYNC16((DST) + SLOT(r_, c_), (__global const ushort*)(SRC) + so_, ro_ >= 0 ? 16 : 0); \
     }                                                                                           \
+  }
+#define ISSUE_KV(T)                                                     \
+  {                                                                     \
+    ISSUE_ROWS(T, ks + ((T) & 1) * (KEYS * KRQ), k, KSLOT);             \
+    ISSUE_ROWS(T, vs + ((T) & 1) * (KEYS * VRS), v, VSLOT);             \
   }
 #else
   // Vt: row g, segment (4c + t) ^ VSW(8n + g) = vp[((4c) ^ (8n / VD)) & VXM] + ((4c) & ~VXM).
@@ -421,7 +430,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     if (key_ < kv_end)                                                                          \
       ro_ = (paged ? (long)pf_page * stride_page + (long)pf_slot * stride_token                 \
                    : (long)(base + key_) * stride_token) + (long)kvh * stride_head;             \
-    roff[((T) & 1) * KEYS + tid] = ro_;                                                         \
+    roff[RBUF(T) * KEYS + tid] = ro_;                                                           \
   }
 
 #if KDIV
@@ -484,6 +493,212 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }                                                                                           \
   }
 
+// Row sums of P (rounded as P V sees it) into lsum: one mma against a ones column per 16 keys.
+#define ROWSUM_P(PA_)                                                                           \
+  _Pragma("unroll") for (int mt = 0; mt < MT; ++mt)                                             \
+    _Pragma("unroll") for (int kc = 0; kc < KEYS / 16; ++kc)                                    \
+      MMA(lsum[mt], PA_[mt][kc][0], PA_[mt][kc][1], PA_[mt][kc][2], PA_[mt][kc][3], ONE2, ONE2)
+
+// Soft cap, masks (boundary tiles only) and the online softmax's P of one tile's scores
+// S_[MT][NT][4] whose first key is K0_: P into PA_, row maxima moved, the O / row-sum rescale
+// factors left in ALO_[MT] / AHI_[MT] (SOFTMAX_RESCALE applies them).
+#define SCORES_TO_P(S_, K0_, PA_, ALO_, AHI_)                                                                 \
+  do {                                                                                                        \
+    if (cap_log2 > 0.f) {                                                                                     \
+      _Pragma("unroll") for (int mt = 0; mt < MT; ++mt)                                                       \
+        _Pragma("unroll") for (int j = 0; j < NT; ++j)                                                        \
+          _Pragma("unroll") for (int e = 0; e < 4; ++e) S_[mt][j][e] = cap_log2 * tanh(S_[mt][j][e] * inv_cap); \
+    }                                                                                                         \
+    const bool need_mask = has_mask || (K0_) + KEYS > kv_len || (causal && (K0_) + KEYS - 1 > w_first_pos) || \
+                           (window_left >= 0 && (K0_) < w_last_pos - window_left);                            \
+    if (need_mask) {                                                                                          \
+      /* Column 8j + 2t + (e & 1) of the tile is visible to a row iff it lies in the row's */                 \
+      /* [kmin, kmax] (relative to this lane's first column) and its custom-mask bit is set. */               \
+      const int kb = (K0_) + 2 * t;                                                                           \
+      _Pragma("unroll") for (int mt = 0; mt < MT; ++mt) {                                                     \
+        const int rmin_lo = kmin_lo[mt] - kb, rmax_lo = kmax_lo[mt] - kb;                                     \
+        const int rmin_hi = kmin_hi[mt] - kb, rmax_hi = kmax_hi[mt] - kb;                                     \
+        _Pragma("unroll") for (int j = 0; j < NT; ++j)                                                        \
+          _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                                     \
+            const int c = 8 * j + (e & 1);                                                                    \
+            const bool in = e < 2 ? (c >= rmin_lo && c <= rmax_lo) : (c >= rmin_hi && c <= rmax_hi);          \
+            if (!in) S_[mt][j][e] = CLATTN_NEG_INF;                                                           \
+          }                                                                                                   \
+        if (has_mask) {                                                                                       \
+          ulong mb_lo[(KEYS + 63) / 64], mb_hi[(KEYS + 63) / 64];                                             \
+          _Pragma("unroll") for (int h = 0; h < (KEYS + 63) / 64; ++h) {                                      \
+            mb_lo[h] = ok_lo[mt] ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_lo[mt] * kv_len + kb + 64 * h) : 0; \
+            mb_hi[h] = ok_hi[mt] ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_hi[mt] * kv_len + kb + 64 * h) : 0; \
+          }                                                                                                   \
+          _Pragma("unroll") for (int j = 0; j < NT; ++j)                                                      \
+            _Pragma("unroll") for (int e = 0; e < 4; ++e) {                                                   \
+              const int c = 8 * j + (e & 1);                                                                  \
+              const ulong mb = e < 2 ? mb_lo[c / 64] : mb_hi[c / 64];                                         \
+              if (!((mb >> (c % 64)) & 1)) S_[mt][j][e] = CLATTN_NEG_INF;                                     \
+            }                                                                                                 \
+        }                                                                                                     \
+      }                                                                                                       \
+    }                                                                                                         \
+    /* Online softmax per m-tile: row max over the tile (4 lanes share a row). */                             \
+    _Pragma("unroll") for (int mt = 0; mt < MT; ++mt) {                                                       \
+      float tl[NT], th[NT];  /* tree reductions: short dependency chains */                                   \
+      _Pragma("unroll") for (int j = 0; j < NT; ++j) tl[j] = fmax(S_[mt][j][0], S_[mt][j][1]), th[j] = fmax(S_[mt][j][2], S_[mt][j][3]); \
+      _Pragma("unroll") for (int lv = 1; lv < NT; lv *= 2)                                                    \
+        _Pragma("unroll") for (int j = 0; j < NT; j += 2 * lv) tl[j] = fmax(tl[j], tl[j + lv]), th[j] = fmax(th[j], th[j + lv]); \
+      SOFTMAX_P(fmax(m_lo[mt], tl[0]), fmax(m_hi[mt], th[0]), m_lo[mt], m_hi[mt], S_[mt], PA_[mt], ALO_[mt], AHI_[mt]); \
+    }                                                                                                         \
+  } while (0)
+
+#if WGMMA
+  // Pipelined warpgroup loop (FlashAttention-3's intra-warpgroup overlap, Shah et al. 2024).
+  // Iteration j, tile j's P already computed (pa):
+  //   wait K(j+1), V(j) | barrier | copy K(j+3), V(j+2) | issue S(j+1) = Q K(j+1)^T
+  //   | issue O += P(j) V(j) | wait S(j+1) | masks, max, P(j+1) -> pn (the tensor cores run
+  //   P(j) V(j) meanwhile) | wait P V | rescale O, row sums, pa = pn | offsets of tile j+4,
+  //   page ids of tile j+5.
+  // Every copy has two iterations to land; every stage's last wgmma reader has completed
+  // before the barrier that precedes its refill (K(j), V(j-1): stage j % 3, (j+2) % 3).
+  // Every wgmma runs unconditionally, with its descriptors computed before the fence: ptxas
+  // serialises all wgmma of a kernel (a wait after each) when one sits in a branch it cannot
+  // prove warpgroup-uniform or when its operands are defined inside the fence .. commit
+  // window. So no per-warpgroup tile skipping (the masks zero what a warpgroup must not see),
+  // and the last iteration computes a discarded S of a stale stage.
+  // Copies: work-item tid moves chunk kc0 of keys kr0 + RSTEP * m (m < KPT) of every tile; it
+  // computes those keys' row offsets itself, the page ids one tile ahead (pf).
+#define RSTEP (WGSZ / CPR)
+#define KPT ((KEYS + RSTEP - 1) / RSTEP)
+#if WGSZ % CPR
+#error "extend_mma_nv.cl: WGMMA copies need the work-group size to be a multiple of HEAD_DIM / 8"
+#endif
+  const int kr0 = tid / CPR, kc0 = tid % CPR;
+  int pf[KPT];   // page ids of the keys of tile T (loaded by PAGES(T))
+  long ko[KPT];  // row offsets of the next K tile to copy, vo: of the next V tile (-1: none)
+  long vo[KPT];
+  const int t0 = STAGGER && ntiles > 1 ? (item * 37) % ntiles : 0;
+#define TIX(T) ((T) + t0 < ntiles ? (T) + t0 : (T) + t0 - ntiles)  // tile walked T-th (T < ntiles)
+#define KEY_TT(T, m_) ((T) < ntiles ? kv_begin + TIX(T) * KEYS + kr0 + RSTEP * (m_) : kv_end)
+#define PAGES(T)                                                                                \
+  _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) {                                          \
+    const int key_ = KEY_TT(T, m_), tt_ = key_ + tok_off;                                       \
+    if (paged && key_ < kv_end && kr0 + RSTEP * m_ < KEYS)                                      \
+      pf[m_] = page_ids[base + (pg_log2 >= 0 ? tt_ >> pg_log2 : tt_ / page_size)];              \
+  }
+#define OFFSETS(T, DST)                                                                         \
+  _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) {                                          \
+    const int key_ = KEY_TT(T, m_), tt_ = key_ + tok_off;                                       \
+    DST[m_] = -1;                                                                               \
+    if (key_ < kv_end)                                                                          \
+      DST[m_] = (paged ? (long)pf[m_] * stride_page +                                           \
+                             (long)(pg_log2 >= 0 ? tt_ & (page_size - 1) : tt_ % page_size) * stride_token \
+                       : (long)(base + key_) * stride_token) + (long)kvh * stride_head + 8 * kc0; \
+  }
+#define COPY_ROWS(DST, SRC, SLOT, OFF)                                                          \
+  _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) {                                          \
+    const int r_ = kr0 + RSTEP * m_;                                                            \
+    if (KEYS % RSTEP == 0 || r_ < KEYS)                                                         \
+      CP_ASYNC16((DST) + SLOT(r_, kc0), (__global const ushort*)(SRC) + (OFF[m_] >= 0 ? OFF[m_] : 0), \
+                 OFF[m_] >= 0 ? 16 : 0);                                                        \
+  }
+#define COPY_K(T, OFF) COPY_ROWS(ks + ((T) % KSTAGES) * (KEYS * KRQ), k, KSLOT, OFF)
+#define COPY_V(T, OFF) COPY_ROWS(vs + ((T) % KSTAGES) * (KEYS * VRS), v, VSLOT, OFF)
+#define ISSUE_S(T)                                                                              \
+  {                                                                                             \
+    const uint kb_ = (uint)(size_t)(ks + ((T) % KSTAGES) * (KEYS * KRQ));                       \
+    ulong dsc_[DK];                                                                             \
+    _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) dsc_[kk] = wg_desc(kb_ + 256 * kk, 128, 128 * CPR); \
+    WG_FENCE();                                                                                 \
+    _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) WG_MMA_S(sn[0], qa[0][kk], dsc_[kk], kk); \
+  }
+  float sn[1][NT][4];          // S of the next tile (wgmma accumulator)
+  uint pa[1][KEYS / 16][4];    // P of the current tile (A operand of its P V)
+  uint pn[1][KEYS / 16][4];    // P of the next tile, written while P V(pa) is in flight
+  if (ntiles > 0) {
+    // Groups {K0, V0, K1} and {K2, V1}; then ko = offsets of tile 3, vo = of tile 2, pf = page
+    // ids of tile 4 (tiles past the end give offsets -1 and are never copied).
+    PAGES(0);
+    OFFSETS(0, ko);
+    PAGES(1);
+    OFFSETS(1, vo);
+    COPY_K(0, ko);
+    COPY_V(0, ko);
+    if (ntiles > 1) COPY_K(1, vo);
+    CP_COMMIT();
+    PAGES(2);
+    OFFSETS(2, ko);
+    if (ntiles > 2) COPY_K(2, ko);
+    if (ntiles > 1) COPY_V(1, vo);
+    CP_COMMIT();
+    vo[0] = ko[0];
+#pragma unroll
+    for (int m_ = 1; m_ < KPT; ++m_) vo[m_] = ko[m_];
+    PAGES(3);
+    OFFSETS(3, ko);
+    PAGES(4);
+    CP_WAIT1();
+    FENCE_PROXY_ASYNC();  // this work-item's copies -> visible to wgmma's (async proxy) reads
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ISSUE_S(0);
+    WG_COMMIT();
+    WG_WAIT0();
+#pragma unroll
+    for (int j = 0; j < NT; ++j) WG_KEEP4(sn[0][j]);
+    float alo[1], ahi[1];  // O and the row sums are still 0: nothing to rescale
+    SCORES_TO_P(sn, kv_begin + TIX(0) * KEYS, pa, alo, ahi);
+    ROWSUM_P(pa);
+  }
+  for (int it = 0; it < ntiles; ++it) {
+    const bool has_next = it + 1 < ntiles;
+    // K(it+1) and V(it) landed (the group of iteration it-2); every warpgroup is done with
+    // K(it) and V(it-1).
+    CP_WAIT1();
+    FENCE_PROXY_ASYNC();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (it + 3 < ntiles) COPY_K(it + 3, ko);
+    if (it + 2 < ntiles) COPY_V(it + 2, vo);
+    CP_COMMIT();
+#pragma unroll
+    for (int m_ = 0; m_ < KPT; ++m_) vo[m_] = ko[m_];
+    ISSUE_S(it + 1);
+    WG_COMMIT();
+    {
+      // k-step kc: keys 16kc .. 16kc + 15 = 8-key blocks 2kc, 2kc + 1; 64 dims per wgmma.
+      const uint vb_ = (uint)(size_t)(vs + (it % KSTAGES) * (KEYS * VRS));
+      ulong dsc_[KEYS / 16][HEAD_DIM / 64];
+#pragma unroll
+      for (int kc = 0; kc < KEYS / 16; ++kc)
+#pragma unroll
+        for (int p = 0; p < HEAD_DIM / 64; ++p) dsc_[kc][p] = wg_desc(vb_ + 2 * 128 * CPR * kc + 1024 * p, 128 * CPR, 128);
+      WG_FENCE();
+#pragma unroll
+      for (int kc = 0; kc < KEYS / 16; ++kc)
+#pragma unroll
+        for (int p = 0; p < HEAD_DIM / 64; ++p) WG_MMA_PV64(oacc[0] + 8 * p, pa[0][kc], dsc_[kc][p]);
+    }
+    WG_COMMIT();
+    WG_WAIT1();  // S(it+1) complete; P(it) V(it) may still run
+    float alo[1], ahi[1];
+    if (has_next) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) WG_KEEP4(sn[0][j]);
+      SCORES_TO_P(sn, kv_begin + TIX(it + 1) * KEYS, pn, alo, ahi);
+    }
+    WG_WAIT0();
+#pragma unroll
+    for (int n = 0; n < DN; ++n) WG_KEEP4(oacc[0][n]);
+    if (has_next) {
+      SOFTMAX_RESCALE(alo[0], ahi[0], oacc[0], lsum[0]);
+      ROWSUM_P(pn);
+#pragma unroll
+      for (int kc = 0; kc < KEYS / 16; ++kc)
+        pa[0][kc][0] = pn[0][kc][0], pa[0][kc][1] = pn[0][kc][1], pa[0][kc][2] = pn[0][kc][2], pa[0][kc][3] = pn[0][kc][3];
+    }
+    // Offsets of tile it+4 (its page ids were loaded an iteration ago) and the page ids of
+    // it+5, last: a page-id load that has not arrived stalls the warp here, where it waits
+    // for the next barrier anyway, not in front of the next wgmma.
+    OFFSETS(it + 4, ko);
+    PAGES(it + 5);
+  }
+#else
   // Pipeline. Entering iteration j: Ks = K(j) (visible), kreg = K(j+1) and vw = V(j) in
   // flight, roff buffer (j+1)&1 = tile j+1, pf = page ids of tile j+2.
   //   S(j), softmax | vw -> Vt | roff(j+2), pf <- tile j+3 | barrier
@@ -519,9 +734,6 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     const bool has_next = it + 1 < ntiles;
 #if ASYNC
     CP_WAIT0();
-#if WGMMA
-    FENCE_PROXY_ASYNC();  // this work-item's copies -> visible to the wgmma (async proxy) reads
-#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (has_next) ISSUE_KV(it + 1);
     CP_COMMIT();
@@ -543,47 +755,6 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
-#if WGMMA
-      {
-        const uint kb_ = (uint)(size_t)(ks + kso);  // k-step kk: cores 2kk, 2kk + 1 of every 8-key block
-        WG_FENCE();
-#pragma unroll
-        for (int kk = 0; kk < DK; ++kk)
-          WG_MMA_S(s[0], qa[0][kk], wg_desc(kb_ + 256 * kk, 128, 128 * CPR), kk);
-        WG_COMMIT();
-        WG_WAIT0();
-#pragma unroll
-        for (int j = 0; j < NT; ++j) WG_KEEP4(s[0][j]);
-      }
-#elif QLOC
-      // One 32-dim group per (not unrolled) step: its q fragments come from private memory
-      // (L1), each K fragment read from local memory feeds the warp's MT m-tiles.
-#pragma unroll 1
-      for (int c = 0; c < NG; ++c) {
-        uint4 qx[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) qx[mt][0] = qv[mt][2 * c], qx[mt][1] = qv[mt][min(2 * c + 1, DK - 1)];
-        __local const uint4* const kpc = ((c & 1) ? kp_odd : kp_even) + kso + 4 * c;
-        if ((DK % 2) == 0 || 2 * c + 1 < DK) {
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const uint4 b = kpc[8 * j * KRQ];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              MMA(s[mt][j], qx[mt][0].x, qx[mt][0].y, qx[mt][0].z, qx[mt][0].w, b.x, b.y);
-              MMA(s[mt][j], qx[mt][1].x, qx[mt][1].y, qx[mt][1].z, qx[mt][1].w, b.z, b.w);
-            }
-          }
-        } else {  // last 16 dims when DK is odd (padded layout): words 16c + 2t of row g
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const uint2 b = kp_tail[2 * kso + 8 * j * (KRS / 2) + 8 * c];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) MMA(s[mt][j], qx[mt][0].x, qx[mt][0].y, qx[mt][0].z, qx[mt][0].w, b.x, b.y);
-          }
-        }
-      }
-#else
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -604,65 +775,11 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
           }
         }
       }
-#endif
 
-      if (cap_log2 > 0.f) {
+      float alo[MT], ahi[MT];
+      SCORES_TO_P(s, k0, pa, alo, ahi);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][j][e] = cap_log2 * tanh(s[mt][j][e] * inv_cap);
-      }
-      const bool need_mask = has_mask || k0 + KEYS > kv_len || (causal && k0 + KEYS - 1 > w_first_pos) ||
-                             (window_left >= 0 && k0 < w_last_pos - window_left);
-      if (need_mask) {
-        // Column 8j + 2t + (e & 1) of the tile is visible to a row iff it lies in the row's
-        // [kmin, kmax] (relative to this lane's first column) and its custom-mask bit is set.
-        const int kb = k0 + 2 * t;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const int rmin_lo = kmin_lo[mt] - kb, rmax_lo = kmax_lo[mt] - kb;
-          const int rmin_hi = kmin_hi[mt] - kb, rmax_hi = kmax_hi[mt] - kb;
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int c = 8 * j + (e & 1);
-              const bool in = e < 2 ? (c >= rmin_lo && c <= rmax_lo) : (c >= rmin_hi && c <= rmax_hi);
-              if (!in) s[mt][j][e] = CLATTN_NEG_INF;
-            }
-          if (has_mask) {
-            ulong mb_lo[(KEYS + 63) / 64], mb_hi[(KEYS + 63) / 64];
-#pragma unroll
-            for (int h = 0; h < (KEYS + 63) / 64; ++h) {
-              mb_lo[h] = ok_lo[mt] ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_lo[mt] * kv_len + kb + 64 * h) : 0;
-              mb_hi[h] = ok_hi[mt] ? mask_bits(mask, mask_end, (long)mask_off * 8 + (long)tok_hi[mt] * kv_len + kb + 64 * h) : 0;
-            }
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int c = 8 * j + (e & 1);
-                const ulong mb = e < 2 ? mb_lo[c / 64] : mb_hi[c / 64];
-                if (!((mb >> (c % 64)) & 1)) s[mt][j][e] = CLATTN_NEG_INF;
-              }
-          }
-        }
-      }
-
-      // Online softmax per m-tile: row max over the tile (4 lanes share a row).
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        float tl[NT], th[NT];  // tree reductions: short dependency chains
-#pragma unroll
-        for (int j = 0; j < NT; ++j) tl[j] = fmax(s[mt][j][0], s[mt][j][1]), th[j] = fmax(s[mt][j][2], s[mt][j][3]);
-#pragma unroll
-        for (int lv = 1; lv < NT; lv *= 2)
-#pragma unroll
-          for (int j = 0; j < NT; j += 2 * lv) tl[j] = fmax(tl[j], tl[j + lv]), th[j] = fmax(th[j], th[j + lv]);
-        SOFTMAX_STEP(fmax(m_lo[mt], tl[0]), fmax(m_hi[mt], th[0]), m_lo[mt], m_hi[mt], s[mt], pa[mt], oacc[mt], lsum[mt]);
-      }
+      for (int mt = 0; mt < MT; ++mt) SOFTMAX_RESCALE(alo[mt], ahi[mt], oacc[mt], lsum[mt]);
     }
 
 #if !ASYNC
@@ -682,29 +799,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     // O += P V (P rounded to the MMA type), row sums of P by an mma against ones; each V
     // fragment read from local memory serves the warp's MT m-tiles.
     if (vis) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int kc = 0; kc < KEYS / 16; ++kc)
-          MMA(lsum[mt], pa[mt][kc][0], pa[mt][kc][1], pa[mt][kc][2], pa[mt][kc][3], ONE2, ONE2);
-#if WGMMA
-      {
-        // k-step kc: keys 16kc .. 16kc + 15 = 8-key blocks 2kc, 2kc + 1; 64 dims per wgmma.
-        const uint vb_ = (uint)(size_t)(vs + (it & 1) * (KEYS * VRS));
-#pragma unroll
-        for (int n = 0; n < DN; ++n) WG_KEEP4(oacc[0][n]);
-        WG_FENCE();
-#pragma unroll
-        for (int kc = 0; kc < KEYS / 16; ++kc)
-#pragma unroll
-          for (int p = 0; p < HEAD_DIM / 64; ++p)
-            WG_MMA_PV64(oacc[0] + 8 * p, pa[0][kc], wg_desc(vb_ + 2 * 128 * CPR * kc + 1024 * p, 128 * CPR, 128));
-        WG_COMMIT();
-        WG_WAIT0();
-#pragma unroll
-        for (int n = 0; n < DN; ++n) WG_KEEP4(oacc[0][n]);
-      }
-#elif ASYNC
+      ROWSUM_P(pa);
+#if ASYNC
       __local const uint4* const vb_ = lbv + (it & 1) * (KEYS * VRS);
 #pragma unroll
       for (int kc = 0; kc < KEYS / 16; ++kc) {
@@ -739,6 +835,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     barrier(CLK_LOCAL_MEM_FENCE);  // Ks(j+1) visible; every warp is done with Vt(j)
 #endif
   }
+
+#endif
 
   // Sinks, normalisation, stores. lsum[mt][0] (= [1]) and lsum[mt][2] are complete row sums.
 #pragma unroll

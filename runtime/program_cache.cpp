@@ -128,7 +128,7 @@ std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::s
 cl_program ProgramCache::rebuild_sm90a(cl_program p, const std::string& file, const std::string& options) {
   const std::vector<unsigned char> bin = program_binary(p);
   clReleaseProgram(p);
-  auto ptx = retarget_ptx_sm90a(std::string(bin.begin(), bin.end()));
+  auto ptx = retarget_ptx_sm90a(std::string(bin.begin(), bin.end()), ptx_maxnreg_option(options));
   if (!ptx)
     throw Error(Status::BuildFailed, "building " + file + " with [" + options +
                                          "]: the program binary is not sm_90 PTX, so it cannot be retargeted to sm_90a");

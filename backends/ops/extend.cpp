@@ -209,6 +209,10 @@ size_t mma_local_bytes(int keys, int d, bool async) {
   return size_t(keys) * krs * 4 + size_t(d) * (keys / 2) * 4 + size_t(keys) * 2 * 8;
 }
 
+// nv_wgmma: three K and three V stages in core-matrix layout (unpadded); row offsets stay in
+// registers.
+size_t wgmma_local_bytes(int keys, int d) { return 6 * size_t(keys) * d * 2; }
+
 int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
   auto it = over.find(name);
   return it != over.end() ? it->second : e.get(name);
@@ -239,7 +243,9 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
     } else {
       Tile t;
       t.variant = "nv_mma_sync";
-      const int warps = std::clamp(param(e, over, "MMA_WARPS"), 1, 8);
+      // Up to 8 warps; nv_wgmma up to 12 (three warpgroups, registers capped to fit).
+      const int warps_asked = param(e, over, "MMA_WARPS");
+      const int warps = std::clamp(warps_asked, 1, 8), wg_warps = std::clamp(warps_asked, 4, 12) / 4 * 4;
       // MMA_MT 16-row m-tiles per warp: 2 shares every K/V fragment between two (head dims up
       // to 128: q fragments and O accumulators double).
       const int mt = ops::param_or(e, over, "MMA_MT", 1) == 2 && kv.head_dim <= 128 ? 2 : 1;
@@ -262,7 +268,6 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
                                                 {"KV_DT", to_string(int(kv.dtype))},
                                                 {"WARPS", to_string(warps)},
                                                 {"MT", to_string(mt)},
-                                                {"QLOC", to_string(int(ops::param_or(e, over, "MMA_QLOC", 0) != 0))},
                                                 {"KEYS", to_string(t.keys)},
                                                 {"ASYNC", async ? "1" : "0"},
                                                 {"MMA_BF16", bf16 ? "1" : "0"}};
@@ -273,17 +278,25 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
         std::string wg_why;
         if (wg_wanted && !params::variant_available(prof, "nv_wgmma", &wg_why)) {
           rt::log().info("extend: nv_wgmma not used ({})", wg_why);
-        } else if (wg_wanted && async && mt == 1 && warps % 4 == 0 && kv.head_dim % 64 == 0 &&
-                   (t.keys == 32 || t.keys == 64)) {
+        } else if (wg_wanted && async && mt == 1 && warps_asked % 4 == 0 && kv.head_dim % 64 == 0 &&
+                   (t.keys == 32 || t.keys == 64) && wgmma_local_bytes(32, kv.head_dim) <= lmax) {
           Tile w = t;
           w.variant = "nv_wgmma";
+          w.wg = 32 * wg_warps, w.rows = 16 * wg_warps;
+          while (wgmma_local_bytes(w.keys, kv.head_dim) > lmax) w.keys /= 2;
           auto dw = d;
+          dw["KEYS"] = to_string(w.keys);
+          dw["WARPS"] = to_string(wg_warps);
+          dw["STAGGER"] = to_string(int(ops::param_or(e, over, "MMA_STAGGER", 0) != 0));
           dw["WGMMA"] = "1";
-          dw["QLOC"] = "0";
-          w.options = rt::make_options(dw, rt::kPtxSm90aOption);
+          // More than 255 registers' worth of warps per multiprocessor: cap them (PTX .maxnreg).
+          const int cap = (65536 / w.wg) & ~7;
+          std::string extra = rt::kPtxSm90aOption;
+          if (cap < 255) extra += std::string(" ") + rt::kPtxMaxnregDefine + to_string(cap);
+          w.options = rt::make_options(dw, extra);
           out.push_back(w);
         } else if (wg_wanted) {
-          rt::log().info("extend: nv_wgmma needs 16-bit KV in two cp.async stages, MMA_MT 1, whole warpgroups and a "
+          rt::log().info("extend: nv_wgmma needs 16-bit KV in cp.async stages, MMA_MT 1, MMA_WARPS 4, 8 or 12 and a "
                          "head dim of 64 or 128; using nv_mma_sync");
         }
         t.options = rt::make_options(d);
@@ -342,7 +355,9 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
     try {
       prog = c.programs.get(mma ? "extend_mma_nv.cl" : "extend.cl", cands[i].options);
       kernel = &prog->kernel(mma ? "extend_mma" : "extend_generic");
-      if (kernel->max_work_group_size(c.device) < size_t(cands[i].wg)) {
+      // (nv_wgmma with a register cap: the driver reports the size for the uncapped count.)
+      const bool capped = cands[i].options.find(rt::kPtxMaxnregDefine) != std::string::npos;
+      if (!capped && kernel->max_work_group_size(c.device) < size_t(cands[i].wg)) {
         if (i + 1 == cands.size())
           throw Error(Status::Unsupported, "extend kernel allows " +
                                                to_string(kernel->max_work_group_size(c.device)) +

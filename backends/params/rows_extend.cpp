@@ -25,6 +25,15 @@
 //              2026-11-22, 8 warps (256 rows per group; 255 registers, 224 bytes spilled):
 //              188 / 252 / 219 TFLOP/s against 195 / 236 / 212 with 1 (the 1 x 4096 case has
 //              half as many groups and pays more ramp and tail); not the default
+// Hopper warpgroup-MMA form (variant "nv_wgmma", the same file with WGMMA=1; compute
+// capability 9.x, 16-bit KV, MMA_ASYNC, MMA_MT 1, head dims 64 and 128):
+//   MMA_WGMMA  1: prefer it where variant_available() says the device has sm_90a (the PTX is
+//              rebuilt for sm_90a, runtime/ptx_retarget.hpp); nv_mma_sync stays the fallback
+//   MMA_WARPS  4, 8 or 12 for this form (12 = three warpgroups, 192 rows per group, registers
+//              capped at 168 by PTX .maxnreg so that 384 work-items fit)
+//   MMA_STAGGER 1: each group starts its walk over the key tiles at its own offset
+//   H100 2026-11-22 (clattn-bench extend --variant nv_wgmma): 8 warps 176 / 207 / 165 TFLOP/s,
+//   12 warps + stagger 217 / 259 / 189 against nv_mma_sync 200 / 224 / 195 in the same run
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -58,8 +67,11 @@ const std::vector<Row>& rows_extend() {
        "reductions) and 16 rows = one AVX-512 float vector (PoCL pthread device docs); not tuned"},
       // Tuned on the machine itself (clattn-tune, docs/tuning.md).
       {"extend", Level::Device, "NVIDIA H100 80GB HBM3", "d128",
-       {{"KEYS", 32}, {"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 8}, {"ROWS", 32}, {"WG", 128}, {"MMA_ASYNC", 1}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 166.9 TFLOP/s; vendor default 163.3, generic 4.368 (geomean over B=4 qo=1024 kv=2048 Hq=32 Hkv=8 D=128 bf16 causal; B=1 qo=4096 kv=4096 Hq=32 Hkv=8 D=128 bf16 causal); 18 candidates, 0 rejected as wrong"},
+       {{"KEYS", 32}, {"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 12}, {"ROWS", 32}, {"WG", 128}, {"MMA_ASYNC", 1},
+        {"MMA_WGMMA", 1}, {"MMA_STAGGER", 1}},
+       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 166.9 TFLOP/s; vendor default 163.3, generic 4.368 (geomean over B=4 qo=1024 kv=2048 Hq=32 Hkv=8 D=128 bf16 causal; B=1 qo=4096 kv=4096 Hq=32 Hkv=8 D=128 bf16 causal); 18 candidates, 0 rejected as wrong. "
+       "Sixth session (by hand, clattn-bench extend): nv_wgmma with 12 warps and stagger, 217 / 259 / 189 TFLOP/s "
+       "against nv_mma_sync's 200 / 224 / 195 (8 warps; MMA_WARPS 12 means 8 for nv_mma_sync)"},
 
   };
   return rows;

@@ -488,8 +488,9 @@ TEST(Extend, WarpgroupMmaMatchesReference) {
     Case c;
     c.variant = "nv_wgmma";
     c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1;
-    c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : 8;
-    c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;  // 64 fits two stages at D = 64 only
+    c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : n % 3 == 1 ? 12 : 8;
+    c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;  // 64 fits the stages at D = 64 only
+    c.params["MMA_STAGGER"] = n % 2 == 0;
     c.D = n % 2 ? 64 : 128;
     c.kv = n % 4 < 2 ? DType::BF16 : DType::F16;
     c.G = 1 + rng.uniform_int(0, 7), c.Hkv = 1 + rng.uniform_int(0, 1);

@@ -432,6 +432,11 @@ std::vector<OpSpec> build_specs() {
                  if (params::variant_available(p, "nv_mma_sync"))
                    a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4, 8}}, {"MMA_KEYS", {32, 64, 128}}, {"MMA_ASYNC", {1, 0}},
                         {"MMA_MT", {1, 2}}};
+                 if (params::variant_available(p, "nv_wgmma")) {  // Hopper: the warpgroup-MMA form
+                   a.push_back({"MMA_WGMMA", {1, 0}});
+                   a.push_back({"MMA_STAGGER", {1, 0}});
+                   a[1].values.push_back(12);  // MMA_WARPS 12: three warpgroups (nv_wgmma only)
+                 }
                  for (Axis x : std::vector<Axis>{{"ROWS", {8, 16, 32, 64}}, {"WG", {32, 64, 128, 256}}, {"KEYS", {16, 32, 64}}})
                    a.push_back(x);
                  if (quick) a = {{"ROWS", {8, 32}}, {"KEYS", {16, 64}}};
