@@ -11,6 +11,7 @@
 
 #include "runtime/context_impl.hpp"
 #include "runtime/kernel_sources.hpp"
+#include "runtime/ptx_retarget.hpp"
 #include "support/test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -165,4 +166,27 @@ TEST(ProgramCache, BuildFailureCarriesTheLogAndKernelDirIsRead) {
   EXPECT_EQ(v, 7);
   EXPECT_TRUE(test::throws_error([&] { pc->get("missing.cl", kOpts); }, Status::InvalidArgument, "missing.cl"));
   unsetenv("CLATTN_KERNEL_DIR");
+}
+
+// The sm_90a rebuild of NVIDIA PTX (runtime/ptx_retarget.hpp): markers gone, target changed
+// once, .maxnreg placed between each entry's parameters and body; non-sm_90 PTX refused.
+TEST(PtxRetarget, UnhidesMarkersRetargetsAndCapsRegisters) {
+  const std::string ptx =
+      "//\n.version 9.0\n.target sm_90, texmode_independent\n.address_size 64\n"
+      ".entry k(\n\t.param .u64 .ptr .global .align 4 k_param_0,\n\t.param .u32 k_param_1\n)\n.reqntid 384, 1, 1\n{\n"
+      "\t// begin inline asm\n\t//@wgmma.fence.sync.aligned;\n\t// end inline asm\n\tret;\n}\n";
+  auto out = rt::retarget_ptx_sm90a(ptx, 168);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_NE(out->find(".target sm_90a, texmode_independent"), std::string::npos);
+  EXPECT_EQ(out->find("//@"), std::string::npos);
+  EXPECT_NE(out->find("\twgmma.fence.sync.aligned;"), std::string::npos);
+  EXPECT_NE(out->find(".reqntid 384, 1, 1\n.maxnreg 168\n{"), std::string::npos);
+  EXPECT_NE(out->find("// begin inline asm"), std::string::npos);  // plain comments stay
+  auto plain = rt::retarget_ptx_sm90a(ptx);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->find(".maxnreg"), std::string::npos);
+  EXPECT_FALSE(rt::retarget_ptx_sm90a("//\n.version 8.0\n.target sm_80\n").has_value());
+  EXPECT_FALSE(rt::retarget_ptx_sm90a("\x7f" "ELF binary").has_value());
+  EXPECT_EQ(rt::ptx_maxnreg_option("-cl-std=CL1.2 -DA=1 -DCLATTN_PTX_MAXNREG=168 -DCLATTN_PTX_SM90A=1"), 168);
+  EXPECT_EQ(rt::ptx_maxnreg_option("-cl-std=CL1.2 -DCLATTN_PTX_SM90A=1"), 0);
 }
