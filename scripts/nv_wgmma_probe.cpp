@@ -33,6 +33,14 @@ static const char* kSrc = R"CLC(
   for (int i = 0; i < NR; ++i) d[i] = 0.f;                                                     \
   asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory");                              \
   asm volatile("//@wgmma.fence.sync.aligned;" ::: "memory");
+// Waits for the wgmma and stores D (64 x N) from the mma.sync-style C fragments.
+#define WG_TAIL(N)                                                                               \
+  asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory");                             \
+  asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory");                             \
+  for (int j = 0; j < (N) / 8; ++j) {                                                            \
+    D[r0 * (N) + 8 * j + 2 * t] = d[4 * j], D[r0 * (N) + 8 * j + 2 * t + 1] = d[4 * j + 1];       \
+    D[(r0 + 8) * (N) + 8 * j + 2 * t] = d[4 * j + 2], D[(r0 + 8) * (N) + 8 * j + 2 * t + 1] = d[4 * j + 3]; \
+  }
 
 __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void wg_k(__global const ushort* A, __global const uint4* img,
                                                                      __global float* D, int lbo, int sbo) {
@@ -40,12 +48,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void wg_k(__global con
   asm volatile("//@{ .reg .pred p; setp.ne.b32 p, %9, 0; wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0; }"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(0) : "memory");
-  asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory");
-  asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory");
-  for (int j = 0; j < 1; ++j) {
-    D[r0 * 8 + 8 * j + 2 * t] = d[4 * j], D[r0 * 8 + 8 * j + 2 * t + 1] = d[4 * j + 1];
-    D[(r0 + 8) * 8 + 8 * j + 2 * t] = d[4 * j + 2], D[(r0 + 8) * 8 + 8 * j + 2 * t + 1] = d[4 * j + 3];
-  }
+  WG_TAIL(8)
 }
 __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void wg_t(__global const ushort* A, __global const uint4* img,
                                                                      __global float* D, int lbo, int sbo) {
@@ -53,12 +56,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void wg_t(__global con
   asm volatile("//@{ .reg .pred p; setp.ne.b32 p, %13, 0; wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 1; }"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(0) : "memory");
-  asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory");
-  asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory");
-  for (int j = 0; j < 2; ++j) {
-    D[r0 * 16 + 8 * j + 2 * t] = d[4 * j], D[r0 * 16 + 8 * j + 2 * t + 1] = d[4 * j + 1];
-    D[(r0 + 8) * 16 + 8 * j + 2 * t] = d[4 * j + 2], D[(r0 + 8) * 16 + 8 * j + 2 * t + 1] = d[4 * j + 3];
-  }
+  WG_TAIL(16)
 }
 )CLC";
 
