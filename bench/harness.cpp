@@ -8,6 +8,7 @@
 
 #include "bench/bench.hpp"
 #include "runtime/kernel_sources.hpp"
+#include "runtime/program_cache.hpp"
 #include "runtime/ptx_retarget.hpp"
 
 namespace clattn::bench {
@@ -118,29 +119,18 @@ void Harness::print_build_log(const std::string& file, const std::string& option
   clBuildProgram(pr, 1, &dev, opts.c_str(), nullptr, nullptr);
   if (options.find(rt::kPtxSm90aOption) != std::string::npos) {
     // Rebuild for sm_90a as the program cache does, so the log is the one of the code that runs.
-    size_t bs = 0;
-    clGetProgramInfo(pr, CL_PROGRAM_BINARY_SIZES, sizeof bs, &bs, nullptr);
-    std::string bin(bs, '\0');
-    unsigned char* bp = reinterpret_cast<unsigned char*>(bin.data());
-    if (bs) clGetProgramInfo(pr, CL_PROGRAM_BINARIES, sizeof bp, &bp, nullptr);
-    clReleaseProgram(pr);
-    auto ptx = rt::retarget_ptx_sm90a(bin, rt::ptx_maxnreg_option(options));
-    if (!ptx) {
-      std::printf("#   %s: not sm_90 PTX, no sm_90a rebuild\n", file.c_str());
+    pr = rt::rebuild_program_sm90a(ctx().cl_ctx(), dev, pr, opts, &err);
+    if (!pr) {
+      std::printf("#   %s: %s\n", file.c_str(),
+                  err == CL_SUCCESS ? "not sm_90 PTX, no sm_90a rebuild" : "creating the sm_90a program failed");
       return;
     }
-    if (const char* dump = std::getenv("CLATTN_DUMP_PTX")) {
-      if (FILE* f = std::fopen(dump, "w")) std::fputs(ptx->c_str(), f), std::fclose(f);
+    if (const char* dump = std::getenv("CLATTN_DUMP_PTX")) {  // the rebuilt program's PTX
+      const std::vector<unsigned char> bin = rt::program_binary(pr);
+      if (FILE* f = std::fopen(dump, "w")) std::fputs(std::string(bin.begin(), bin.end()).c_str(), f), std::fclose(f);
     }
-    const unsigned char* pp = reinterpret_cast<const unsigned char*>(ptx->c_str());
-    size_t pl = ptx->size() + 1;
-    pr = clCreateProgramWithBinary(ctx().cl_ctx(), 1, &dev, &pl, &pp, nullptr, &err);
-    clBuildProgram(pr, 1, &dev, opts.c_str(), nullptr, nullptr);
   }
-  size_t n = 0;
-  clGetProgramBuildInfo(pr, dev, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
-  std::string log(n, '\0');
-  clGetProgramBuildInfo(pr, dev, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+  const std::string log = rt::build_log(pr, dev);
   clReleaseProgram(pr);
   std::printf("#   build log of %s [%s]:\n%s\n", file.c_str(), opts.c_str(), log.c_str());
 }

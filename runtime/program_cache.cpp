@@ -10,6 +10,7 @@
 namespace clattn::rt {
 namespace {
 constexpr const char* kCacheFormat = "clattn-program-cache-v1";
+}  // namespace
 
 std::string build_log(cl_program p, cl_device_id d) {
   size_t n = 0;
@@ -28,7 +29,22 @@ std::vector<unsigned char> program_binary(cl_program p) {
   if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr) != CL_SUCCESS) return {};
   return bin;
 }
-}  // namespace
+
+cl_program rebuild_program_sm90a(cl_context ctx, cl_device_id dev, cl_program p, const std::string& options,
+                                 cl_int* err) {
+  const std::vector<unsigned char> bin = program_binary(p);
+  clReleaseProgram(p);
+  auto ptx = retarget_ptx_sm90a(std::string(bin.begin(), bin.end()), ptx_maxnreg_option(options));
+  *err = CL_SUCCESS;
+  if (!ptx) return nullptr;
+  const unsigned char* ptr = reinterpret_cast<const unsigned char*>(ptx->c_str());
+  size_t size = ptx->size() + 1;
+  cl_int bin_status = CL_SUCCESS;
+  cl_program q = clCreateProgramWithBinary(ctx, 1, &dev, &size, &ptr, &bin_status, err);
+  if (*err == CL_SUCCESS && bin_status != CL_SUCCESS) *err = bin_status;
+  if (*err == CL_SUCCESS) *err = clBuildProgram(q, 1, &dev, options.c_str(), nullptr, nullptr);
+  return q;
+}
 
 size_t Kernel::max_work_group_size(cl_device_id dev) const {
   size_t n = 0;
@@ -123,21 +139,14 @@ std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::s
   }
 }
 
-// The program rebuilt from its own PTX retargeted to sm_90a (runtime/ptx_retarget.hpp);
-// takes ownership of `p`. Failures raise Status::BuildFailed, so the op tries its next variant.
+// rebuild_program_sm90a with the cache's error reporting: failures raise Status::BuildFailed,
+// so the op tries its next variant.
 cl_program ProgramCache::rebuild_sm90a(cl_program p, const std::string& file, const std::string& options) {
-  const std::vector<unsigned char> bin = program_binary(p);
-  clReleaseProgram(p);
-  auto ptx = retarget_ptx_sm90a(std::string(bin.begin(), bin.end()), ptx_maxnreg_option(options));
-  if (!ptx)
+  cl_int err = CL_SUCCESS;
+  cl_program q = rebuild_program_sm90a(ctx_, dev_, p, options, &err);
+  if (!q && err == CL_SUCCESS)
     throw Error(Status::BuildFailed, "building " + file + " with [" + options +
                                          "]: the program binary is not sm_90 PTX, so it cannot be retargeted to sm_90a");
-  const unsigned char* ptr = reinterpret_cast<const unsigned char*>(ptx->c_str());
-  size_t size = ptx->size() + 1;
-  cl_int err = CL_SUCCESS, bin_status = CL_SUCCESS;
-  cl_program q = clCreateProgramWithBinary(ctx_, 1, &dev_, &size, &ptr, &bin_status, &err);
-  if (err == CL_SUCCESS && bin_status != CL_SUCCESS) err = bin_status;
-  if (err == CL_SUCCESS) err = clBuildProgram(q, 1, &dev_, options.c_str(), nullptr, nullptr);
   if (err != CL_SUCCESS) {
     std::string blog = q ? build_log(q, dev_) : std::string();
     if (q) clReleaseProgram(q);

@@ -78,6 +78,18 @@ class Program {
   std::map<std::string, std::unique_ptr<Kernel>> kernels_;
 };
 
+// A program's build log for `d` (trailing newlines dropped) and its binary (empty when the
+// driver gives none).
+std::string build_log(cl_program p, cl_device_id d);
+std::vector<unsigned char> program_binary(cl_program p);
+
+// `p` (built; released here) rebuilt from its own PTX by retarget_ptx_sm90a with `options`
+// (runtime/ptx_retarget.hpp). Returns the new program with *err = the create / build status
+// (a program whose build failed is returned for its log; nullptr if creating it failed), or
+// nullptr with *err = CL_SUCCESS when p's binary is not sm_90 PTX (nothing was attempted).
+cl_program rebuild_program_sm90a(cl_context ctx, cl_device_id dev, cl_program p, const std::string& options,
+                                 cl_int* err);
+
 // Build options from named defines, sorted so equal sets give equal keys.
 std::string make_options(const std::map<std::string, std::string>& defines, const std::string& extra = {});
 
