@@ -177,12 +177,10 @@ void register_extend(CLI::App& app, Harness& h) {
     std::string fp32_desc;
     const double fp32 = fp32_peak_tflops(ctx, &fp32_desc);
     std::vector<std::string> variants;
+    const std::vector<VariantInfo> vs = clattn::variants(ctx.profile());
     for (const char* tc : {"nv_wgmma", "nv_mma_sync"})
-      if (only.empty() || only == tc) {
-        std::vector<VariantInfo> vs = clattn::variants(ctx.profile());
-        for (auto& v : vs)
-          if (v.name == tc && v.available) variants.push_back(tc);
-      }
+      for (auto& v : vs)
+        if ((only.empty() || only == tc) && v.name == tc && v.available) variants.push_back(tc);
     if (only.empty() || only == "generic") variants.push_back("generic");
     double mma = 0.0;
     std::string mma_desc;

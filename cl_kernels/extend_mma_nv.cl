@@ -99,7 +99,6 @@
 // land; 48 KB at D = 128, so each work-item computes its own rows' offsets instead of a
 // shared table), the other forms two of each.
 #define KSTAGES (WGMMA ? 3 : 2)
-#define RBUF(T) ((T) & 1)
 
 #define WGSZ (32 * WARPS)
 #define WROWS (16 * MT)                     // packed query rows per warp
@@ -230,7 +229,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   __local uint4 vt[HEAD_DIM * VRQ];
 #endif
 #if !WGMMA
-  __local long roff[2 * KEYS];  // key row offsets of two tiles (buffer RBUF(tile))
+  __local long roff[2 * KEYS];  // key row offsets of two tiles (buffer = tile index & 1)
 #endif
   PTX_SCRATCH
 
@@ -343,7 +342,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     const int it_ = tid + WGSZ * m_;                                                            \
     if (KEYS * CPR % WGSZ == 0 || it_ < KEYS * CPR) {                                           \
       const int r_ = it_ / CPR, c_ = it_ % CPR;                                                 \
-      const long ro_ = roff[RBUF(T) * KEYS + r_];                                               \
+      const long ro_ = roff[((T) & 1) * KEYS + r_];                                             \
       const long so_ = (ro_ >= 0 ? ro_ : 0) + 8 * c_;                                           \
       CP_ASYNC16((DST) + SLOT(r_, c_), (__global const ushort*)(SRC) + so_, ro_ >= 0 ? 16 : 0); \
     }                                                                                           \
@@ -430,7 +429,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     if (key_ < kv_end)                                                                          \
       ro_ = (paged ? (long)pf_page * stride_page + (long)pf_slot * stride_token                 \
                    : (long)(base + key_) * stride_token) + (long)kvh * stride_head;             \
-    roff[RBUF(T) * KEYS + tid] = ro_;                                                           \
+    roff[((T) & 1) * KEYS + tid] = ro_;                                                         \
   }
 
 #if KDIV
@@ -565,7 +564,6 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // and the last iteration computes a discarded S of a stale stage.
   // Copies: work-item tid moves chunk kc0 of keys kr0 + RSTEP * m (m < KPT) of every tile; it
   // computes those keys' row offsets itself, the page ids one tile ahead (pf).
-#define RSTEP (WGSZ / CPR)
 #define KPT ((KEYS + RSTEP - 1) / RSTEP)
 #if WGSZ % CPR
 #error "extend_mma_nv.cl: WGMMA copies need the work-group size to be a multiple of HEAD_DIM / 8"
@@ -628,9 +626,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     if (ntiles > 2) COPY_K(2, ko);
     if (ntiles > 1) COPY_V(1, vo);
     CP_COMMIT();
-    vo[0] = ko[0];
 #pragma unroll
-    for (int m_ = 1; m_ < KPT; ++m_) vo[m_] = ko[m_];
+    for (int m_ = 0; m_ < KPT; ++m_) vo[m_] = ko[m_];
     PAGES(3);
     OFFSETS(3, ko);
     PAGES(4);
