@@ -95,6 +95,25 @@
 #if WGMMA && (!ASYNC || MT != 1 || (WARPS % 4) || (HEAD_DIM % 64) || (KEYS != 32 && KEYS != 64))
 #error "extend_mma_nv.cl: WGMMA needs ASYNC, MT 1, whole warpgroups, HEAD_DIM % 64 == 0 and KEYS 32 or 64"
 #endif
+// TMA 1 (WGMMA): K and V tiles arrive by Hopper tensor copies (cp.async.bulk.tensor) instead of
+// per-work-item cp.async: work-item 0 issues KEYS / 16 boxes of 16 keys x 64 dims per tile and
+// 64-dim slice (a box never crosses a page: the host asks for pages and start offsets that are
+// multiples of 16), completion is counted on one mbarrier per stage, and the copies land in
+// the 128-byte-swizzled layout wgmma reads (wg_desc_sw128). Three K and two V stages (the
+// mbarriers need room beside them in 48 KB): a K tile has two iterations to land, a V tile
+// one. The tensor maps come from tma_maps_nv.cl (run before, same table): the first
+// TABLE_HDR ints of the work table. Rows past kv_len (unwritten slots of the last page) are
+// zeroed in the V stage before P V reads them: P is 0 there, but 0 x NaN is not 0.
+#ifndef TMA
+#define TMA 0
+#endif
+#if TMA && !WGMMA
+#error "extend_mma_nv.cl: TMA needs WGMMA"
+#endif
+#define TABLE_HDR (TMA ? 64 : 0)
+#ifndef TMA_HEAD_FIRST
+#define TMA_HEAD_FIRST 0  // map dims (d, head, slot, page) instead of (d, slot, head, page): smaller stride first
+#endif
 // cp.async stages: WGMMA keeps three K and three V tiles (each copy has two tiles of math to
 // land; 48 KB at D = 128, so each work-item computes its own rows' offsets instead of a
 // shared table), the other forms two of each.
@@ -221,7 +240,14 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     __global const uchar* mask, int has_mask, int Hq, int G, int paged, int page_size,
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
     float inv_cap, float v_scale, int causal, int window_left) {
-#if ASYNC
+#if TMA
+#define TSTAGE (KEYS * HEAD_DIM * 2)  // bytes of a K or V stage: HEAD_DIM / 64 swizzled [KEYS][128 B] slices
+#define TK_ST 3
+#define TV_ST 2
+  __local uint4 tsm[((TK_ST + TV_ST) * TSTAGE + 1024 + 8 * (TK_ST + TV_ST)) / 16];  // + 1024-byte alignment, mbarriers
+  __local uint4* const ks = tsm;  // (fragment pointers of the other forms; unused)
+  __local uint4* const vs = tsm;
+#elif ASYNC
   __local uint4 ks[KSTAGES * KEYS * KRQ];
   __local uint4 vs[KSTAGES * KEYS * VRS];
 #else
@@ -240,7 +266,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // head's whole KV streamed by a full wave at once (H100: +12% at 1 x 4096, 32 heads).
   const int lin = get_group_id(1) * get_num_groups(0) + get_group_id(0);
   const int kvh = lin % get_num_groups(1), item = lin / get_num_groups(1);
-  __global const int* w = table + 8 * item;
+  __global const int* w = table + TABLE_HDR + 8 * item;
   const int qo_start = w[0], qo_len = w[1], kv_len = w[2], row0 = w[3], base = w[4], tok_off = w[5];
   const int mask_off = w[6];
   const int nrows = qo_len * G;
@@ -290,7 +316,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // Key range of the whole group (uniform: every warp joins every barrier) and of this warp.
   const int last_row = min(row0 + WROWS * WARPS, nrows) - 1;
   const int kv_end = causal ? min(kv_len, shift + last_row / G + 1) : kv_len;
-  const int kv_begin = window_left >= 0 ? max(0, shift + row0 / G - window_left) : 0;
+  // (TMA: tiles start at a multiple of 16 keys, so that each box stays within a page.)
+  const int kv_begin = (window_left >= 0 ? max(0, shift + row0 / G - window_left) : 0) & (TMA ? ~15 : ~0);
   // (WGMMA: of this warp's warpgroup, which issues each wgmma as one.)
 #if WGMMA
   const int srow0 = row0 + 64 * (warp >> 2), SROWS = 64;
@@ -551,19 +578,107 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #if WGMMA
   // Pipelined warpgroup loop (FlashAttention-3's intra-warpgroup overlap, Shah et al. 2024).
   // Iteration j, tile j's P already computed (pa):
-  //   wait K(j+1), V(j) | barrier | copy K(j+3), V(j+2) | issue S(j+1) = Q K(j+1)^T
-  //   | issue O += P(j) V(j) | wait S(j+1) | masks, max, P(j+1) -> pn (the tensor cores run
-  //   P(j) V(j) meanwhile) | wait P V | rescale O, row sums, pa = pn | offsets of tile j+4,
-  //   page ids of tile j+5.
-  // Every copy has two iterations to land; every stage's last wgmma reader has completed
-  // before the barrier that precedes its refill (K(j), V(j-1): stage j % 3, (j+2) % 3).
+  //   wait K(j+1), V(j) | barrier | copy K(j+3) and V(j+2) (TMA: V(j+1)) | issue S(j+1) =
+  //   Q K(j+1)^T | issue O += P(j) V(j) | wait S(j+1) | masks, max, P(j+1) -> pn (the tensor
+  //   cores run P(j) V(j) meanwhile) | wait P V | rescale O, row sums, pa = pn | addresses of
+  //   later tiles (FEED_AHEAD).
+  // Every stage's last wgmma reader has completed before the barrier that precedes its refill.
   // Every wgmma runs unconditionally, with its descriptors computed before the fence: ptxas
   // serialises all wgmma of a kernel (a wait after each) when one sits in a branch it cannot
   // prove warpgroup-uniform or when its operands are defined inside the fence .. commit
   // window. So no per-warpgroup tile skipping (the masks zero what a warpgroup must not see),
   // and the last iteration computes a discarded S of a stale stage.
+  // The feed (FEED_PROLOGUE, FEED_WAIT, FEED_ISSUE, FEED_AHEAD and the stage descriptors
+  // K_DESC / V_DESC) is cp.async by every work-item or TMA by work-item 0.
+  const int t0 = STAGGER && ntiles > 1 ? (item * 37) % ntiles : 0;
+#define TIX(T) ((T) + t0 < ntiles ? (T) + t0 : (T) + t0 - ntiles)  // tile walked T-th (T < ntiles)
+#if TMA
+  // Stages: K 0..2, V 0..1, then their mbarriers (phase parity of the n-th fill: n & 1).
+  const uint sbase = ((uint)(size_t)tsm + 1023u) & ~1023u;
+#define KST(T) (sbase + ((T) % TK_ST) * TSTAGE)
+#define VST(T) (sbase + (TK_ST + (T) % TV_ST) * TSTAGE)
+#define KBAR(T) (sbase + (TK_ST + TV_ST) * TSTAGE + 8 * ((T) % TK_ST))
+#define VBAR(T) (sbase + (TK_ST + TV_ST) * TSTAGE + 8 * (TK_ST + (T) % TV_ST))
+#define K_DESC(T, kk) wg_desc_sw128(KST(T) + ((kk) >> 2) * (KEYS * 128) + 32 * ((kk) & 3))
+#define V_DESC(T, kc, p) wg_desc_sw128(VST(T) + (p) * (KEYS * 128) + 2048 * (kc))
+  const ulong kmap = (ulong)(size_t)table, vmap = kmap + 128;
+  // Boxes past kv_len load the last box that holds keys (in bounds; V rows zeroed, K masked).
+  const int klast = ((kv_len - 1 + tok_off) & ~15) - tok_off;
+#define BOX_KEY(T, b) min(kv_begin + TIX(T) * KEYS + 16 * (b), klast)
+  // Page ids of the boxes of tiles j+1, j+2, j+3 (work-item 0; loaded a tile ahead).
+  int pg1[KEYS / 16], pg2[KEYS / 16], pg3[KEYS / 16];
+#define LOAD_PAGES(T, P)                                                                        \
+  if (tid == 0 && paged && (T) < ntiles) {                                                      \
+    _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
+      const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
+      P[b_] = page_ids[base + (pg_log2 >= 0 ? tt_ >> pg_log2 : tt_ / page_size)];               \
+    }                                                                                           \
+  }
+  // Tile T of MAP into stage DST, counted on BAR (work-item 0).
+#define TMA_TILE(T, MAP, DST, BAR, P)                                                           \
+  {                                                                                             \
+    MBAR_EXPECT(BAR, TSTAGE);                                                                   \
+    _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
+      const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
+      const int sl_ = paged ? (pg_log2 >= 0 ? tt_ & (page_size - 1) : tt_ % page_size) : base + tt_; \
+      const int pgc_ = paged ? P[b_] : 0;                                                       \
+      _Pragma("unroll") for (int h_ = 0; h_ < HEAD_DIM / 64; ++h_)                              \
+        TMA_LOAD4((DST) + h_ * (KEYS * 128) + 2048 * b_, MAP, 64 * h_, TMA_HEAD_FIRST ? kvh : sl_, \
+                  TMA_HEAD_FIRST ? sl_ : kvh, pgc_, BAR);                                       \
+    }                                                                                           \
+  }
+  // V rows of tile T at or past kv_len -> 0 (every work-item; generic-proxy stores).
+#define ZERO_TAIL(T)                                                                            \
+  {                                                                                             \
+    const int r0_ = kv_len - (kv_begin + TIX(T) * KEYS);                                        \
+    if (r0_ < KEYS) {                                                                           \
+      for (int i_ = tid; i_ < KEYS * HEAD_DIM / 8; i_ += WGSZ) {                                \
+        const int r_ = (i_ >> 3) % KEYS;                                                        \
+        if (r_ >= r0_) ST_SHARED_ZERO16(VST(T) + (i_ >> 3) / KEYS * (KEYS * 128) + 128 * r_ + 16 * (i_ & 7)); \
+      }                                                                                         \
+    }                                                                                           \
+  }
+#define FEED_PROLOGUE()                                                                         \
+  if (tid == 0) {                                                                               \
+    _Pragma("unroll") for (int i_ = 0; i_ < TK_ST + TV_ST; ++i_) MBAR_INIT(KBAR(0) + 8 * i_, 1u); \
+    MBAR_INIT_FENCE();                                                                          \
+  }                                                                                             \
+  barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
+  {                                                                                             \
+    int pg0[KEYS / 16];                                                                         \
+    LOAD_PAGES(0, pg0);                                                                         \
+    LOAD_PAGES(1, pg1);                                                                         \
+    LOAD_PAGES(2, pg2);                                                                         \
+    LOAD_PAGES(3, pg3);                                                                         \
+    if (tid == 0) {                                                                             \
+      TMAP_ACQUIRE(kmap);                                                                       \
+      TMAP_ACQUIRE(vmap);                                                                       \
+      TMA_TILE(0, kmap, KST(0), KBAR(0), pg0);                                                  \
+      TMA_TILE(0, vmap, VST(0), VBAR(0), pg0);                                                  \
+      if (ntiles > 1) TMA_TILE(1, kmap, KST(1), KBAR(1), pg1);                                  \
+      if (ntiles > 2) TMA_TILE(2, kmap, KST(2), KBAR(2), pg2);                                  \
+    }                                                                                           \
+  }                                                                                             \
+  MBAR_WAIT(KBAR(0), 0u);
+  // K(it+1) and V(it) landed; every warpgroup is done with K(it) and V(it-1).
+#define FEED_WAIT(it)                                                                           \
+  if ((it) + 1 < ntiles) MBAR_WAIT(KBAR((it) + 1), (uint)(((it) + 1) / TK_ST) & 1u);            \
+  MBAR_WAIT(VBAR(it), (uint)((it) / TV_ST) & 1u);                                               \
+  ZERO_TAIL(it);                                                                                \
+  FENCE_PROXY_ASYNC();                                                                          \
+  barrier(CLK_LOCAL_MEM_FENCE);
+#define FEED_ISSUE(it)                                                                          \
+  if (tid == 0) {                                                                               \
+    if ((it) + 3 < ntiles) TMA_TILE((it) + 3, kmap, KST((it) + 3), KBAR((it) + 3), pg3);        \
+    if ((it) + 1 < ntiles) TMA_TILE((it) + 1, vmap, VST((it) + 1), VBAR((it) + 1), pg1);        \
+  }
+#define FEED_AHEAD(it)                                                                          \
+  _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) pg1[b_] = pg2[b_], pg2[b_] = pg3[b_]; \
+  LOAD_PAGES((it) + 4, pg3);
+#else
   // Copies: work-item tid moves chunk kc0 of keys kr0 + RSTEP * m (m < KPT) of every tile; it
-  // computes those keys' row offsets itself, the page ids one tile ahead (pf).
+  // computes those keys' row offsets itself, the page ids one tile ahead (pf). Three K and
+  // three V stages: every copy has two iterations to land (K(j), V(j-1): stage j % 3, (j+2) % 3).
 #define KPT ((KEYS + RSTEP - 1) / RSTEP)
 #if WGSZ % CPR
 #error "extend_mma_nv.cl: WGMMA copies need the work-group size to be a multiple of HEAD_DIM / 8"
@@ -572,8 +687,6 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   int pf[KPT];   // page ids of the keys of tile T (loaded by PAGES(T))
   long ko[KPT];  // row offsets of the next K tile to copy, vo: of the next V tile (-1: none)
   long vo[KPT];
-  const int t0 = STAGGER && ntiles > 1 ? (item * 37) % ntiles : 0;
-#define TIX(T) ((T) + t0 < ntiles ? (T) + t0 : (T) + t0 - ntiles)  // tile walked T-th (T < ntiles)
 #define KEY_TT(T, m_) ((T) < ntiles ? kv_begin + TIX(T) * KEYS + kr0 + RSTEP * (m_) : kv_end)
 #define PAGES(T)                                                                                \
   _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) {                                          \
@@ -599,11 +712,55 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   }
 #define COPY_K(T, OFF) COPY_ROWS(ks + ((T) % KSTAGES) * (KEYS * KRQ), k, KSLOT, OFF)
 #define COPY_V(T, OFF) COPY_ROWS(vs + ((T) % KSTAGES) * (KEYS * VRS), v, VSLOT, OFF)
+#define K_DESC(T, kk) wg_desc((uint)(size_t)(ks + ((T) % KSTAGES) * (KEYS * KRQ)) + 256 * (kk), 128, 128 * CPR)
+  // k-step kc: keys 16kc .. 16kc + 15 = 8-key blocks 2kc, 2kc + 1; 64 dims per wgmma.
+#define V_DESC(T, kc, p) \
+  wg_desc((uint)(size_t)(vs + ((T) % KSTAGES) * (KEYS * VRS)) + 2 * 128 * CPR * (kc) + 1024 * (p), 128 * CPR, 128)
+  // Groups {K0, V0, K1} and {K2, V1}; then ko = offsets of tile 3, vo = of tile 2, pf = page
+  // ids of tile 4 (tiles past the end give offsets -1 and are never copied).
+#define FEED_PROLOGUE()                                                                         \
+  PAGES(0);                                                                                     \
+  OFFSETS(0, ko);                                                                               \
+  PAGES(1);                                                                                     \
+  OFFSETS(1, vo);                                                                               \
+  COPY_K(0, ko);                                                                                \
+  COPY_V(0, ko);                                                                                \
+  if (ntiles > 1) COPY_K(1, vo);                                                                \
+  CP_COMMIT();                                                                                  \
+  PAGES(2);                                                                                     \
+  OFFSETS(2, ko);                                                                               \
+  if (ntiles > 2) COPY_K(2, ko);                                                                \
+  if (ntiles > 1) COPY_V(1, vo);                                                                \
+  CP_COMMIT();                                                                                  \
+  _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) vo[m_] = ko[m_];                           \
+  PAGES(3);                                                                                     \
+  OFFSETS(3, ko);                                                                               \
+  PAGES(4);                                                                                     \
+  CP_WAIT1();                                                                                   \
+  FENCE_PROXY_ASYNC(); /* this work-item's copies -> visible to wgmma's (async proxy) reads */  \
+  barrier(CLK_LOCAL_MEM_FENCE);
+  // K(it+1) and V(it) landed (the group of iteration it-2); every warpgroup is done with K(it)
+  // and V(it-1).
+#define FEED_WAIT(it)                                                                           \
+  CP_WAIT1();                                                                                   \
+  FENCE_PROXY_ASYNC();                                                                          \
+  barrier(CLK_LOCAL_MEM_FENCE);
+#define FEED_ISSUE(it)                                                                          \
+  if ((it) + 3 < ntiles) COPY_K((it) + 3, ko);                                                  \
+  if ((it) + 2 < ntiles) COPY_V((it) + 2, vo);                                                  \
+  CP_COMMIT();                                                                                  \
+  _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) vo[m_] = ko[m_];
+  // Offsets of tile it+4 (its page ids were loaded an iteration ago) and the page ids of it+5,
+  // last: a page-id load that has not arrived stalls the warp here, where it waits for the
+  // next barrier anyway, not in front of the next wgmma.
+#define FEED_AHEAD(it)                                                                          \
+  OFFSETS((it) + 4, ko);                                                                        \
+  PAGES((it) + 5);
+#endif
 #define ISSUE_S(T)                                                                              \
   {                                                                                             \
-    const uint kb_ = (uint)(size_t)(ks + ((T) % KSTAGES) * (KEYS * KRQ));                       \
     ulong dsc_[DK];                                                                             \
-    _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) dsc_[kk] = wg_desc(kb_ + 256 * kk, 128, 128 * CPR); \
+    _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) dsc_[kk] = K_DESC(T, kk);                 \
     WG_FENCE();                                                                                 \
     _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) WG_MMA_S(sn[0], qa[0][kk], dsc_[kk], kk); \
   }
@@ -611,29 +768,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   uint pa[1][KEYS / 16][4];    // P of the current tile (A operand of its P V)
   uint pn[1][KEYS / 16][4];    // P of the next tile, written while P V(pa) is in flight
   if (ntiles > 0) {
-    // Groups {K0, V0, K1} and {K2, V1}; then ko = offsets of tile 3, vo = of tile 2, pf = page
-    // ids of tile 4 (tiles past the end give offsets -1 and are never copied).
-    PAGES(0);
-    OFFSETS(0, ko);
-    PAGES(1);
-    OFFSETS(1, vo);
-    COPY_K(0, ko);
-    COPY_V(0, ko);
-    if (ntiles > 1) COPY_K(1, vo);
-    CP_COMMIT();
-    PAGES(2);
-    OFFSETS(2, ko);
-    if (ntiles > 2) COPY_K(2, ko);
-    if (ntiles > 1) COPY_V(1, vo);
-    CP_COMMIT();
-#pragma unroll
-    for (int m_ = 0; m_ < KPT; ++m_) vo[m_] = ko[m_];
-    PAGES(3);
-    OFFSETS(3, ko);
-    PAGES(4);
-    CP_WAIT1();
-    FENCE_PROXY_ASYNC();  // this work-item's copies -> visible to wgmma's (async proxy) reads
-    barrier(CLK_LOCAL_MEM_FENCE);
+    FEED_PROLOGUE();
     ISSUE_S(0);
     WG_COMMIT();
     WG_WAIT0();
@@ -645,26 +780,16 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   }
   for (int it = 0; it < ntiles; ++it) {
     const bool has_next = it + 1 < ntiles;
-    // K(it+1) and V(it) landed (the group of iteration it-2); every warpgroup is done with
-    // K(it) and V(it-1).
-    CP_WAIT1();
-    FENCE_PROXY_ASYNC();
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (it + 3 < ntiles) COPY_K(it + 3, ko);
-    if (it + 2 < ntiles) COPY_V(it + 2, vo);
-    CP_COMMIT();
-#pragma unroll
-    for (int m_ = 0; m_ < KPT; ++m_) vo[m_] = ko[m_];
+    FEED_WAIT(it);
+    FEED_ISSUE(it);
     ISSUE_S(it + 1);
     WG_COMMIT();
     {
-      // k-step kc: keys 16kc .. 16kc + 15 = 8-key blocks 2kc, 2kc + 1; 64 dims per wgmma.
-      const uint vb_ = (uint)(size_t)(vs + (it % KSTAGES) * (KEYS * VRS));
       ulong dsc_[KEYS / 16][HEAD_DIM / 64];
 #pragma unroll
       for (int kc = 0; kc < KEYS / 16; ++kc)
 #pragma unroll
-        for (int p = 0; p < HEAD_DIM / 64; ++p) dsc_[kc][p] = wg_desc(vb_ + 2 * 128 * CPR * kc + 1024 * p, 128 * CPR, 128);
+        for (int p = 0; p < HEAD_DIM / 64; ++p) dsc_[kc][p] = V_DESC(it, kc, p);
       WG_FENCE();
 #pragma unroll
       for (int kc = 0; kc < KEYS / 16; ++kc)
@@ -689,11 +814,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       for (int kc = 0; kc < KEYS / 16; ++kc)
         pa[0][kc][0] = pn[0][kc][0], pa[0][kc][1] = pn[0][kc][1], pa[0][kc][2] = pn[0][kc][2], pa[0][kc][3] = pn[0][kc][3];
     }
-    // Offsets of tile it+4 (its page ids were loaded an iteration ago) and the page ids of
-    // it+5, last: a page-id load that has not arrived stalls the warp here, where it waits
-    // for the next barrier anyway, not in front of the next wgmma.
-    OFFSETS(it + 4, ko);
-    PAGES(it + 5);
+    FEED_AHEAD(it);
   }
 #else
   // Pipeline. Entering iteration j: Ks = K(j) (visible), kreg = K(j+1) and vw = V(j) in

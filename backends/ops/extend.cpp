@@ -23,7 +23,13 @@ struct ExtendPlanState : ops::PlanTable {
   int window_left = -1, page_size = 1;
   int64_t stride_page = 0, stride_token = 0, stride_head = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
-
+  // TMA feed (nv_wgmma with MMA_TMA): the tensor-map kernel run before the main one writes the
+  // K and V maps into the first 256 bytes of the table; its arguments (dims innermost first,
+  // byte strides of dims 1..3, box rows of dims 1 and 2).
+  std::shared_ptr<rt::Program> maps_prog;
+  rt::Kernel* maps_kernel = nullptr;
+  cl_uint map_dims[4] = {0, 0, 0, 0}, map_box[2] = {0, 0};
+  cl_ulong map_strides[3] = {0, 0, 0};
 };
 
 }  // namespace detail
@@ -41,6 +47,8 @@ struct KVDesc {
   int num_kv_heads = 0, head_dim = 0, page_size = 1;
   DType dtype = DType::BF16;
   int64_t stride_page = 0, stride_token = 0, stride_head = 0;
+  int64_t num_pages = 0;   // paged: pages in the cache (a tensor map's outer dim)
+  int64_t num_tokens = 0;  // ragged: tokens in the buffer
 };
 
 // Per-request rows of the work list.
@@ -191,6 +199,7 @@ Requests requests_from_table(const PageTable& t, const PagedKV& cache, const Ext
 struct Tile {
   std::string variant;
   int wg = 0, rows = 0, keys = 0;
+  bool tma = false;  // nv_wgmma fed by TMA (runs tma_maps_nv.cl first)
   std::string options;
 };
 
@@ -210,8 +219,22 @@ size_t mma_local_bytes(int keys, int d, bool async) {
 }
 
 // nv_wgmma: three K and three V stages in core-matrix layout (unpadded); row offsets stay in
-// registers.
-size_t wgmma_local_bytes(int keys, int d) { return 6 * size_t(keys) * d * 2; }
+// registers. TMA: three K and two V stages, 1 KB of alignment slack and their mbarriers.
+size_t wgmma_local_bytes(int keys, int d, bool tma) {
+  return tma ? 5 * size_t(keys) * d * 2 + 1024 + 5 * 8 : 6 * size_t(keys) * d * 2;
+}
+
+// Why the TMA feed cannot serve these requests ("" when it can): its 16-key boxes must not
+// cross a page, its strides are whole 16 bytes (checked with the other tensor-core
+// conditions) and its coordinates 32-bit.
+std::string tma_unfit(const KVDesc& kv, const std::vector<int32_t>& tok_off) {
+  if (kv.paged && kv.page_size % 16 != 0) return "page_size " + to_string(kv.page_size) + " is not a multiple of 16";
+  for (size_t i = 0; i < tok_off.size(); ++i)
+    if (tok_off[i] % 16 != 0)
+      return "request " + to_string(i) + " starts at offset " + to_string(tok_off[i]) + " of its first page";
+  if ((kv.paged ? kv.num_pages : kv.num_tokens) >= (int64_t(1) << 31)) return "more than 2^31 pages or tokens";
+  return "";
+}
 
 int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
   auto it = over.find(name);
@@ -221,7 +244,7 @@ int param(const params::Entry& e, const std::map<std::string, int>& over, const 
 // Candidates in order of preference: the tensor-core kernel when the parameters (or the
 // caller) ask for it and the device and shapes allow it, then the portable kernel.
 std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const ExtendOptions& opt,
-                             std::string* why_not_mma) {
+                             const std::string& tma_why_not, std::string* why_not_mma) {
   const std::string key = kv.head_dim <= 128 ? "d128" : "d256";
   params::Entry e = params::lookup(prof, "extend", key);
   const auto& over = opt.params;
@@ -279,22 +302,35 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
         if (wg_wanted && !params::variant_available(prof, "nv_wgmma", &wg_why)) {
           rt::log().info("extend: nv_wgmma not used ({})", wg_why);
         } else if (wg_wanted && async && mt == 1 && warps_asked % 4 == 0 && kv.head_dim % 64 == 0 &&
-                   (t.keys == 32 || t.keys == 64) && wgmma_local_bytes(32, kv.head_dim) <= lmax) {
-          Tile w = t;
-          w.variant = "nv_wgmma";
-          w.wg = 32 * wg_warps, w.rows = 16 * wg_warps;
-          while (wgmma_local_bytes(w.keys, kv.head_dim) > lmax) w.keys /= 2;
-          auto dw = d;
-          dw["KEYS"] = to_string(w.keys);
-          dw["WARPS"] = to_string(wg_warps);
-          dw["STAGGER"] = to_string(int(ops::param_or(e, over, "MMA_STAGGER", 0) != 0));
-          dw["WGMMA"] = "1";
-          // More than 255 registers' worth of warps per multiprocessor: cap them (PTX .maxnreg).
-          const int cap = (65536 / w.wg) & ~7;
-          std::string extra = rt::kPtxSm90aOption;
-          if (cap < 255) extra += std::string(" ") + rt::kPtxMaxnregDefine + to_string(cap);
-          w.options = rt::make_options(dw, extra);
-          out.push_back(w);
+                   (t.keys == 32 || t.keys == 64) && wgmma_local_bytes(32, kv.head_dim, false) <= lmax) {
+          // The TMA feed first where the parameters ask for it and the requests allow it, then
+          // the cp.async feed.
+          const bool tma_wanted = ops::param_or(e, over, "MMA_TMA", 0) != 0;
+          if (tma_wanted && !tma_why_not.empty())
+            rt::log().info("extend: nv_wgmma copies by cp.async, not TMA ({})", tma_why_not);
+          for (bool tma : {true, false}) {
+            if (tma && (!tma_wanted || !tma_why_not.empty())) continue;
+            Tile w = t;
+            w.variant = "nv_wgmma";
+            w.tma = tma;
+            w.wg = 32 * wg_warps, w.rows = 16 * wg_warps;
+            while (wgmma_local_bytes(w.keys, kv.head_dim, tma) > lmax) w.keys /= 2;
+            auto dw = d;
+            dw["KEYS"] = to_string(w.keys);
+            dw["WARPS"] = to_string(wg_warps);
+            dw["STAGGER"] = to_string(int(ops::param_or(e, over, "MMA_STAGGER", 0) != 0));
+            dw["WGMMA"] = "1";
+            if (tma) {
+              dw["TMA"] = "1";
+              dw["TMA_HEAD_FIRST"] = kv.stride_head < kv.stride_token ? "1" : "0";
+            }
+            // More than 255 registers' worth of warps per multiprocessor: cap them (PTX .maxnreg).
+            const int cap = (65536 / w.wg) & ~7;
+            std::string extra = rt::kPtxSm90aOption;
+            if (cap < 255) extra += std::string(" ") + rt::kPtxMaxnregDefine + to_string(cap);
+            w.options = rt::make_options(dw, extra);
+            out.push_back(w);
+          }
         } else if (wg_wanted) {
           rt::log().info("extend: nv_wgmma needs 16-bit KV in cp.async stages, MMA_MT 1, MMA_WARPS 4, 8 or 12 and a "
                          "head dim of 64 or 128; using nv_mma_sync");
@@ -342,19 +378,20 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   const int group = opt.num_qo_heads / kv.num_kv_heads;
 
   std::string why_not_mma;
-  std::vector<Tile> cands = candidates(c.profile, kv, opt, &why_not_mma);
+  std::vector<Tile> cands = candidates(c.profile, kv, opt, tma_unfit(kv, r.tok_off), &why_not_mma);
   if (!why_not_mma.empty())
     rt::log().info("extend: nv_mma_sync not used ({}); using the generic kernel", why_not_mma);
 
   // Build the first candidate that compiles (each variant has its own file).
   Tile tile;
-  std::shared_ptr<rt::Program> prog;
+  std::shared_ptr<rt::Program> prog, maps_prog;
   rt::Kernel* kernel = nullptr;
   for (size_t i = 0; i < cands.size(); ++i) {
     const bool mma = cands[i].variant == "nv_mma_sync" || cands[i].variant == "nv_wgmma";
     try {
       prog = c.programs.get(mma ? "extend_mma_nv.cl" : "extend.cl", cands[i].options);
       kernel = &prog->kernel(mma ? "extend_mma" : "extend_generic");
+      maps_prog = cands[i].tma ? c.programs.get("tma_maps_nv.cl", rt::kPtxSm90aOption) : nullptr;
       // (nv_wgmma with a register cap: the driver reports the size for the uncapped count.)
       const bool capped = cands[i].options.find(rt::kPtxMaxnregDefine) != std::string::npos;
       if (!capped && kernel->max_work_group_size(c.device) < size_t(cands[i].wg)) {
@@ -378,6 +415,23 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   auto st = std::make_shared<ExtendPlanState>();
   st->prog = prog;
   st->kernel = kernel;
+  if (tile.tma) {
+    // Map dims innermost first: d, then slot and head (smaller stride first, as the kernel's
+    // TMA_HEAD_FIRST says), then page (ragged: tokens as slots, one page).
+    const int64_t es = int64_t(dtype_size(kv.dtype));
+    const bool head_first = kv.stride_head < kv.stride_token;
+    const int64_t slots = kv.paged ? kv.page_size : kv.num_tokens;
+    st->maps_prog = maps_prog;
+    st->maps_kernel = &maps_prog->kernel("tma_maps");
+    st->map_dims[0] = cl_uint(kv.head_dim);
+    st->map_dims[1] = cl_uint(head_first ? kv.num_kv_heads : slots);
+    st->map_dims[2] = cl_uint(head_first ? slots : kv.num_kv_heads);
+    st->map_dims[3] = cl_uint(kv.paged ? kv.num_pages : 1);
+    st->map_strides[0] = cl_ulong((head_first ? kv.stride_head : kv.stride_token) * es);
+    st->map_strides[1] = cl_ulong((head_first ? kv.stride_token : kv.stride_head) * es);
+    st->map_strides[2] = cl_ulong(kv.paged ? kv.stride_page * es : 16);  // (one page: never stepped)
+    st->map_box[0] = head_first ? 1 : 16, st->map_box[1] = head_first ? 16 : 1;
+  }
   st->wg = size_t(tile.wg);
   st->group = group;
   st->paged = kv.paged;
@@ -411,10 +465,12 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
     }
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
-  st->host.resize(items.size() * 8);
+  // (TMA: the tensor maps come first, 64 ints written at run time.)
+  const size_t hdr = tile.tma ? 64 : 0;
+  st->host.assign(hdr + items.size() * 8, 0);
   for (size_t w = 0; w < items.size(); ++w) {
     const int i = items[w].req;
-    int32_t* e = &st->host[w * 8];
+    int32_t* e = &st->host[hdr + w * 8];
     e[0] = r.qo_start[size_t(i)], e[1] = r.qo_len[size_t(i)], e[2] = r.kv_len[size_t(i)], e[3] = items[w].row0;
     e[4] = r.base[size_t(i)], e[5] = r.tok_off[size_t(i)], e[6] = r.mask_off[size_t(i)], e[7] = i;
   }
@@ -451,6 +507,7 @@ KVDesc desc_of(const PagedKV& cache) {
   d.num_kv_heads = cache.num_kv_heads, d.head_dim = cache.head_dim, d.page_size = cache.page_size;
   d.dtype = cache.dtype;
   d.stride_page = cache.page_stride(), d.stride_token = cache.token_stride(), d.stride_head = cache.head_stride();
+  d.num_pages = cache.num_pages;
   return d;
 }
 
@@ -516,6 +573,7 @@ ExtendPlan prefill_plan(const Context& ctx, const std::vector<int32_t>& qo_indpt
   kv.num_kv_heads = kvr.num_kv_heads, kv.head_dim = kvr.head_dim, kv.dtype = kvr.dtype;
   kv.stride_token = kvr.stride_token ? kvr.stride_token : int64_t(kvr.num_kv_heads) * kvr.head_dim;
   kv.stride_head = kvr.stride_head ? kvr.stride_head : kvr.head_dim;
+  kv.num_tokens = kvr.num_tokens;
   check_options(kv, opt);
   if (kv.num_kv_heads > 1 && kv.stride_head < kv.head_dim)
     rt::invalid("kv.stride_head = " + to_string(kv.stride_head) + " < head_dim " + to_string(kv.head_dim));
@@ -595,12 +653,27 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   cl_mem mask = plan.has_mask ? b.custom_mask : dummy;
   size_t gws[2] = {size_t(plan.num_tiles) * st->wg, size_t(plan.num_kv_heads)};
   size_t lws[2] = {st->wg, 1};
-  st->kernel->launch(q, 2, gws, lws, wl.size(), wl.data(), e.event, b.q, cl_int(plan.q_dtype), k, v, page_ids,
-                     st->table, b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), sinks,
-                     cl_int(b.sinks != nullptr), mask, cl_int(plan.has_mask), cl_int(Hq), cl_int(st->group),
-                     cl_int(st->paged), cl_int(st->page_size), cl_long(st->stride_page), cl_long(st->stride_token),
-                     cl_long(st->stride_head), cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2),
-                     cl_float(st->inv_cap), cl_float(b.v_scale), cl_int(st->causal), cl_int(st->window_left));
+  // TMA: the tensor-map kernel first (it writes the maps of this k and v into the table).
+  cl_event maps_done = nullptr;
+  if (st->maps_kernel) {
+    const size_t one = 32;
+    st->maps_kernel->launch(q, 1, &one, &one, wl.size(), wl.data(), &maps_done, k, v, st->table, st->map_dims[0],
+                            st->map_dims[1], st->map_dims[2], st->map_dims[3], st->map_strides[0],
+                            st->map_strides[1], st->map_strides[2], st->map_box[0], st->map_box[1]);
+  }
+  try {
+    st->kernel->launch(q, 2, gws, lws, maps_done ? 1 : wl.size(), maps_done ? &maps_done : wl.data(), e.event, b.q,
+                       cl_int(plan.q_dtype), k, v, page_ids, st->table, b.o, cl_int(plan.o_dtype), lse,
+                       cl_int(b.lse != nullptr), sinks, cl_int(b.sinks != nullptr), mask, cl_int(plan.has_mask),
+                       cl_int(Hq), cl_int(st->group), cl_int(st->paged), cl_int(st->page_size),
+                       cl_long(st->stride_page), cl_long(st->stride_token), cl_long(st->stride_head),
+                       cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2), cl_float(st->inv_cap),
+                       cl_float(b.v_scale), cl_int(st->causal), cl_int(st->window_left));
+  } catch (...) {
+    if (maps_done) clReleaseEvent(maps_done);
+    throw;
+  }
+  if (maps_done) clReleaseEvent(maps_done);
 }
 
 }  // namespace clattn

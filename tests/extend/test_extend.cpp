@@ -517,6 +517,52 @@ TEST(Extend, WarpgroupMmaMatchesReference) {
   }
 }
 
+// nv_wgmma fed by TMA tensor copies (MMA_TMA): pages of 16 / 32 / 64 keys and ragged KV (the
+// boxes of 16 keys never cross a page), NHD and HND (the map's slot and head dims swap),
+// unused cache slots NaN (the V rows past kv_len are zeroed in the stage). Page sizes that
+// are not multiples of 16 keep the cp.async feed.
+TEST(Extend, WarpgroupMmaTmaMatchesReference) {
+  CLATTN_SEED_TRACE();
+  for (const auto& v : clattn::variants(ctx().profile()))
+    if (v.name == "nv_wgmma" && !v.available) GTEST_SKIP() << "nv_wgmma: " << v.reason;
+  const DType io[] = {DType::F32, DType::F16, DType::BF16};
+  const int pages[] = {16, 32, 64};
+  const Meta metas[] = {Meta::Csr, Meta::PageTable, Meta::Ragged};
+  test::Rng rng(71);
+  for (int n = 0; n < 10; ++n) {
+    Case c;
+    c.variant = "nv_wgmma";
+    c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1, c.params["MMA_TMA"] = 1;
+    c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : n % 3 == 1 ? 12 : 8;
+    c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;
+    c.params["MMA_STAGGER"] = n % 2 == 0;
+    c.D = n % 2 ? 64 : 128;
+    c.kv = n % 4 < 2 ? DType::BF16 : DType::F16;
+    c.G = 1 + rng.uniform_int(0, 7), c.Hkv = 1 + rng.uniform_int(0, 1);
+    c.P = n == 9 ? 4 : pages[rng.uniform_int(0, 2)];
+    c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
+    c.layout = n % 2 ? KVLayout::HND : KVLayout::NHD;
+    const int B = rng.uniform_int(1, 3);
+    for (int i = 0; i < B; ++i) {
+      c.qo.push_back(n == 0 ? 200 : rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, 60));
+      c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, 130));
+    }
+    c.causal = n == 0 || rng.uniform_int(0, 3) != 0;
+    c.window = rng.uniform_int(0, 3) == 0 ? rng.uniform_int(0, 40) : -1;
+    c.cap = rng.uniform_int(0, 3) == 0 ? 15.0 : 0.0;
+    c.sinks = rng.uniform_int(0, 3) == 0;
+    c.lse = rng.uniform_int(0, 4) != 0;
+    c.mask = rng.uniform_int(0, 3) == 0 ? Mask::Tree : Mask::None;
+    c.meta = metas[n % 3];
+    Batch b = build(c, 720 + n);
+    DevRun r = run(b);
+    EXPECT_EQ(r.plan.variant, "nv_wgmma") << c.describe();
+    const bool tma = r.plan.kernel_options.find("-DTMA=1") != std::string::npos;
+    EXPECT_EQ(tma, c.P % 16 == 0 || c.meta == Meta::Ragged) << c.describe() << " " << r.plan.kernel_options;
+    EXPECT_EXTEND_OK(b, r);
+  }
+}
+
 TEST(Extend, GenericVariantCanBeForced) {
   CLATTN_SEED_TRACE();
   Case c;
