@@ -242,8 +242,12 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     float inv_cap, float v_scale, int causal, int window_left) {
 #if TMA
 #define TSTAGE (KEYS * HEAD_DIM * 2)  // bytes of a K or V stage: HEAD_DIM / 64 swizzled [KEYS][128 B] slices
+#ifndef TK_ST
 #define TK_ST 3
+#endif
+#ifndef TV_ST
 #define TV_ST 2
+#endif
   __local uint4 tsm[((TK_ST + TV_ST) * TSTAGE + 1024 + 8 * (TK_ST + TV_ST)) / 16];  // + 1024-byte alignment, mbarriers
   __local uint4* const ks = tsm;  // (fragment pointers of the other forms; unused)
   __local uint4* const vs = tsm;

@@ -325,7 +325,9 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
               dw["TMA_HEAD_FIRST"] = kv.stride_head < kv.stride_token ? "1" : "0";
             }
             // More than 255 registers' worth of warps per multiprocessor: cap them (PTX .maxnreg).
-            const int cap = (65536 / w.wg) & ~7;
+            // (MMA_REGS: a lower cap, so that 65536 / (cap x work-items) groups share a multiprocessor.)
+            const int regs = int(ops::param_or(e, over, "MMA_REGS", 0));
+            const int cap = (regs > 0 ? std::min(regs, 65536 / w.wg) : 65536 / w.wg) & ~7;
             std::string extra = rt::kPtxSm90aOption;
             if (cap < 255) extra += std::string(" ") + rt::kPtxMaxnregDefine + to_string(cap);
             w.options = rt::make_options(dw, extra);
