@@ -242,12 +242,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     float inv_cap, float v_scale, int causal, int window_left) {
 #if TMA
 #define TSTAGE (KEYS * HEAD_DIM * 2)  // bytes of a K or V stage: HEAD_DIM / 64 swizzled [KEYS][128 B] slices
-#ifndef TK_ST
 #define TK_ST 3
-#endif
-#ifndef TV_ST
 #define TV_ST 2
-#endif
   __local uint4 tsm[((TK_ST + TV_ST) * TSTAGE + 1024 + 8 * (TK_ST + TV_ST)) / 16];  // + 1024-byte alignment, mbarriers
   __local uint4* const ks = tsm;  // (fragment pointers of the other forms; unused)
   __local uint4* const vs = tsm;
@@ -609,8 +605,9 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // Boxes past kv_len load the last box that holds keys (in bounds; V rows zeroed, K masked).
   const int klast = ((kv_len - 1 + tok_off) & ~15) - tok_off;
 #define BOX_KEY(T, b) min(kv_begin + TIX(T) * KEYS + 16 * (b), klast)
-  // Page ids of the boxes of tiles j+1, j+2, j+3 (work-item 0; loaded a tile ahead).
-  int pg1[KEYS / 16], pg2[KEYS / 16], pg3[KEYS / 16];
+  // Page ids of the boxes of tiles j+1 .. j+4 (work-item 0): each is loaded two iterations
+  // before its first copy is issued, so no page-table latency sits in front of a copy.
+  int pg1[KEYS / 16], pg2[KEYS / 16], pg3[KEYS / 16], pg4[KEYS / 16];
 #define LOAD_PAGES(T, P)                                                                        \
   if (tid == 0 && paged && (T) < ntiles) {                                                      \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
@@ -654,6 +651,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     LOAD_PAGES(1, pg1);                                                                         \
     LOAD_PAGES(2, pg2);                                                                         \
     LOAD_PAGES(3, pg3);                                                                         \
+    LOAD_PAGES(4, pg4);                                                                         \
     if (tid == 0) {                                                                             \
       TMAP_ACQUIRE(kmap);                                                                       \
       TMAP_ACQUIRE(vmap);                                                                       \
@@ -673,12 +671,13 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   barrier(CLK_LOCAL_MEM_FENCE);
 #define FEED_ISSUE(it)                                                                          \
   if (tid == 0) {                                                                               \
-    if ((it) + 3 < ntiles) TMA_TILE((it) + 3, kmap, KST((it) + 3), KBAR((it) + 3), pg3);        \
     if ((it) + 1 < ntiles) TMA_TILE((it) + 1, vmap, VST((it) + 1), VBAR((it) + 1), pg1);        \
-  }
-#define FEED_AHEAD(it)                                                                          \
-  _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) pg1[b_] = pg2[b_], pg2[b_] = pg3[b_]; \
-  LOAD_PAGES((it) + 4, pg3);
+    if ((it) + 3 < ntiles) TMA_TILE((it) + 3, kmap, KST((it) + 3), KBAR((it) + 3), pg3);        \
+    _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_)                                    \
+      pg1[b_] = pg2[b_], pg2[b_] = pg3[b_], pg3[b_] = pg4[b_];                                  \
+  }                                                                                             \
+  LOAD_PAGES((it) + 5, pg4);
+#define FEED_AHEAD(it)
 #else
   // Copies: work-item tid moves chunk kc0 of keys kr0 + RSTEP * m (m < KPT) of every tile; it
   // computes those keys' row offsets itself, the page ids one tile ahead (pf). Three K and
