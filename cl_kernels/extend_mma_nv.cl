@@ -628,7 +628,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
                   TMA_HEAD_FIRST ? sl_ : kvh, pgc_, BAR);                                       \
     }                                                                                           \
   }
-  // V rows of tile T at or past kv_len -> 0 (every work-item; generic-proxy stores).
+  // V rows of tile T at or past kv_len -> 0 (every work-item; generic-proxy stores, fenced for
+  // wgmma's reads: the only ones, as the copies themselves are async-proxy writes).
 #define ZERO_TAIL(T)                                                                            \
   {                                                                                             \
     const int r0_ = kv_len - (kv_begin + TIX(T) * KEYS);                                        \
@@ -637,6 +638,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
         const int r_ = (i_ >> 3) % KEYS;                                                        \
         if (r_ >= r0_) ST_SHARED_ZERO16(VST(T) + (i_ >> 3) / KEYS * (KEYS * 128) + 128 * r_ + 16 * (i_ & 7)); \
       }                                                                                         \
+      FENCE_PROXY_ASYNC();                                                                      \
     }                                                                                           \
   }
 #define FEED_PROLOGUE()                                                                         \
@@ -667,7 +669,6 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   if ((it) + 1 < ntiles) MBAR_WAIT(KBAR((it) + 1), (uint)(((it) + 1) / TK_ST) & 1u);            \
   MBAR_WAIT(VBAR(it), (uint)((it) / TV_ST) & 1u);                                               \
   ZERO_TAIL(it);                                                                                \
-  FENCE_PROXY_ASYNC();                                                                          \
   barrier(CLK_LOCAL_MEM_FENCE);
 #define FEED_ISSUE(it)                                                                          \
   if (tid == 0) {                                                                               \
