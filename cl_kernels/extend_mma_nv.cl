@@ -111,6 +111,10 @@
 #error "extend_mma_nv.cl: TMA needs WGMMA"
 #endif
 #define TABLE_HDR (TMA ? 64 : 0)
+// PINGPONG 1 (TMA, more than one warpgroup): the warpgroups take turns to issue their wgmma.
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
 #ifndef TMA_HEAD_FIRST
 #define TMA_HEAD_FIRST 0  // map dims (d, head, slot, page) instead of (d, slot, head, page): smaller stride first
 #endif
@@ -244,7 +248,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define TSTAGE (KEYS * HEAD_DIM * 2)  // bytes of a K or V stage: HEAD_DIM / 64 swizzled [KEYS][128 B] slices
 #define TK_ST 3
 #define TV_ST 2
-  __local uint4 tsm[((TK_ST + TV_ST) * TSTAGE + 1024 + 8 * (TK_ST + TV_ST)) / 16];  // + 1024-byte alignment, mbarriers
+  __local uint4 tsm[((TK_ST + TV_ST) * TSTAGE + 1024 + 16 * (TK_ST + TV_ST)) / 16];  // + 1024-byte alignment, mbarriers
   __local uint4* const ks = tsm;  // (fragment pointers of the other forms; unused)
   __local uint4* const vs = tsm;
 #elif ASYNC
@@ -593,12 +597,23 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   const int t0 = STAGGER && ntiles > 1 ? (item * 37) % ntiles : 0;
 #define TIX(T) ((T) + t0 < ntiles ? (T) + t0 : (T) + t0 - ntiles)  // tile walked T-th (T < ntiles)
 #if TMA
-  // Stages: K 0..2, V 0..1, then their mbarriers (phase parity of the n-th fill: n & 1).
+  // No work-group barrier per tile: each stage has a "full" mbarrier (the copies' bytes, one
+  // arrival by the issuing work-item) and an "empty" one (one arrival per warpgroup once its
+  // wgmma reads of the stage have completed); work-item 0 waits for "empty" before it refills
+  // a stage. So the warpgroups run out of step, one's softmax beside another's MMA, and with
+  // PINGPONG they take turns to issue their wgmma (FlashAttention-3's warp scheduling).
+  // Stages: K 0..2, V 0..1, then the full and the empty mbarriers (parity of the n-th use: n & 1).
   const uint sbase = ((uint)(size_t)tsm + 1023u) & ~1023u;
+  const int wg = warp >> 2, wtid = tid & 127;
 #define KST(T) (sbase + ((T) % TK_ST) * TSTAGE)
 #define VST(T) (sbase + (TK_ST + (T) % TV_ST) * TSTAGE)
 #define KBAR(T) (sbase + (TK_ST + TV_ST) * TSTAGE + 8 * ((T) % TK_ST))
 #define VBAR(T) (sbase + (TK_ST + TV_ST) * TSTAGE + 8 * (TK_ST + (T) % TV_ST))
+#define KEMPTY(T) (KBAR(T) + 8 * (TK_ST + TV_ST))
+#define VEMPTY(T) (VBAR(T) + 8 * (TK_ST + TV_ST))
+#define NWG (WARPS / 4)
+  // Named barriers (0 is the work-group's): 1 .. NWG the warpgroups' turns, 8 + wg a warpgroup.
+#define WG_SYNC() asm volatile("bar.sync %0, 128;" ::"r"(8 + wg) : "memory")
 #define K_DESC(T, kk) wg_desc_sw128(KST(T) + ((kk) >> 2) * (KEYS * 128) + 32 * ((kk) & 3))
 #define V_DESC(T, kc, p) wg_desc_sw128(VST(T) + (p) * (KEYS * 128) + 2048 * (kc))
   const ulong kmap = (ulong)(size_t)table, vmap = kmap + 128;
@@ -628,22 +643,27 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
                   TMA_HEAD_FIRST ? sl_ : kvh, pgc_, BAR);                                       \
     }                                                                                           \
   }
-  // V rows of tile T at or past kv_len -> 0 (every work-item; generic-proxy stores, fenced for
-  // wgmma's reads: the only ones, as the copies themselves are async-proxy writes).
+  // V rows of tile T at or past kv_len -> 0, by each warpgroup before its own P V (the same
+  // zeros; generic-proxy stores, fenced for wgmma's reads: the only such writes, as the
+  // copies are async-proxy writes already).
 #define ZERO_TAIL(T)                                                                            \
   {                                                                                             \
     const int r0_ = kv_len - (kv_begin + TIX(T) * KEYS);                                        \
     if (r0_ < KEYS) {                                                                           \
-      for (int i_ = tid; i_ < KEYS * HEAD_DIM / 8; i_ += WGSZ) {                                \
+      for (int i_ = wtid; i_ < KEYS * HEAD_DIM / 8; i_ += 128) {                                \
         const int r_ = (i_ >> 3) % KEYS;                                                        \
         if (r_ >= r0_) ST_SHARED_ZERO16(VST(T) + (i_ >> 3) / KEYS * (KEYS * 128) + 128 * r_ + 16 * (i_ & 7)); \
       }                                                                                         \
       FENCE_PROXY_ASYNC();                                                                      \
+      WG_SYNC();                                                                                \
     }                                                                                           \
   }
 #define FEED_PROLOGUE()                                                                         \
   if (tid == 0) {                                                                               \
-    _Pragma("unroll") for (int i_ = 0; i_ < TK_ST + TV_ST; ++i_) MBAR_INIT(KBAR(0) + 8 * i_, 1u); \
+    _Pragma("unroll") for (int i_ = 0; i_ < TK_ST + TV_ST; ++i_) {                              \
+      MBAR_INIT(KBAR(0) + 8 * i_, 1u);                                                          \
+      MBAR_INIT(KEMPTY(0) + 8 * i_, (uint)NWG);                                                 \
+    }                                                                                           \
     MBAR_INIT_FENCE();                                                                          \
   }                                                                                             \
   barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
@@ -664,21 +684,38 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }                                                                                           \
   }                                                                                             \
   MBAR_WAIT(KBAR(0), 0u);
-  // K(it+1) and V(it) landed; every warpgroup is done with K(it) and V(it-1).
+  // K(it+1) and V(it) landed.
 #define FEED_WAIT(it)                                                                           \
   if ((it) + 1 < ntiles) MBAR_WAIT(KBAR((it) + 1), (uint)(((it) + 1) / TK_ST) & 1u);            \
   MBAR_WAIT(VBAR(it), (uint)((it) / TV_ST) & 1u);                                               \
-  ZERO_TAIL(it);                                                                                \
-  barrier(CLK_LOCAL_MEM_FENCE);
+  ZERO_TAIL(it);
+  // V(it+1) into V(it-1)'s stage and K(it+3) into K(it)'s, once every warpgroup released them.
 #define FEED_ISSUE(it)                                                                          \
   if (tid == 0) {                                                                               \
-    if ((it) + 1 < ntiles) TMA_TILE((it) + 1, vmap, VST((it) + 1), VBAR((it) + 1), pg1);        \
-    if ((it) + 3 < ntiles) TMA_TILE((it) + 3, kmap, KST((it) + 3), KBAR((it) + 3), pg3);        \
+    if ((it) + 1 < ntiles) {                                                                    \
+      if ((it) >= 1) MBAR_WAIT(VEMPTY((it) - 1), (uint)(((it) - 1) / TV_ST) & 1u);              \
+      TMA_TILE((it) + 1, vmap, VST((it) + 1), VBAR((it) + 1), pg1);                             \
+    }                                                                                           \
+    if ((it) + 3 < ntiles) {                                                                    \
+      MBAR_WAIT(KEMPTY(it), (uint)((it) / TK_ST) & 1u);                                         \
+      TMA_TILE((it) + 3, kmap, KST((it) + 3), KBAR((it) + 3), pg3);                             \
+    }                                                                                           \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_)                                    \
       pg1[b_] = pg2[b_], pg2[b_] = pg3[b_], pg3[b_] = pg4[b_];                                  \
   }                                                                                             \
   LOAD_PAGES((it) + 5, pg4);
 #define FEED_AHEAD(it)
+  // A warpgroup's wgmma reads of K(T) / V(T) have completed (one arrival per warpgroup).
+#define RELEASE_K(T) if (wtid == 0) MBAR_ARRIVE(KEMPTY(T))
+#define RELEASE_V(T) if (wtid == 0) MBAR_ARRIVE(VEMPTY(T))
+#if PINGPONG && NWG > 1
+  // Turns: warpgroup w waits for barrier 1 + w (its predecessor's arrival) before it issues
+  // the wgmma of an iteration and then lets its successor go.
+#define TURN_WAIT() asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "r"(256) : "memory")
+#define TURN_PASS() asm volatile("bar.arrive %0, %1;" ::"r"(1 + (wg + 1) % NWG), "r"(256) : "memory")
+#define TURN_START() if (wg == NWG - 1) asm volatile("bar.arrive 1, 256;" ::: "memory")
+#define TURN_END() if (wg == 0) asm volatile("bar.sync 1, 256;" ::: "memory")  // the last pass
+#endif
 #else
   // Copies: work-item tid moves chunk kc0 of keys kr0 + RSTEP * m (m < KPT) of every tile; it
   // computes those keys' row offsets itself, the page ids one tile ahead (pf). Three K and
@@ -760,6 +797,14 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define FEED_AHEAD(it)                                                                          \
   OFFSETS((it) + 4, ko);                                                                        \
   PAGES((it) + 5);
+#define RELEASE_K(T)
+#define RELEASE_V(T)
+#endif
+#ifndef TURN_WAIT
+#define TURN_WAIT()
+#define TURN_PASS()
+#define TURN_START()
+#define TURN_END()
 #endif
 #define ISSUE_S(T)                                                                              \
   {                                                                                             \
@@ -776,16 +821,19 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     ISSUE_S(0);
     WG_COMMIT();
     WG_WAIT0();
+    RELEASE_K(0);
 #pragma unroll
     for (int j = 0; j < NT; ++j) WG_KEEP4(sn[0][j]);
     float alo[1], ahi[1];  // O and the row sums are still 0: nothing to rescale
     SCORES_TO_P(sn, kv_begin + TIX(0) * KEYS, pa, alo, ahi);
     ROWSUM_P(pa);
   }
+  TURN_START();
   for (int it = 0; it < ntiles; ++it) {
     const bool has_next = it + 1 < ntiles;
     FEED_WAIT(it);
     FEED_ISSUE(it);
+    TURN_WAIT();
     ISSUE_S(it + 1);
     WG_COMMIT();
     {
@@ -801,7 +849,9 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
         for (int p = 0; p < HEAD_DIM / 64; ++p) WG_MMA_PV64(oacc[0] + 8 * p, pa[0][kc], dsc_[kc][p]);
     }
     WG_COMMIT();
+    TURN_PASS();
     WG_WAIT1();  // S(it+1) complete; P(it) V(it) may still run
+    if (has_next) RELEASE_K(it + 1);
     float alo[1], ahi[1];
     if (has_next) {
 #pragma unroll
@@ -809,6 +859,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       SCORES_TO_P(sn, kv_begin + TIX(it + 1) * KEYS, pn, alo, ahi);
     }
     WG_WAIT0();
+    RELEASE_V(it);
 #pragma unroll
     for (int n = 0; n < DN; ++n) WG_KEEP4(oacc[0][n]);
     if (has_next) {
@@ -820,6 +871,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }
     FEED_AHEAD(it);
   }
+  TURN_END();
 #else
   // Pipeline. Entering iteration j: Ks = K(j) (visible), kreg = K(j+1) and vw = V(j) in
   // flight, roff buffer (j+1)&1 = tile j+1, pf = page ids of tile j+2.

@@ -219,9 +219,10 @@ size_t mma_local_bytes(int keys, int d, bool async) {
 }
 
 // nv_wgmma: three K and three V stages in core-matrix layout (unpadded); row offsets stay in
-// registers. TMA: three K and two V stages, 1 KB of alignment slack and their mbarriers.
+// registers. TMA: three K and two V stages, 1 KB of alignment slack and their full and empty
+// mbarriers.
 size_t wgmma_local_bytes(int keys, int d, bool tma) {
-  return tma ? 5 * size_t(keys) * d * 2 + 1024 + 5 * 8 : 6 * size_t(keys) * d * 2;
+  return tma ? 5 * size_t(keys) * d * 2 + 1024 + 10 * 8 : 6 * size_t(keys) * d * 2;
 }
 
 // Why the TMA feed cannot serve these requests ("" when it can): its 16-key boxes must not
@@ -322,6 +323,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
             dw["WGMMA"] = "1";
             if (tma) {
               dw["TMA"] = "1";
+              dw["PINGPONG"] = to_string(int(ops::param_or(e, over, "MMA_PINGPONG", 0) != 0));
               dw["TMA_HEAD_FIRST"] = kv.stride_head < kv.stride_token ? "1" : "0";
             }
             // More than 255 registers' worth of warps per multiprocessor: cap them (PTX .maxnreg).

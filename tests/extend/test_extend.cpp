@@ -532,7 +532,7 @@ TEST(Extend, WarpgroupMmaTmaMatchesReference) {
   for (int n = 0; n < 10; ++n) {
     Case c;
     c.variant = "nv_wgmma";
-    c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1, c.params["MMA_TMA"] = 1;
+    c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1, c.params["MMA_TMA"] = 1, c.params["MMA_PINGPONG"] = n % 3 != 1;
     c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : n % 3 == 1 ? 12 : 8;
     c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;
     c.params["MMA_STAGGER"] = n % 2 == 0;
