@@ -261,8 +261,14 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     float inv_cap, float v_scale, int causal, int window_left) {
 #if TMA
 #define TSTAGE (KEYS * HEAD_DIM * 2)  // bytes of a K or V stage: HEAD_DIM / 64 swizzled [KEYS][128 B] slices
-#define TK_ST 3
-#define TV_ST 2
+// K and V stages (TK_ST + TV_ST <= 5 at KEYS = 32, D = 128): a K tile is issued TK_ST - 1
+// iterations before its S, a V tile TV_ST - 1 before its P V.
+#ifndef TK_ST
+#define TK_ST 2
+#endif
+#ifndef TV_ST
+#define TV_ST 3
+#endif
   __local uint4 tsm[((TK_ST + TV_ST) * TSTAGE + 1024 + 16 * (TK_ST + TV_ST)) / 16];  // + 1024-byte alignment, mbarriers
   __local uint4* const ks = tsm;  // (fragment pointers of the other forms; unused)
   __local uint4* const vs = tsm;
@@ -635,17 +641,25 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // Boxes past kv_len load the last box that holds keys (in bounds; V rows zeroed, K masked).
   const int klast = ((kv_len - 1 + tok_off) & ~15) - tok_off;
 #define BOX_KEY(T, b) min(kv_begin + TIX(T) * KEYS + 16 * (b), klast)
-  // Page ids of the boxes of tiles j+1 .. j+4 (work-item 0): each is loaded two iterations
-  // before its first copy is issued, so no page-table latency sits in front of a copy.
+  // The copies are issued by the first work-item of the last warpgroup (the last to release a
+  // stage when the warpgroups take turns, so it never waits for the others). Page ids of the
+  // boxes of tiles j+1 .. j+4: each is loaded a few iterations before its copies are issued,
+  // so no page-table latency sits in front of a copy.
+  const bool producer = tid == 128 * (NWG - 1);
   int pg1[KEYS / 16], pg2[KEYS / 16], pg3[KEYS / 16], pg4[KEYS / 16];
+#if TK_ST < 2 || TK_ST > 4 || TV_ST < 2 || TV_ST > 4
+#error "extend_mma_nv.cl: TK_ST and TV_ST must be 2 .. 4 (page ids are kept for 4 tiles ahead)"
+#endif
+#define PGK (TK_ST == 2 ? pg2 : TK_ST == 3 ? pg3 : pg4)  // pages of tile j + TK_ST
+#define PGV (TV_ST == 2 ? pg1 : TV_ST == 3 ? pg2 : pg3)  // of tile j + TV_ST - 1
 #define LOAD_PAGES(T, P)                                                                        \
-  if (tid == 0 && paged && (T) < ntiles) {                                                      \
+  if (producer && paged && (T) < ntiles) {                                                      \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
       const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
       P[b_] = page_ids[base + (pg_log2 >= 0 ? tt_ >> pg_log2 : tt_ / page_size)];               \
     }                                                                                           \
   }
-  // Tile T of MAP into stage DST, counted on BAR (work-item 0).
+  // Tile T of MAP into stage DST, counted on BAR (the producer).
 #define TMA_TILE(T, MAP, DST, BAR, P)                                                           \
   {                                                                                             \
     MBAR_EXPECT(BAR, TSTAGE);                                                                   \
@@ -689,13 +703,16 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     LOAD_PAGES(2, pg2);                                                                         \
     LOAD_PAGES(3, pg3);                                                                         \
     LOAD_PAGES(4, pg4);                                                                         \
-    if (tid == 0) {                                                                             \
+    if (producer) {                                                                             \
       TMAP_ACQUIRE(kmap);                                                                       \
       TMAP_ACQUIRE(vmap);                                                                       \
       TMA_TILE(0, kmap, KST(0), KBAR(0), pg0);                                                  \
       TMA_TILE(0, vmap, VST(0), VBAR(0), pg0);                                                  \
       if (ntiles > 1) TMA_TILE(1, kmap, KST(1), KBAR(1), pg1);                                  \
-      if (ntiles > 2) TMA_TILE(2, kmap, KST(2), KBAR(2), pg2);                                  \
+      if (TK_ST > 2 && ntiles > 2) TMA_TILE(2, kmap, KST(2), KBAR(2), pg2);                     \
+      if (TK_ST > 3 && ntiles > 3) TMA_TILE(3, kmap, KST(3), KBAR(3), pg3);                     \
+      if (TV_ST > 2 && ntiles > 1) TMA_TILE(1, vmap, VST(1), VBAR(1), pg1);                     \
+      if (TV_ST > 3 && ntiles > 2) TMA_TILE(2, vmap, VST(2), VBAR(2), pg2);                     \
     }                                                                                           \
   }                                                                                             \
   MBAR_WAIT(KBAR(0), 0u);
@@ -704,16 +721,17 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   if ((it) + 1 < ntiles) MBAR_WAIT(KBAR((it) + 1), (uint)(((it) + 1) / TK_ST) & 1u);            \
   MBAR_WAIT(VBAR(it), (uint)((it) / TV_ST) & 1u);                                               \
   ZERO_TAIL(it);
-  // V(it+1) into V(it-1)'s stage and K(it+3) into K(it)'s, once every warpgroup released them.
+  // V(it+TV_ST-1) into V(it-1)'s stage and K(it+TK_ST) into K(it)'s, once every warpgroup
+  // released them.
 #define FEED_ISSUE(it)                                                                          \
-  if (tid == 0) {                                                                               \
-    if ((it) + 1 < ntiles) {                                                                    \
+  if (producer) {                                                                               \
+    if ((it) + TV_ST - 1 < ntiles) {                                                            \
       if ((it) >= 1) MBAR_WAIT(VEMPTY((it) - 1), (uint)(((it) - 1) / TV_ST) & 1u);              \
-      TMA_TILE((it) + 1, vmap, VST((it) + 1), VBAR((it) + 1), pg1);                             \
+      TMA_TILE((it) + TV_ST - 1, vmap, VST((it) + TV_ST - 1), VBAR((it) + TV_ST - 1), PGV);      \
     }                                                                                           \
-    if ((it) + 3 < ntiles) {                                                                    \
+    if ((it) + TK_ST < ntiles) {                                                                \
       MBAR_WAIT(KEMPTY(it), (uint)((it) / TK_ST) & 1u);                                         \
-      TMA_TILE((it) + 3, kmap, KST((it) + 3), KBAR((it) + 3), pg3);                             \
+      TMA_TILE((it) + TK_ST, kmap, KST((it) + TK_ST), KBAR((it) + TK_ST), PGK);                 \
     }                                                                                           \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_)                                    \
       pg1[b_] = pg2[b_], pg2[b_] = pg3[b_], pg3[b_] = pg4[b_];                                  \
