@@ -168,21 +168,6 @@
 #endif
 
 #include "mma_ptx_nv.clh"
-#if WGMMA
-// Softmax tunables of the warpgroup form (mma_softmax_nv.clh): conditional rescaling with a
-// slack of SOFTMAX_SLACK (log2 units), and with EXP2_F16 (f16 MMA) P = 2^x computed by
-// ex2.approx.f16x2 on x rounded to f16, two values per MUFU operation (x <= SOFTMAX_SLACK;
-// the larger |x|, the smaller P and its weight, so the rounding of x hardly shows).
-#ifndef SOFTMAX_SLACK
-#define SOFTMAX_SLACK 8.f
-#endif
-#ifndef EXP2_F16
-#define EXP2_F16 1
-#endif
-#if EXP2_F16 && !MMA_BF16
-#define P_PAIR(A, B) ex2_f16x2(pack2_f16((A), (B)))
-#endif
-#endif
 #include "mma_softmax_nv.clh"
 
 // 8 stored KV values at element i as 8 x 16-bit MMA values (uint4).
