@@ -34,6 +34,14 @@
 //   MMA_STAGGER 1: each group starts its walk over the key tiles at its own offset
 //   H100 2026-11-22 (clattn-bench extend --variant nv_wgmma): 8 warps 176 / 207 / 165 TFLOP/s,
 //   12 warps + stagger 217 / 259 / 189 against nv_mma_sync 200 / 224 / 195 in the same run
+//   MMA_TMA    1: K and V by Hopper TMA tensor copies (maps built on the device, tma_maps_nv.cl)
+//              where every box of 16 keys stays in a page (page size and start offsets
+//              multiples of 16; ragged KV always), else cp.async. H100 (seventh session, same
+//              job): 220 / 275 / 198 against 217 / 259 / 189 with the per-tile barrier
+//   MMA_PINGPONG 1 (TMA): no work-group barrier per tile (per-stage empty mbarriers) and the
+//              warpgroups take turns to issue their wgmma: 237 / 305 / 219
+//   MMA_REGS   register cap (0: by work-group size); with MMA_WARPS 4, 168 lets three groups
+//              share a multiprocessor (254 at 1 x 4096, but 227 at 1 x 16384: 3x the KV reads)
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -68,10 +76,11 @@ const std::vector<Row>& rows_extend() {
       // Tuned on the machine itself (clattn-tune, docs/tuning.md).
       {"extend", Level::Device, "NVIDIA H100 80GB HBM3", "d128",
        {{"KEYS", 32}, {"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 12}, {"ROWS", 32}, {"WG", 128}, {"MMA_ASYNC", 1},
-        {"MMA_WGMMA", 1}, {"MMA_STAGGER", 1}},
+        {"MMA_WGMMA", 1}, {"MMA_STAGGER", 1}, {"MMA_TMA", 1}, {"MMA_PINGPONG", 1}},
        "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 300): 166.9 TFLOP/s; vendor default 163.3, generic 4.368 (geomean over B=4 qo=1024 kv=2048 Hq=32 Hkv=8 D=128 bf16 causal; B=1 qo=4096 kv=4096 Hq=32 Hkv=8 D=128 bf16 causal); 18 candidates, 0 rejected as wrong. "
        "Sixth session (by hand, clattn-bench extend): nv_wgmma with 12 warps and stagger, 217 / 259 / 189 TFLOP/s "
-       "against nv_mma_sync's 200 / 224 / 195 (8 warps; MMA_WARPS 12 means 8 for nv_mma_sync)"},
+       "against nv_mma_sync's 200 / 224 / 195 (8 warps; MMA_WARPS 12 means 8 for nv_mma_sync). Seventh session: "
+       "TMA feed with warpgroup turns (MMA_TMA, MMA_PINGPONG) 237 / 305 / 219"},
 
   };
   return rows;

@@ -82,7 +82,9 @@ class CLATTN_API ExtendPlan {
   int64_t table_bytes = 0;        // bytes of the plan's work table (PlanBuffer size that fits)
   int num_tiles = 0;              // (request, row tile) work items; x num_kv_heads work-groups
   std::string variant;            // "generic", "nv_mma_sync" or "nv_wgmma"
-  std::string kernel_options;
+  std::string kernel_options;     // (nv_wgmma with -DTMA=1: the run first writes the k / v tensor
+                                  // maps into the plan's table, so such a plan runs one batch at a
+                                  // time, like any plan on one in-order queue)
   struct Tile {
     int wg = 0, rows = 0, keys = 0;  // work-items, packed query rows (tokens x group), keys per step
   } tile;

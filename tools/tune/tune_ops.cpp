@@ -435,6 +435,8 @@ std::vector<OpSpec> build_specs() {
                  if (params::variant_available(p, "nv_wgmma")) {  // Hopper: the warpgroup-MMA form
                    a.push_back({"MMA_WGMMA", {1, 0}});
                    a.push_back({"MMA_STAGGER", {1, 0}});
+                   a.push_back({"MMA_TMA", {1, 0}});       // TMA tensor copies (page sizes of 16k)
+                   a.push_back({"MMA_PINGPONG", {1, 0}});  // warpgroups take turns (TMA form)
                    a[1].values.push_back(12);  // MMA_WARPS 12: three warpgroups (nv_wgmma only)
                  }
                  for (Axis x : std::vector<Axis>{{"ROWS", {8, 16, 32, 64}}, {"WG", {32, 64, 128, 256}}, {"KEYS", {16, 32, 64}}})
