@@ -474,40 +474,52 @@ TEST(Extend, RandomBatches) {
   }
 }
 
+namespace {
+// One random nv_wgmma case: n picks the warps (4 / 8 / 12), keys per tile, head dim, KV dtype
+// and stagger; the page size comes from `pages`; query tokens (first case: first_qo) up to
+// max_qo and cached prefixes up to max_prefix per request; masks, windows, soft cap, sinks at random.
+Case wgmma_case(test::Rng& rng, int n, const std::vector<int>& pages, int first_qo, int max_qo, int max_prefix) {
+  const DType io[] = {DType::F32, DType::F16, DType::BF16};
+  Case c;
+  c.variant = "nv_wgmma";
+  c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1;
+  c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : n % 3 == 1 ? 12 : 8;
+  c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;  // 64 fits the stages at D = 64 only
+  c.params["MMA_STAGGER"] = n % 2 == 0;
+  c.D = n % 2 ? 64 : 128;
+  c.kv = n % 4 < 2 ? DType::BF16 : DType::F16;
+  c.G = 1 + rng.uniform_int(0, 7), c.Hkv = 1 + rng.uniform_int(0, 1);
+  c.P = pages[size_t(rng.uniform_int(0, int(pages.size()) - 1))];
+  c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
+  c.layout = rng.uniform_int(0, 1) ? KVLayout::HND : KVLayout::NHD;
+  const int B = rng.uniform_int(1, 3);
+  for (int i = 0; i < B; ++i) {
+    c.qo.push_back(n == 0 ? first_qo : rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, max_qo));
+    c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, max_prefix));
+  }
+  c.causal = n == 0 || rng.uniform_int(0, 3) != 0;
+  c.window = rng.uniform_int(0, 3) == 0 ? rng.uniform_int(0, 40) : -1;
+  c.cap = rng.uniform_int(0, 3) == 0 ? 15.0 : 0.0;
+  c.sinks = rng.uniform_int(0, 3) == 0;
+  c.lse = rng.uniform_int(0, 4) != 0;
+  c.mask = rng.uniform_int(0, 3) == 0 ? Mask::Tree : Mask::None;
+  return c;
+}
+}  // namespace
+
+#define SKIP_WITHOUT_WGMMA()                                                   \
+  for (const auto& v : clattn::variants(ctx().profile()))                      \
+    if (v.name == "nv_wgmma" && !v.available) GTEST_SKIP() << "nv_wgmma: " << v.reason
+
 // The Hopper warpgroup-MMA form (nv_wgmma: head dims 64 and 128, 16-bit KV, MMA_ASYNC
 // stages, 32 or 64 keys per tile) over the feature cross product; tolerance as nv_mma_sync
 // (same roundings of q and P). Skipped where the device has no sm_90a.
 TEST(Extend, WarpgroupMmaMatchesReference) {
   CLATTN_SEED_TRACE();
-  for (const auto& v : clattn::variants(ctx().profile()))
-    if (v.name == "nv_wgmma" && !v.available) GTEST_SKIP() << "nv_wgmma: " << v.reason;
-  const DType io[] = {DType::F32, DType::F16, DType::BF16};
-  const int pages[] = {1, 4, 16, 32};
+  SKIP_WITHOUT_WGMMA();
   test::Rng rng(70);
   for (int n = 0; n < 12; ++n) {
-    Case c;
-    c.variant = "nv_wgmma";
-    c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1;
-    c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : n % 3 == 1 ? 12 : 8;
-    c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;  // 64 fits the stages at D = 64 only
-    c.params["MMA_STAGGER"] = n % 2 == 0;
-    c.D = n % 2 ? 64 : 128;
-    c.kv = n % 4 < 2 ? DType::BF16 : DType::F16;
-    c.G = 1 + rng.uniform_int(0, 7), c.Hkv = 1 + rng.uniform_int(0, 1);
-    c.P = pages[rng.uniform_int(0, 3)];
-    c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
-    c.layout = rng.uniform_int(0, 1) ? KVLayout::HND : KVLayout::NHD;
-    const int B = rng.uniform_int(1, 3);
-    for (int i = 0; i < B; ++i) {
-      c.qo.push_back(n == 0 ? 160 : rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, 40));
-      c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, 80));
-    }
-    c.causal = n == 0 || rng.uniform_int(0, 3) != 0;
-    c.window = rng.uniform_int(0, 3) == 0 ? rng.uniform_int(0, 40) : -1;
-    c.cap = rng.uniform_int(0, 3) == 0 ? 15.0 : 0.0;
-    c.sinks = rng.uniform_int(0, 3) == 0;
-    c.lse = rng.uniform_int(0, 4) != 0;
-    c.mask = rng.uniform_int(0, 3) == 0 ? Mask::Tree : Mask::None;
+    Case c = wgmma_case(rng, n, {1, 4, 16, 32}, 160, 40, 80);
     c.meta = Meta(rng.uniform_int(0, 3));
     if (c.meta == Meta::WindowedCsr && (c.window < 0 || c.mask != Mask::None)) c.meta = Meta::Csr;
     Batch b = build(c, 700 + n);
@@ -517,42 +529,20 @@ TEST(Extend, WarpgroupMmaMatchesReference) {
   }
 }
 
-// nv_wgmma fed by TMA tensor copies (MMA_TMA): pages of 16 / 32 / 64 keys and ragged KV (the
-// boxes of 16 keys never cross a page), NHD and HND (the map's slot and head dims swap),
-// unused cache slots NaN (the V rows past kv_len are zeroed in the stage). Page sizes that
-// are not multiples of 16 keep the cp.async feed.
+// nv_wgmma fed by TMA tensor copies (MMA_TMA, with and without warpgroup turns): pages of 16 /
+// 32 / 64 keys and ragged KV (the boxes of 16 keys never cross a page), NHD and HND (the
+// map's slot and head dims swap), unused cache slots NaN (the V rows past kv_len are zeroed
+// in the stage). Page sizes that are not multiples of 16 keep the cp.async feed.
 TEST(Extend, WarpgroupMmaTmaMatchesReference) {
   CLATTN_SEED_TRACE();
-  for (const auto& v : clattn::variants(ctx().profile()))
-    if (v.name == "nv_wgmma" && !v.available) GTEST_SKIP() << "nv_wgmma: " << v.reason;
-  const DType io[] = {DType::F32, DType::F16, DType::BF16};
-  const int pages[] = {16, 32, 64};
+  SKIP_WITHOUT_WGMMA();
   const Meta metas[] = {Meta::Csr, Meta::PageTable, Meta::Ragged};
   test::Rng rng(71);
   for (int n = 0; n < 10; ++n) {
-    Case c;
-    c.variant = "nv_wgmma";
-    c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1, c.params["MMA_TMA"] = 1, c.params["MMA_PINGPONG"] = n % 3 != 1;
-    c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : n % 3 == 1 ? 12 : 8;
-    c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;
-    c.params["MMA_STAGGER"] = n % 2 == 0;
-    c.D = n % 2 ? 64 : 128;
-    c.kv = n % 4 < 2 ? DType::BF16 : DType::F16;
-    c.G = 1 + rng.uniform_int(0, 7), c.Hkv = 1 + rng.uniform_int(0, 1);
-    c.P = n == 9 ? 4 : pages[rng.uniform_int(0, 2)];
-    c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
+    Case c = wgmma_case(rng, n, {16, 32, 64}, 200, 60, 130);
+    c.params["MMA_TMA"] = 1, c.params["MMA_PINGPONG"] = n % 3 != 1;
+    if (n == 9) c.P = 4;
     c.layout = n % 2 ? KVLayout::HND : KVLayout::NHD;
-    const int B = rng.uniform_int(1, 3);
-    for (int i = 0; i < B; ++i) {
-      c.qo.push_back(n == 0 ? 200 : rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, 60));
-      c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, 130));
-    }
-    c.causal = n == 0 || rng.uniform_int(0, 3) != 0;
-    c.window = rng.uniform_int(0, 3) == 0 ? rng.uniform_int(0, 40) : -1;
-    c.cap = rng.uniform_int(0, 3) == 0 ? 15.0 : 0.0;
-    c.sinks = rng.uniform_int(0, 3) == 0;
-    c.lse = rng.uniform_int(0, 4) != 0;
-    c.mask = rng.uniform_int(0, 3) == 0 ? Mask::Tree : Mask::None;
     c.meta = metas[n % 3];
     Batch b = build(c, 720 + n);
     DevRun r = run(b);
