@@ -297,31 +297,32 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // Q fragments times the score scale, in the MMA type, in S's permuted k order: dims
   // d0 .. d0 + 3 of each k-step (load4_bits; all loads of an m-tile issued before any
   // conversion). WGMMA reads K as stored, so there q keeps the natural order (q_pairs_bits).
+  // (TMA: loaded after the first copies are issued, so that their latencies overlap.)
   uint qa[MT][DK][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM;
-    const size_t qhi = ((size_t)(qo_start + tok_hi[mt]) * Hq + kvh * G + pr_hi[mt] % G) * HEAD_DIM;
-#define QD0(kk) (32 * ((kk) >> 1) + (2 * ((kk) >> 1) + 1 < DK ? 8 * t + 4 * ((kk) & 1) : 4 * t))
-    uint4 xl[DK], xh[DK];
-#pragma unroll
-    for (int kk = 0; kk < DK; ++kk) {
 #if WGMMA
-      xl[kk] = ok_lo[mt] ? q_pairs_bits(q, qlo + 16 * kk + 2 * t, q_dt) : (uint4)(0u);
-      xh[kk] = ok_hi[mt] ? q_pairs_bits(q, qhi + 16 * kk + 2 * t, q_dt) : (uint4)(0u);
+#define Q_BITS(Q0, kk) q_pairs_bits(q, (Q0) + 16 * (kk) + 2 * t, q_dt)
 #else
-      xl[kk] = ok_lo[mt] ? load4_bits(q, qlo + QD0(kk), q_dt) : (uint4)(0u);
-      xh[kk] = ok_hi[mt] ? load4_bits(q, qhi + QD0(kk), q_dt) : (uint4)(0u);
+#define QD0(kk) (32 * ((kk) >> 1) + (2 * ((kk) >> 1) + 1 < DK ? 8 * t + 4 * ((kk) & 1) : 4 * t))
+#define Q_BITS(Q0, kk) load4_bits(q, (Q0) + QD0(kk), q_dt)
 #endif
-    }
-#pragma unroll
-    for (int kk = 0; kk < DK; ++kk) {
-      const float4 x = bits4_to_float4(xl[kk], q_dt) * q_scale, y = bits4_to_float4(xh[kk], q_dt) * q_scale;
-      qa[mt][kk][0] = pack2(x.x, x.y), qa[mt][kk][1] = pack2(y.x, y.y);
-      qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);
-    }
-#undef QD0
+#define LOAD_Q()                                                                                \
+  _Pragma("unroll") for (int mt = 0; mt < MT; ++mt) {                                           \
+    const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM; \
+    const size_t qhi = ((size_t)(qo_start + tok_hi[mt]) * Hq + kvh * G + pr_hi[mt] % G) * HEAD_DIM; \
+    uint4 xl[DK], xh[DK];                                                                       \
+    _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) {                                         \
+      xl[kk] = ok_lo[mt] ? Q_BITS(qlo, kk) : (uint4)(0u);                                       \
+      xh[kk] = ok_hi[mt] ? Q_BITS(qhi, kk) : (uint4)(0u);                                       \
+    }                                                                                           \
+    _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) {                                         \
+      const float4 x = bits4_to_float4(xl[kk], q_dt) * q_scale, y = bits4_to_float4(xh[kk], q_dt) * q_scale; \
+      qa[mt][kk][0] = pack2(x.x, x.y), qa[mt][kk][1] = pack2(y.x, y.y);                         \
+      qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);                         \
+    }                                                                                           \
   }
+#if !TMA
+  LOAD_Q();
+#endif
 
   // Key range of the whole group (uniform: every warp joins every barrier) and of this warp.
   const int last_row = min(row0 + WROWS * WARPS, nrows) - 1;
@@ -675,7 +676,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       WG_SYNC();                                                                                \
     }                                                                                           \
   }
-#define FEED_PROLOGUE()                                                                         \
+// Barriers initialised, the first copies issued (before the q loads, LOAD_Q), then K(0) awaited.
+#define FEED_START()                                                                            \
   if (tid == 0) {                                                                               \
     _Pragma("unroll") for (int i_ = 0; i_ < TK_ST + TV_ST; ++i_) {                              \
       MBAR_INIT(KBAR(0) + 8 * i_, 1u);                                                          \
@@ -702,8 +704,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       if (TV_ST > 2 && ntiles > 1) TMA_TILE(1, vmap, VST(1), VBAR(1), pg1);                     \
       if (TV_ST > 3 && ntiles > 2) TMA_TILE(2, vmap, VST(2), VBAR(2), pg2);                     \
     }                                                                                           \
-  }                                                                                             \
-  MBAR_WAIT(KBAR(0), 0u);
+  }
+#define FEED_PROLOGUE() MBAR_WAIT(KBAR(0), 0u);
   // K(it+1) and V(it) landed.
 #define FEED_WAIT(it)                                                                           \
   if ((it) + 1 < ntiles) MBAR_WAIT(KBAR((it) + 1), (uint)(((it) + 1) / TK_ST) & 1u);            \
@@ -780,6 +782,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   wg_desc((uint)(size_t)(vs + ((T) % KSTAGES) * (KEYS * VRS)) + 2 * 128 * CPR * (kc) + 1024 * (p), 128 * CPR, 128)
   // Groups {K0, V0, K1} and {K2, V1}; then ko = offsets of tile 3, vo = of tile 2, pf = page
   // ids of tile 4 (tiles past the end give offsets -1 and are never copied).
+#define FEED_START()
 #define FEED_PROLOGUE()                                                                         \
   PAGES(0);                                                                                     \
   OFFSETS(0, ko);                                                                               \
@@ -838,6 +841,10 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   uint pa[1][KEYS / 16][4];    // P of the current tile (A operand of its P V)
   uint pn[1][KEYS / 16][4];    // P of the next tile, written while P V(pa) is in flight
   if (ntiles > 0) {
+    FEED_START();
+#if TMA
+    LOAD_Q();
+#endif
     FEED_PROLOGUE();
     ISSUE_S(0);
     WG_COMMIT();
