@@ -219,8 +219,8 @@ size_t mma_local_bytes(int keys, int d, bool async) {
 }
 
 // nv_wgmma: three K and three V stages in core-matrix layout (unpadded); row offsets stay in
-// registers. TMA: three K and two V stages, 1 KB of alignment slack and their full and empty
-// mbarriers.
+// registers. TMA: five stages (TK_ST + TV_ST in the kernel), 1 KB of alignment slack and a
+// full and an empty mbarrier per stage.
 size_t wgmma_local_bytes(int keys, int d, bool tma) {
   return tma ? 5 * size_t(keys) * d * 2 + 1024 + 10 * 8 : 6 * size_t(keys) * d * 2;
 }
