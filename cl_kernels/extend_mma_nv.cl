@@ -449,15 +449,18 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // of a barrier; PF_STORE writes the offset (-1 past kv_end) into roff buffer (T & 1).
   int pf_page = 0, pf_slot = 0;
   // Power-of-two pages (the usual case) split a token index by shift and mask: warp 0 does
-  // this for every tile while the other warps wait at the next barrier.
+  // this for every tile while the other warps wait at the next barrier. PAGE_OF / SLOT_OF:
+  // the page (index into the request's page ids) and the slot in it of token TT.
   const int pg_log2 = (page_size & (page_size - 1)) == 0 ? 31 - clz(page_size) : -1;
+#define PAGE_OF(TT) (pg_log2 >= 0 ? (TT) >> pg_log2 : (TT) / page_size)
+#define SLOT_OF(TT) (pg_log2 >= 0 ? (TT) & (page_size - 1) : (TT) % page_size)
 #define PF_LOAD(T)                                                                              \
   if (tid < KEYS) {                                                                             \
     const int key_ = kv_begin + (T) * KEYS + tid;                                               \
     if (paged && key_ < kv_end) {                                                               \
       const int tt_ = key_ + tok_off;                                                           \
-      pf_slot = pg_log2 >= 0 ? tt_ & (page_size - 1) : tt_ % page_size;                         \
-      pf_page = page_ids[base + (pg_log2 >= 0 ? tt_ >> pg_log2 : tt_ / page_size)];             \
+      pf_slot = SLOT_OF(tt_);                                                                   \
+      pf_page = page_ids[base + PAGE_OF(tt_)];                                                  \
     }                                                                                           \
   }
 #define PF_STORE(T)                                                                             \
@@ -645,7 +648,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   if (producer && paged && (T) < ntiles) {                                                      \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
       const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
-      P[b_] = page_ids[base + (pg_log2 >= 0 ? tt_ >> pg_log2 : tt_ / page_size)];               \
+      P[b_] = page_ids[base + PAGE_OF(tt_)];                                                    \
     }                                                                                           \
   }
   // Tile T of MAP into stage DST, counted on BAR (the producer).
@@ -654,7 +657,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     MBAR_EXPECT(BAR, TSTAGE);                                                                   \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
       const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
-      const int sl_ = paged ? (pg_log2 >= 0 ? tt_ & (page_size - 1) : tt_ % page_size) : base + tt_; \
+      const int sl_ = paged ? SLOT_OF(tt_) : base + tt_;                                        \
       const int pgc_ = paged ? P[b_] : 0;                                                       \
       _Pragma("unroll") for (int h_ = 0; h_ < HEAD_DIM / 64; ++h_)                              \
         TMA_LOAD4((DST) + h_ * (KEYS * 128) + 2048 * b_, MAP, 64 * h_, TMA_HEAD_FIRST ? kvh : sl_, \
@@ -756,15 +759,14 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) {                                          \
     const int key_ = KEY_TT(T, m_), tt_ = key_ + tok_off;                                       \
     if (paged && key_ < kv_end && kr0 + RSTEP * m_ < KEYS)                                      \
-      pf[m_] = page_ids[base + (pg_log2 >= 0 ? tt_ >> pg_log2 : tt_ / page_size)];              \
+      pf[m_] = page_ids[base + PAGE_OF(tt_)];                                                   \
   }
 #define OFFSETS(T, DST)                                                                         \
   _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) {                                          \
     const int key_ = KEY_TT(T, m_), tt_ = key_ + tok_off;                                       \
     DST[m_] = -1;                                                                               \
     if (key_ < kv_end)                                                                          \
-      DST[m_] = (paged ? (long)pf[m_] * stride_page +                                           \
-                             (long)(pg_log2 >= 0 ? tt_ & (page_size - 1) : tt_ % page_size) * stride_token \
+      DST[m_] = (paged ? (long)pf[m_] * stride_page + (long)SLOT_OF(tt_) * stride_token          \
                        : (long)(base + key_) * stride_token) + (long)kvh * stride_head + 8 * kc0; \
   }
 #define COPY_ROWS(DST, SRC, SLOT, OFF)                                                          \
