@@ -305,7 +305,36 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define QD0(kk) (32 * ((kk) >> 1) + (2 * ((kk) >> 1) + 1 < DK ? 8 * t + 4 * ((kk) & 1) : 4 * t))
 #define Q_BITS(Q0, kk) load4_bits(q, (Q0) + QD0(kk), q_dt)
 #endif
-#define LOAD_Q()                                                                                \
+#if WGMMA
+  // 16-bit q: lane t of a row's quad loads 16-byte chunks t, t + 4, ... of its two rows and
+  // quad transposes give it word t of every chunk (its fragment pairs), instead of 4-byte
+  // loads of each pair (H100: the 4-byte loads kept a group's q prologue at ~5 us).
+#define LOAD_Q16()                                                                              \
+  {                                                                                             \
+    const size_t qlo = ((size_t)(qo_start + tok_lo[0]) * Hq + kvh * G + pr_lo[0] % G) * HEAD_DIM; \
+    const size_t qhi = ((size_t)(qo_start + tok_hi[0]) * Hq + kvh * G + pr_hi[0] % G) * HEAD_DIM; \
+    __global const uint4* const ql_ = (__global const uint4*)((__global const ushort*)q + qlo) + t; \
+    __global const uint4* const qh_ = (__global const uint4*)((__global const ushort*)q + qhi) + t; \
+    uint4 cl_[CPR / 4], ch_[CPR / 4];                                                           \
+    _Pragma("unroll") for (int j = 0; j < CPR / 4; ++j) {                                       \
+      cl_[j] = ok_lo[0] ? ql_[4 * j] : (uint4)(0u);                                             \
+      ch_[j] = ok_hi[0] ? qh_[4 * j] : (uint4)(0u);                                             \
+    }                                                                                           \
+    _Pragma("unroll") for (int j = 0; j < CPR / 4; ++j) {                                       \
+      cl_[j] = quad_transpose(cl_[j], lane);                                                    \
+      ch_[j] = quad_transpose(ch_[j], lane);                                                    \
+    }                                                                                           \
+    /* word u of cl_[j]: this lane's pair of chunk 4j + u; k-step kk = chunks 2kk, 2kk + 1 */    \
+    _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) {                                         \
+      const int c_ = 2 * kk;                                                                    \
+      const float4 x = bits4_to_float4((uint4)(u4_at(cl_[c_ >> 2], c_ & 3), u4_at(cl_[c_ >> 2], (c_ & 3) + 1), 0u, 0u), q_dt) * q_scale; \
+      const float4 y = bits4_to_float4((uint4)(u4_at(ch_[c_ >> 2], c_ & 3), u4_at(ch_[c_ >> 2], (c_ & 3) + 1), 0u, 0u), q_dt) * q_scale; \
+      qa[0][kk][0] = pack2(x.x, x.y), qa[0][kk][1] = pack2(y.x, y.y);                           \
+      qa[0][kk][2] = pack2(x.z, x.w), qa[0][kk][3] = pack2(y.z, y.w);                           \
+    }                                                                                           \
+  }
+#endif
+#define LOAD_Q_WORDS()                                                                          \
   _Pragma("unroll") for (int mt = 0; mt < MT; ++mt) {                                           \
     const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM; \
     const size_t qhi = ((size_t)(qo_start + tok_hi[mt]) * Hq + kvh * G + pr_hi[mt] % G) * HEAD_DIM; \
@@ -320,6 +349,16 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       qa[mt][kk][2] = pack2(x.z, x.w), qa[mt][kk][3] = pack2(y.z, y.w);                         \
     }                                                                                           \
   }
+#if WGMMA
+#define LOAD_Q()        \
+  if (q_dt != DT_F32) { \
+    LOAD_Q16()          \
+  } else {              \
+    LOAD_Q_WORDS()      \
+  }
+#else
+#define LOAD_Q() LOAD_Q_WORDS()
+#endif
 #if !TMA
   LOAD_Q();
 #endif
@@ -1048,7 +1087,9 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const bool ok = hh ? ok_hi[mt] : ok_lo[mt];
+#if !WGMMA
       if (!ok) continue;
+#endif
       const int pr = hh ? pr_hi[mt] : pr_lo[mt], tok = hh ? tok_hi[mt] : tok_lo[mt];
       float m = hh ? m_hi[mt] : m_lo[mt], l = hh ? lsum[mt][2] : lsum[mt][0], alpha = 1.f;
       const int h = kvh * G + pr % G;
@@ -1061,6 +1102,26 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
       }
       const float inv = l > 0.f ? alpha * v_scale / l : 0.f;
       const size_t orow = (size_t)(qo_start + tok) * Hq + h;
+#if WGMMA
+      // 16-bit o: quad transposes turn the quad's words (word t of each chunk) into whole
+      // 16-byte chunks (chunk t + 4j for lane t); every lane joins the shuffles, rows past
+      // the end store nothing.
+      if (o_dt == DT_F16 || o_dt == DT_BF16) {
+        __global uint4* const o16 = (__global uint4*)((__global ushort*)o + orow * HEAD_DIM) + t;
+#pragma unroll
+        for (int j = 0; j < DN / 4; ++j) {
+          uint w_[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float a = oacc[mt][4 * j + u][2 * hh] * inv, b = oacc[mt][4 * j + u][2 * hh + 1] * inv;
+            w_[u] = o_dt == DT_F16 ? pack2_f16(a, b) : pack2_bf16(a, b);
+          }
+          const uint4 x = quad_transpose((uint4)(w_[0], w_[1], w_[2], w_[3]), lane);
+          if (ok) o16[4 * j] = x;
+        }
+      }
+      if (!ok) continue;
+#else
       if (o_dt == DT_F16 || o_dt == DT_BF16) {
         __global uint* o32 = (__global uint*)o + orow * (HEAD_DIM / 2) + t;
 #pragma unroll
@@ -1068,11 +1129,13 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
           const float a = oacc[mt][n][2 * hh] * inv, b = oacc[mt][n][2 * hh + 1] * inv;
           o32[4 * n] = o_dt == DT_F16 ? pack2_f16(a, b) : pack2_bf16(a, b);
         }
-      } else if (o_dt == DT_F32) {
+      }
+#endif
+      if (o_dt == DT_F32) {
         __global float2* o64 = (__global float2*)o + orow * (HEAD_DIM / 2) + t;
 #pragma unroll
         for (int n = 0; n < DN; ++n) o64[4 * n] = (float2)(oacc[mt][n][2 * hh] * inv, oacc[mt][n][2 * hh + 1] * inv);
-      } else {
+      } else if (o_dt != DT_F16 && o_dt != DT_BF16) {
 #pragma unroll
         for (int n = 0; n < DN; ++n) {
           const size_t col = orow * HEAD_DIM + 8 * n + 2 * t;
