@@ -648,12 +648,15 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #if TMA
   // No work-group barrier per tile: each stage has a "full" mbarrier (the copies' bytes, one
   // arrival by the issuing work-item) and an "empty" one (one arrival per warpgroup once its
-  // wgmma reads of the stage have completed); the producer waits for "empty" before it
+  // wgmma reads of the stage have completed); a producer waits for "empty" before it
   // refills a stage. So the warpgroups run out of step, one's softmax beside another's MMA,
   // and with PINGPONG they take turns to issue their wgmma (FlashAttention-3's warp
-  // scheduling). The producer issues the refills at the start of its iteration, where its
-  // warpgroup waits for its turn anyway: issuing them right after a release (on the way to
-  // the softmax) was slower on the H100 (228 against 243 TFLOP/s at 1 x 4096).
+  // scheduling). Two producers: the first work-item of the last warpgroup refills V at the
+  // start of its iteration (the last to release a V stage, it never waits), and the first
+  // work-item of warpgroup 0 refills K right after its own turn: K(it+2) is then issued two
+  // turns before warpgroup 0 needs it instead of one, and the issue time falls where warpgroup
+  // 0 would wait for data anyway (H100, 1 x 4096: both refills by the last warpgroup at its
+  // iteration start left warpgroup 0 waiting ~45% of each iteration for K).
   // Stages: K, then V, then the full and the empty mbarriers (parity of the n-th use: n & 1).
   const uint sbase = ((uint)(size_t)tsm + 1023u) & ~1023u;
   const int wg = warp >> 2, wtid = tid & 127;
@@ -672,11 +675,11 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // Boxes past kv_len load the last box that holds keys (in bounds; V rows zeroed, K masked).
   const int klast = ((kv_len - 1 + tok_off) & ~15) - tok_off;
 #define BOX_KEY(T, b) min(kv_begin + TIX(T) * KEYS + 16 * (b), klast)
-  // The copies are issued by the first work-item of the last warpgroup (the last to release a
-  // stage when the warpgroups take turns, so it never waits for the others). Page ids of the
-  // boxes of tiles j+1 .. j+4: each is loaded a few iterations before its copies are issued,
+  // Producers: kprod (K copies) and vprod (V copies; the same work-item with one warpgroup).
+  // Each keeps the page ids of the boxes of tiles j+1 .. j+4 (pg1 .. pg4, shifted once per
+  // iteration by PAGES_NEXT): each is loaded a few iterations before its copies are issued,
   // so no page-table latency sits in front of a copy.
-  const bool producer = tid == 128 * (NWG - 1);
+  const bool kprod = tid == 0, vprod = tid == 128 * (NWG - 1);
   int pg1[KEYS / 16], pg2[KEYS / 16], pg3[KEYS / 16], pg4[KEYS / 16];
 #if TK_ST < 2 || TK_ST > 4 || TV_ST < 2 || TV_ST > 4
 #error "extend_mma_nv.cl: TK_ST and TV_ST must be 2 .. 4 (page ids are kept for 4 tiles ahead)"
@@ -684,13 +687,18 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define PGK (TK_ST == 2 ? pg2 : TK_ST == 3 ? pg3 : pg4)  // pages of tile j + TK_ST
 #define PGV (TV_ST == 2 ? pg1 : TV_ST == 3 ? pg2 : pg3)  // of tile j + TV_ST - 1
 #define LOAD_PAGES(T, P)                                                                        \
-  if (producer && paged && (T) < ntiles) {                                                      \
+  if ((kprod || vprod) && paged && (T) < ntiles) {                                              \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
       const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
       P[b_] = page_ids[base + PAGE_OF(tt_)];                                                    \
     }                                                                                           \
   }
-  // Tile T of MAP into stage DST, counted on BAR (the producer).
+  // Pages of tile it+2 .. it+5 into pg1 .. pg4 (a producer, once per iteration).
+#define PAGES_NEXT(it)                                                                          \
+  _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_)                                      \
+    pg1[b_] = pg2[b_], pg2[b_] = pg3[b_], pg3[b_] = pg4[b_];                                    \
+  LOAD_PAGES((it) + 5, pg4);
+  // Tile T of MAP into stage DST, counted on BAR (a producer).
 #define TMA_TILE(T, MAP, DST, BAR, P)                                                           \
   {                                                                                             \
     MBAR_EXPECT(BAR, TSTAGE);                                                                   \
@@ -735,14 +743,16 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     LOAD_PAGES(2, pg2);                                                                         \
     LOAD_PAGES(3, pg3);                                                                         \
     LOAD_PAGES(4, pg4);                                                                         \
-    if (producer) {                                                                             \
+    if (kprod) {                                                                                \
       TMAP_ACQUIRE(kmap);                                                                       \
-      TMAP_ACQUIRE(vmap);                                                                       \
       TMA_TILE(0, kmap, KST(0), KBAR(0), pg0);                                                  \
-      TMA_TILE(0, vmap, VST(0), VBAR(0), pg0);                                                  \
       if (ntiles > 1) TMA_TILE(1, kmap, KST(1), KBAR(1), pg1);                                  \
       if (TK_ST > 2 && ntiles > 2) TMA_TILE(2, kmap, KST(2), KBAR(2), pg2);                     \
       if (TK_ST > 3 && ntiles > 3) TMA_TILE(3, kmap, KST(3), KBAR(3), pg3);                     \
+    }                                                                                           \
+    if (vprod) {                                                                                \
+      TMAP_ACQUIRE(vmap);                                                                       \
+      TMA_TILE(0, vmap, VST(0), VBAR(0), pg0);                                                  \
       if (TV_ST > 2 && ntiles > 1) TMA_TILE(1, vmap, VST(1), VBAR(1), pg1);                     \
       if (TV_ST > 3 && ntiles > 2) TMA_TILE(2, vmap, VST(2), VBAR(2), pg2);                     \
     }                                                                                           \
@@ -753,22 +763,27 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   if ((it) + 1 < ntiles) MBAR_WAIT(KBAR((it) + 1), (uint)(((it) + 1) / TK_ST) & 1u);            \
   MBAR_WAIT(VBAR(it), (uint)((it) / TV_ST) & 1u);                                               \
   ZERO_TAIL(it);
-  // V(it+TV_ST-1) into V(it-1)'s stage and K(it+TK_ST) into K(it)'s, once every warpgroup
-  // released them.
+  // Start of iteration it: V(it+TV_ST-1) into V(it-1)'s stage, once every warpgroup released it.
 #define FEED_ISSUE(it)                                                                          \
-  if (producer) {                                                                               \
+  if (vprod) {                                                                                  \
     if ((it) + TV_ST - 1 < ntiles) {                                                            \
       if ((it) >= 1) MBAR_WAIT(VEMPTY((it) - 1), (uint)(((it) - 1) / TV_ST) & 1u);              \
       TMA_TILE((it) + TV_ST - 1, vmap, VST((it) + TV_ST - 1), VBAR((it) + TV_ST - 1), PGV);      \
     }                                                                                           \
+    if (!kprod) {                                                                               \
+      PAGES_NEXT(it);                                                                           \
+    }                                                                                           \
+  }
+  // After warpgroup 0's wgmma of iteration it: K(it+TK_ST) into K(it)'s stage (every warpgroup
+  // computed S(it) in the previous round of turns).
+#define FEED_ISSUE_K(it)                                                                        \
+  if (kprod) {                                                                                  \
     if ((it) + TK_ST < ntiles) {                                                                \
       MBAR_WAIT(KEMPTY(it), (uint)((it) / TK_ST) & 1u);                                         \
       TMA_TILE((it) + TK_ST, kmap, KST((it) + TK_ST), KBAR((it) + TK_ST), PGK);                 \
     }                                                                                           \
-    _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_)                                    \
-      pg1[b_] = pg2[b_], pg2[b_] = pg3[b_], pg3[b_] = pg4[b_];                                  \
-  }                                                                                             \
-  LOAD_PAGES((it) + 5, pg4);
+    PAGES_NEXT(it);                                                                             \
+  }
 #define FEED_AHEAD(it)
   // A warpgroup's wgmma reads of K(T) / V(T) have completed (one arrival per warpgroup).
 #define RELEASE_K(T) if (wtid == 0) MBAR_ARRIVE(KEMPTY(T))
@@ -851,6 +866,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   CP_WAIT1();                                                                                   \
   FENCE_PROXY_ASYNC();                                                                          \
   barrier(CLK_LOCAL_MEM_FENCE);
+#define FEED_ISSUE_K(it)
 #define FEED_ISSUE(it)                                                                          \
   if ((it) + 3 < ntiles) COPY_K((it) + 3, ko);                                                  \
   if ((it) + 2 < ntiles) COPY_V((it) + 2, vo);                                                  \
@@ -919,6 +935,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }
     WG_COMMIT();
     TURN_PASS();
+    FEED_ISSUE_K(it);
     WG_WAIT1();  // S(it+1) complete; P(it) V(it) may still run
     if (has_next) RELEASE_K(it + 1);
     float alo[1], ahi[1];
