@@ -641,8 +641,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // prove warpgroup-uniform or when its operands are defined inside the fence .. commit
   // window. So no per-warpgroup tile skipping (the masks zero what a warpgroup must not see),
   // and the last iteration computes a discarded S of a stale stage.
-  // The feed (FEED_PROLOGUE, FEED_WAIT, FEED_ISSUE, FEED_AHEAD and the stage descriptors
-  // K_DESC / V_DESC) is cp.async by every work-item or TMA by work-item 0.
+  // The feed (FEED_PROLOGUE, FEED_WAIT, FEED_ISSUE, FEED_REFILL, FEED_AHEAD and the stage
+  // descriptors K_DESC / V_DESC) is cp.async by every work-item or TMA by two producers.
   const int t0 = STAGGER && ntiles > 1 ? (item * 37) % ntiles : 0;
 #define TIX(T) ((T) + t0 < ntiles ? (T) + t0 : (T) + t0 - ntiles)  // tile walked T-th (T < ntiles)
 #if TMA
@@ -651,12 +651,12 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // wgmma reads of the stage have completed); a producer waits for "empty" before it
   // refills a stage. So the warpgroups run out of step, one's softmax beside another's MMA,
   // and with PINGPONG they take turns to issue their wgmma (FlashAttention-3's warp
-  // scheduling). Two producers: the first work-item of the last warpgroup refills V at the
-  // start of its iteration (the last to release a V stage, it never waits), and the first
-  // work-item of warpgroup 0 refills K right after its own turn: K(it+2) is then issued two
-  // turns before warpgroup 0 needs it instead of one, and the issue time falls where warpgroup
-  // 0 would wait for data anyway (H100, 1 x 4096: both refills by the last warpgroup at its
-  // iteration start left warpgroup 0 waiting ~45% of each iteration for K).
+  // scheduling). Two producers, each right after its own warpgroup's turn (beside the next
+  // warpgroup's MMA): the first work-item of warpgroup 0 refills K, so K(it+2) is issued two
+  // turns before warpgroup 0 needs it instead of one, and that of the last warpgroup refills V
+  // (the last to release a V stage, it never waits). H100, 1 x 4096: both refills by the last
+  // warpgroup before its turn left warpgroup 0 waiting ~45% of each iteration for K (261
+  // TFLOP/s); K by warpgroup 0: 279; V by warpgroup 1: 261; V after the last one's turn: +1-2%.
   // Stages: K, then V, then the full and the empty mbarriers (parity of the n-th use: n & 1).
   const uint sbase = ((uint)(size_t)tsm + 1023u) & ~1023u;
   const int wg = warp >> 2, wtid = tid & 127;
@@ -764,24 +764,19 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   MBAR_WAIT(VBAR(it), (uint)((it) / TV_ST) & 1u);                                               \
   ZERO_TAIL(it);
   // Start of iteration it: V(it+TV_ST-1) into V(it-1)'s stage, once every warpgroup released it.
-#define FEED_ISSUE(it)                                                                          \
-  if (vprod) {                                                                                  \
-    if ((it) + TV_ST - 1 < ntiles) {                                                            \
-      if ((it) >= 1) MBAR_WAIT(VEMPTY((it) - 1), (uint)(((it) - 1) / TV_ST) & 1u);              \
-      TMA_TILE((it) + TV_ST - 1, vmap, VST((it) + TV_ST - 1), VBAR((it) + TV_ST - 1), PGV);      \
-    }                                                                                           \
-    if (!kprod) {                                                                               \
-      PAGES_NEXT(it);                                                                           \
-    }                                                                                           \
-  }
-  // After warpgroup 0's wgmma of iteration it: K(it+TK_ST) into K(it)'s stage (every warpgroup
-  // computed S(it) in the previous round of turns).
-#define FEED_ISSUE_K(it)                                                                        \
-  if (kprod) {                                                                                  \
-    if ((it) + TK_ST < ntiles) {                                                                \
-      MBAR_WAIT(KEMPTY(it), (uint)((it) / TK_ST) & 1u);                                         \
-      TMA_TILE((it) + TK_ST, kmap, KST((it) + TK_ST), KBAR((it) + TK_ST), PGK);                 \
-    }                                                                                           \
+#define FEED_ISSUE(it)
+  // After a producer's wgmma of iteration it: K(it+TK_ST) into K(it)'s stage (every warpgroup
+  // computed S(it) in the previous round of turns), V(it+TV_ST-1) into V(it-1)'s.
+#define FEED_REFILL(it)                                                                         \
+  if (kprod && (it) + TK_ST < ntiles) {                                                         \
+    MBAR_WAIT(KEMPTY(it), (uint)((it) / TK_ST) & 1u);                                           \
+    TMA_TILE((it) + TK_ST, kmap, KST((it) + TK_ST), KBAR((it) + TK_ST), PGK);                   \
+  }                                                                                             \
+  if (vprod && (it) + TV_ST - 1 < ntiles) {                                                     \
+    if ((it) >= 1) MBAR_WAIT(VEMPTY((it) - 1), (uint)(((it) - 1) / TV_ST) & 1u);                \
+    TMA_TILE((it) + TV_ST - 1, vmap, VST((it) + TV_ST - 1), VBAR((it) + TV_ST - 1), PGV);        \
+  }                                                                                             \
+  if (kprod || vprod) {                                                                         \
     PAGES_NEXT(it);                                                                             \
   }
 #define FEED_AHEAD(it)
@@ -866,7 +861,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   CP_WAIT1();                                                                                   \
   FENCE_PROXY_ASYNC();                                                                          \
   barrier(CLK_LOCAL_MEM_FENCE);
-#define FEED_ISSUE_K(it)
+#define FEED_REFILL(it)
 #define FEED_ISSUE(it)                                                                          \
   if ((it) + 3 < ntiles) COPY_K((it) + 3, ko);                                                  \
   if ((it) + 2 < ntiles) COPY_V((it) + 2, vo);                                                  \
@@ -935,7 +930,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }
     WG_COMMIT();
     TURN_PASS();
-    FEED_ISSUE_K(it);
+    FEED_REFILL(it);
     WG_WAIT1();  // S(it+1) complete; P(it) V(it) may still run
     if (has_next) RELEASE_K(it + 1);
     float alo[1], ahi[1];
