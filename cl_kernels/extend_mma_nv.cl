@@ -255,6 +255,12 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define TV_ST 3
 #endif
   __local uint4 tsm[((TK_ST + TV_ST) * TSTAGE + 1024 + 16 * (TK_ST + TV_ST)) / 16];  // + 1024-byte alignment, mbarriers
+// Page ids of the group's key range, copied to local memory once (4 KB: 1024 pages, e.g. 16K
+// keys in pages of 16); longer ranges read page_ids at each copy.
+#ifndef TMA_PAGES
+#define TMA_PAGES 1024
+#endif
+  __local int ptab[TMA_PAGES];
   __local uint4* const ks = tsm;  // (fragment pointers of the other forms; unused)
   __local uint4* const vs = tsm;
 #elif ASYNC
@@ -676,36 +682,25 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   const int klast = ((kv_len - 1 + tok_off) & ~15) - tok_off;
 #define BOX_KEY(T, b) min(kv_begin + TIX(T) * KEYS + 16 * (b), klast)
   // Producers: kprod (K copies) and vprod (V copies; the same work-item with one warpgroup).
-  // Each keeps the page ids of the boxes of tiles j+1 .. j+4 (pg1 .. pg4, shifted once per
-  // iteration by PAGES_NEXT): each is loaded a few iterations before its copies are issued,
-  // so no page-table latency sits in front of a copy.
   const bool kprod = tid == 0, vprod = tid == 128 * (NWG - 1);
-  int pg1[KEYS / 16], pg2[KEYS / 16], pg3[KEYS / 16], pg4[KEYS / 16];
 #if TK_ST < 2 || TK_ST > 4 || TV_ST < 2 || TV_ST > 4
-#error "extend_mma_nv.cl: TK_ST and TV_ST must be 2 .. 4 (page ids are kept for 4 tiles ahead)"
+#error "extend_mma_nv.cl: TK_ST and TV_ST must be 2 .. 4 (the prologue's copies)"
 #endif
-#define PGK (TK_ST == 2 ? pg2 : TK_ST == 3 ? pg3 : pg4)  // pages of tile j + TK_ST
-#define PGV (TV_ST == 2 ? pg1 : TV_ST == 3 ? pg2 : pg3)  // of tile j + TV_ST - 1
-#define LOAD_PAGES(T, P)                                                                        \
-  if ((kprod || vprod) && paged && (T) < ntiles) {                                              \
-    _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
-      const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
-      P[b_] = page_ids[base + PAGE_OF(tt_)];                                                    \
-    }                                                                                           \
-  }
-  // Pages of tile it+2 .. it+5 into pg1 .. pg4 (a producer, once per iteration).
-#define PAGES_NEXT(it)                                                                          \
-  _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_)                                      \
-    pg1[b_] = pg2[b_], pg2[b_] = pg3[b_], pg3[b_] = pg4[b_];                                    \
-  LOAD_PAGES((it) + 5, pg4);
+  // Page ids of the boxes: from ptab (pages pt0 .. of the group's keys, loaded by every
+  // work-item before FEED_START's barrier), so no page-table load sits in a producer's path
+  // (H100: page ids loaded a few tiles ahead into registers still stalled the producers when
+  // they shifted them); from page_ids when the range does not fit.
+  const int pt0 = PAGE_OF(kv_begin + tok_off);
+  const bool use_pt = paged && ntiles > 0 && PAGE_OF(min(kv_begin + ntiles * KEYS, kv_len) - 1 + tok_off) - pt0 < TMA_PAGES;
+#define PAGE_ID(TT) (use_pt ? ptab[PAGE_OF(TT) - pt0] : page_ids[base + PAGE_OF(TT)])
   // Tile T of MAP into stage DST, counted on BAR (a producer).
-#define TMA_TILE(T, MAP, DST, BAR, P)                                                           \
+#define TMA_TILE(T, MAP, DST, BAR)                                                              \
   {                                                                                             \
     MBAR_EXPECT(BAR, TSTAGE);                                                                   \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
       const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
       const int sl_ = paged ? SLOT_OF(tt_) : base + tt_;                                        \
-      const int pgc_ = paged ? P[b_] : 0;                                                       \
+      const int pgc_ = paged ? PAGE_ID(tt_) : 0;                                                \
       _Pragma("unroll") for (int h_ = 0; h_ < HEAD_DIM / 64; ++h_)                              \
         TMA_LOAD4((DST) + h_ * (KEYS * 128) + 2048 * b_, MAP, 64 * h_, TMA_HEAD_FIRST ? kvh : sl_, \
                   TMA_HEAD_FIRST ? sl_ : kvh, pgc_, BAR);                                       \
@@ -735,27 +730,23 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }                                                                                           \
     MBAR_INIT_FENCE();                                                                          \
   }                                                                                             \
+  if (use_pt) {                                                                                 \
+    const int n_ = PAGE_OF(min(kv_begin + ntiles * KEYS, kv_len) - 1 + tok_off) - pt0 + 1;     \
+    for (int i_ = tid; i_ < n_; i_ += WGSZ) ptab[i_] = page_ids[base + pt0 + i_];               \
+  }                                                                                             \
   barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
-  {                                                                                             \
-    int pg0[KEYS / 16];                                                                         \
-    LOAD_PAGES(0, pg0);                                                                         \
-    LOAD_PAGES(1, pg1);                                                                         \
-    LOAD_PAGES(2, pg2);                                                                         \
-    LOAD_PAGES(3, pg3);                                                                         \
-    LOAD_PAGES(4, pg4);                                                                         \
-    if (kprod) {                                                                                \
-      TMAP_ACQUIRE(kmap);                                                                       \
-      TMA_TILE(0, kmap, KST(0), KBAR(0), pg0);                                                  \
-      if (ntiles > 1) TMA_TILE(1, kmap, KST(1), KBAR(1), pg1);                                  \
-      if (TK_ST > 2 && ntiles > 2) TMA_TILE(2, kmap, KST(2), KBAR(2), pg2);                     \
-      if (TK_ST > 3 && ntiles > 3) TMA_TILE(3, kmap, KST(3), KBAR(3), pg3);                     \
-    }                                                                                           \
-    if (vprod) {                                                                                \
-      TMAP_ACQUIRE(vmap);                                                                       \
-      TMA_TILE(0, vmap, VST(0), VBAR(0), pg0);                                                  \
-      if (TV_ST > 2 && ntiles > 1) TMA_TILE(1, vmap, VST(1), VBAR(1), pg1);                     \
-      if (TV_ST > 3 && ntiles > 2) TMA_TILE(2, vmap, VST(2), VBAR(2), pg2);                     \
-    }                                                                                           \
+  if (kprod) {                                                                                  \
+    TMAP_ACQUIRE(kmap);                                                                         \
+    TMA_TILE(0, kmap, KST(0), KBAR(0));                                                         \
+    if (ntiles > 1) TMA_TILE(1, kmap, KST(1), KBAR(1));                                         \
+    if (TK_ST > 2 && ntiles > 2) TMA_TILE(2, kmap, KST(2), KBAR(2));                            \
+    if (TK_ST > 3 && ntiles > 3) TMA_TILE(3, kmap, KST(3), KBAR(3));                            \
+  }                                                                                             \
+  if (vprod) {                                                                                  \
+    TMAP_ACQUIRE(vmap);                                                                         \
+    TMA_TILE(0, vmap, VST(0), VBAR(0));                                                         \
+    if (TV_ST > 2 && ntiles > 1) TMA_TILE(1, vmap, VST(1), VBAR(1));                            \
+    if (TV_ST > 3 && ntiles > 2) TMA_TILE(2, vmap, VST(2), VBAR(2));                            \
   }
 #define FEED_PROLOGUE() MBAR_WAIT(KBAR(0), 0u);
   // K(it+1) and V(it) landed.
@@ -763,21 +754,17 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   if ((it) + 1 < ntiles) MBAR_WAIT(KBAR((it) + 1), (uint)(((it) + 1) / TK_ST) & 1u);            \
   MBAR_WAIT(VBAR(it), (uint)((it) / TV_ST) & 1u);                                               \
   ZERO_TAIL(it);
-  // Start of iteration it: V(it+TV_ST-1) into V(it-1)'s stage, once every warpgroup released it.
-#define FEED_ISSUE(it)
+#define FEED_ISSUE(it)  // (the refills follow the producers' turns)
   // After a producer's wgmma of iteration it: K(it+TK_ST) into K(it)'s stage (every warpgroup
   // computed S(it) in the previous round of turns), V(it+TV_ST-1) into V(it-1)'s.
 #define FEED_REFILL(it)                                                                         \
   if (kprod && (it) + TK_ST < ntiles) {                                                         \
     MBAR_WAIT(KEMPTY(it), (uint)((it) / TK_ST) & 1u);                                           \
-    TMA_TILE((it) + TK_ST, kmap, KST((it) + TK_ST), KBAR((it) + TK_ST), PGK);                   \
+    TMA_TILE((it) + TK_ST, kmap, KST((it) + TK_ST), KBAR((it) + TK_ST));                        \
   }                                                                                             \
   if (vprod && (it) + TV_ST - 1 < ntiles) {                                                     \
     if ((it) >= 1) MBAR_WAIT(VEMPTY((it) - 1), (uint)(((it) - 1) / TV_ST) & 1u);                \
-    TMA_TILE((it) + TV_ST - 1, vmap, VST((it) + TV_ST - 1), VBAR((it) + TV_ST - 1), PGV);        \
-  }                                                                                             \
-  if (kprod || vprod) {                                                                         \
-    PAGES_NEXT(it);                                                                             \
+    TMA_TILE((it) + TV_ST - 1, vmap, VST((it) + TV_ST - 1), VBAR((it) + TV_ST - 1));             \
   }
 #define FEED_AHEAD(it)
   // A warpgroup's wgmma reads of K(T) / V(T) have completed (one arrival per warpgroup).

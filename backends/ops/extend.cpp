@@ -219,10 +219,10 @@ size_t mma_local_bytes(int keys, int d, bool async) {
 }
 
 // nv_wgmma: three K and three V stages in core-matrix layout (unpadded); row offsets stay in
-// registers. TMA: five stages (TK_ST + TV_ST in the kernel), 1 KB of alignment slack and a
-// full and an empty mbarrier per stage.
-size_t wgmma_local_bytes(int keys, int d, bool tma) {
-  return tma ? 5 * size_t(keys) * d * 2 + 1024 + 10 * 8 : 6 * size_t(keys) * d * 2;
+// registers. TMA: five stages (TK_ST + TV_ST in the kernel), 1 KB of alignment slack, a full
+// and an empty mbarrier per stage and the table of `pages` page ids (TMA_PAGES).
+size_t wgmma_local_bytes(int keys, int d, bool tma, int pages = 1024) {
+  return tma ? 5 * size_t(keys) * d * 2 + 1024 + 10 * 8 + 4 * size_t(pages) : 6 * size_t(keys) * d * 2;
 }
 
 // Why the TMA feed cannot serve these requests ("" when it can): its 16-key boxes must not
@@ -315,7 +315,10 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
             w.variant = "nv_wgmma";
             w.tma = tma;
             w.wg = 32 * wg_warps, w.rows = 16 * wg_warps;
-            while (wgmma_local_bytes(w.keys, kv.head_dim, tma) > lmax) w.keys /= 2;
+            // (MMA_TMA_PAGES: page ids of a group's keys kept in local memory; longer ranges read
+            // the page table at each copy.)
+            const int tma_pages = std::max(1, int(ops::param_or(e, over, "MMA_TMA_PAGES", 1024)));
+            while (wgmma_local_bytes(w.keys, kv.head_dim, tma, tma_pages) > lmax) w.keys /= 2;
             auto dw = d;
             dw["KEYS"] = to_string(w.keys);
             dw["WARPS"] = to_string(wg_warps);
@@ -325,6 +328,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
               dw["TMA"] = "1";
               dw["PINGPONG"] = to_string(int(ops::param_or(e, over, "MMA_PINGPONG", 0) != 0));
               dw["TMA_HEAD_FIRST"] = kv.stride_head < kv.stride_token ? "1" : "0";
+              dw["TMA_PAGES"] = to_string(tma_pages);
             }
             // More than 255 registers' worth of warps per multiprocessor: cap them (PTX .maxnreg).
             // (MMA_REGS: a lower cap, so that 65536 / (cap x work-items) groups share a multiprocessor.)

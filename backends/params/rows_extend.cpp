@@ -43,6 +43,8 @@
 //              the prologue reordered: 248 / 312 / 225)
 //   MMA_REGS   register cap (0: by work-group size); with MMA_WARPS 4, 168 lets three groups
 //              share a multiprocessor (254 at 1 x 4096, but 227 at 1 x 16384: 3x the KV reads)
+//   MMA_TMA_PAGES (TMA) page ids of a group's key range kept in local memory (default 1024,
+//              4 KB); longer ranges read the page table at each copy
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
