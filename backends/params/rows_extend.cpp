@@ -40,7 +40,8 @@
 //              job): 220 / 275 / 198 against 217 / 259 / 189 with the per-tile barrier
 //   MMA_PINGPONG 1 (TMA): no work-group barrier per tile (per-stage empty mbarriers) and the
 //              warpgroups take turns to issue their wgmma: 237 / 305 / 219 (final pass with
-//              the prologue reordered: 248 / 312 / 225)
+//              the prologue reordered: 248 / 312 / 225; eighth session, 16-byte q / o, refills
+//              after the producers' turns, local page-id table: 266.6 / 311.4 / 224.6)
 //   MMA_REGS   register cap (0: by work-group size); with MMA_WARPS 4, 168 lets three groups
 //              share a multiprocessor (254 at 1 x 4096, but 227 at 1 x 16384: 3x the KV reads)
 //   MMA_TMA_PAGES (TMA) page ids of a group's key range kept in local memory (default 1024,
