@@ -42,7 +42,8 @@
 //   MMA_PINGPONG 1 (TMA): no work-group barrier per tile (per-stage empty mbarriers) and the
 //              warpgroups take turns to issue their wgmma: 237 / 305 / 219 (final pass with
 //              the prologue reordered: 248 / 312 / 225; eighth session, 16-byte q / o, refills
-//              after the producers' turns, local page-id table: 266.6 / 311.4 / 224.6)
+//              after the producers' turns, local page-id table, MMA_STAGGER 0: 276.8 / 333.6 /
+//              233.4 in the final pass)
 //   MMA_REGS   register cap (0: by work-group size); with MMA_WARPS 4, 168 lets three groups
 //              share a multiprocessor (254 at 1 x 4096, but 227 at 1 x 16384: 3x the KV reads)
 //   MMA_TMA_PAGES (TMA) page ids of a group's key range kept in local memory (default 1024,
