@@ -96,7 +96,7 @@
 #error "extend_mma_nv.cl: WGMMA needs ASYNC, MT 1, whole warpgroups, HEAD_DIM % 64 == 0 and KEYS 32 or 64"
 #endif
 // TMA 1 (WGMMA): K and V tiles arrive by Hopper tensor copies (cp.async.bulk.tensor) instead of
-// per-work-item cp.async: one work-item issues KEYS / 16 boxes of 16 keys x 64 dims per tile
+// per-work-item cp.async: a producer issues KEYS / 16 boxes of 16 keys x 64 dims per tile
 // and 64-dim slice (a box never crosses a page: the host asks for pages and start offsets that
 // are multiples of 16), completion is counted on a "full" mbarrier per stage, and the copies
 // land in the 128-byte-swizzled layout wgmma reads (wg_desc_sw128). TK_ST K and TV_ST V
