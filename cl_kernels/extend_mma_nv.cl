@@ -311,16 +311,16 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define QD0(kk) (32 * ((kk) >> 1) + (2 * ((kk) >> 1) + 1 < DK ? 8 * t + 4 * ((kk) & 1) : 4 * t))
 #define Q_BITS(Q0, kk) load4_bits(q, (Q0) + QD0(kk), q_dt)
 #endif
+// Element offset of the q row of packed row PR (token TOK, head kvh * G + PR % G).
+#define Q_OFF(TOK, PR) (((size_t)(qo_start + (TOK)) * Hq + kvh * G + (PR) % G) * HEAD_DIM)
 #if WGMMA
   // 16-bit q: lane t of a row's quad loads 16-byte chunks t, t + 4, ... of its two rows and
   // quad transposes give it word t of every chunk (its fragment pairs), instead of 4-byte
   // loads of each pair (H100: the 4-byte loads kept a group's q prologue at ~5 us).
 #define LOAD_Q16()                                                                              \
   {                                                                                             \
-    const size_t qlo = ((size_t)(qo_start + tok_lo[0]) * Hq + kvh * G + pr_lo[0] % G) * HEAD_DIM; \
-    const size_t qhi = ((size_t)(qo_start + tok_hi[0]) * Hq + kvh * G + pr_hi[0] % G) * HEAD_DIM; \
-    __global const uint4* const ql_ = (__global const uint4*)((__global const ushort*)q + qlo) + t; \
-    __global const uint4* const qh_ = (__global const uint4*)((__global const ushort*)q + qhi) + t; \
+    __global const uint4* const ql_ = (__global const uint4*)((__global const ushort*)q + Q_OFF(tok_lo[0], pr_lo[0])) + t; \
+    __global const uint4* const qh_ = (__global const uint4*)((__global const ushort*)q + Q_OFF(tok_hi[0], pr_hi[0])) + t; \
     uint4 cl_[CPR / 4], ch_[CPR / 4];                                                           \
     _Pragma("unroll") for (int j = 0; j < CPR / 4; ++j) {                                       \
       cl_[j] = ok_lo[0] ? ql_[4 * j] : (uint4)(0u);                                             \
@@ -342,8 +342,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #endif
 #define LOAD_Q_WORDS()                                                                          \
   _Pragma("unroll") for (int mt = 0; mt < MT; ++mt) {                                           \
-    const size_t qlo = ((size_t)(qo_start + tok_lo[mt]) * Hq + kvh * G + pr_lo[mt] % G) * HEAD_DIM; \
-    const size_t qhi = ((size_t)(qo_start + tok_hi[mt]) * Hq + kvh * G + pr_hi[mt] % G) * HEAD_DIM; \
+    const size_t qlo = Q_OFF(tok_lo[mt], pr_lo[mt]), qhi = Q_OFF(tok_hi[mt], pr_hi[mt]);          \
     uint4 xl[DK], xh[DK];                                                                       \
     _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) {                                         \
       xl[kk] = ok_lo[mt] ? Q_BITS(qlo, kk) : (uint4)(0u);                                       \
@@ -691,7 +690,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // (H100: page ids loaded a few tiles ahead into registers still stalled the producers when
   // they shifted them); from page_ids when the range does not fit.
   const int pt0 = PAGE_OF(kv_begin + tok_off);
-  const bool use_pt = paged && ntiles > 0 && PAGE_OF(min(kv_begin + ntiles * KEYS, kv_len) - 1 + tok_off) - pt0 < TMA_PAGES;
+  const int pt_n = ntiles > 0 ? PAGE_OF(min(kv_begin + ntiles * KEYS, kv_len) - 1 + tok_off) - pt0 + 1 : 0;
+  const bool use_pt = paged && ntiles > 0 && pt_n <= TMA_PAGES;
 #define PAGE_ID(TT) (use_pt ? ptab[PAGE_OF(TT) - pt0] : page_ids[base + PAGE_OF(TT)])
   // Tile T of MAP into stage DST, counted on BAR (a producer).
 #define TMA_TILE(T, MAP, DST, BAR)                                                              \
@@ -731,8 +731,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     MBAR_INIT_FENCE();                                                                          \
   }                                                                                             \
   if (use_pt) {                                                                                 \
-    const int n_ = PAGE_OF(min(kv_begin + ntiles * KEYS, kv_len) - 1 + tok_off) - pt0 + 1;     \
-    for (int i_ = tid; i_ < n_; i_ += WGSZ) ptab[i_] = page_ids[base + pt0 + i_];               \
+    for (int i_ = tid; i_ < pt_n; i_ += WGSZ) ptab[i_] = page_ids[base + pt0 + i_];             \
   }                                                                                             \
   barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
   if (kprod) {                                                                                  \

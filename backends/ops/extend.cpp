@@ -307,6 +307,9 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
           // The TMA feed first where the parameters ask for it and the requests allow it, then
           // the cp.async feed.
           const bool tma_wanted = ops::param_or(e, over, "MMA_TMA", 0) != 0;
+          // (MMA_TMA_PAGES: page ids of a group's keys kept in local memory; longer ranges read
+          // the page table at each copy.)
+          const int tma_pages = std::max(1, int(ops::param_or(e, over, "MMA_TMA_PAGES", 1024)));
           if (tma_wanted && !tma_why_not.empty())
             rt::log().info("extend: nv_wgmma copies by cp.async, not TMA ({})", tma_why_not);
           for (bool tma : {true, false}) {
@@ -315,9 +318,6 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
             w.variant = "nv_wgmma";
             w.tma = tma;
             w.wg = 32 * wg_warps, w.rows = 16 * wg_warps;
-            // (MMA_TMA_PAGES: page ids of a group's keys kept in local memory; longer ranges read
-            // the page table at each copy.)
-            const int tma_pages = std::max(1, int(ops::param_or(e, over, "MMA_TMA_PAGES", 1024)));
             while (wgmma_local_bytes(w.keys, kv.head_dim, tma, tma_pages) > lmax) w.keys /= 2;
             auto dw = d;
             dw["KEYS"] = to_string(w.keys);
