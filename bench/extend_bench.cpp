@@ -1,6 +1,8 @@
 // clattn-bench extend: paged extend / prefill throughput in TFLOP/s (issue 5's cases):
 // fp16, H=32 (MHA), D=128, causal, page size 16 (NHD): one sequence of 4096, one of 16384,
 // and a batch of 8 x 2048 with 50% cached prefix. --quick: small shapes for PoCL.
+// Pages are numbered in order (one run of consecutive ids per request), as an allocator hands
+// them to a fresh cache; --scatter-pages shuffles each request's page ids (a fragmented cache).
 //
 // FLOPs = 4 * D * H * (visible (query, key) pairs); with the causal mask a request of qo
 // rows over kv keys has qo*kv - qo*(qo-1)/2 pairs, so a plain causal prefill counts about
@@ -14,8 +16,10 @@
 // - nv_wgmma: the same mma.sync figure, labelled as such (warpgroup MMA issues faster; its
 //   own peak is not measured here). torch's SDPA in the same job is its peer
 //   (scripts/torch_sdpa.py, run by scripts/h100-pass.sh).
+#include <algorithm>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -101,7 +105,7 @@ double mma_peak_tflops(Harness& h, bool quick) {
 }
 
 void run_case(Harness& h, const ExtCase& c, const std::string& variant, const std::map<std::string, int>& params,
-              bool verbose_build, double peak, const std::string& peak_desc) {
+              bool verbose_build, bool scatter, double peak, const std::string& peak_desc) {
   Context& ctx = h.ctx();
   const int P = 16, B = c.B, H = c.H, D = c.D;
   const int pages_per = (c.kv + P - 1) / P;
@@ -114,6 +118,7 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   csr.qo_indptr = {0};
   for (int i = 0; i < B; ++i) {
     for (int p = 0; p < pages_per; ++p) csr.kv_indices.push_back(i * pages_per + p);
+    if (scatter) std::shuffle(csr.kv_indices.end() - pages_per, csr.kv_indices.end(), std::mt19937(1234u + i));
     csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
     csr.kv_last_page_len.push_back(c.kv - (pages_per - 1) * P);
     csr.qo_indptr.push_back(csr.qo_indptr.back() + c.qo);
@@ -141,8 +146,8 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   const double flops = 4.0 * D * H * visible_pairs(c);
   char shape[160];
   const std::string ps = param_suffix(params);
-  std::snprintf(shape, sizeof shape, "%dx(q%d,kv%d) H=%d D=%d f16 causal %s%s", B, c.qo, c.kv, H, D,
-                plan.variant.c_str(), ps.c_str());
+  std::snprintf(shape, sizeof shape, "%dx(q%d,kv%d) H=%d D=%d f16 causal%s %s%s", B, c.qo, c.kv, H, D,
+                scatter ? " scattered-pages" : "", plan.variant.c_str(), ps.c_str());
   h.report_compute("extend", shape, ms, flops, peak, peak_desc);
 }
 
@@ -153,7 +158,8 @@ void register_extend(CLI::App& app, Harness& h) {
   static bool quick = false;
   static std::string only;
   static std::vector<std::string> param_args;
-  static bool verbose_build = false;
+  static bool verbose_build = false, scatter = false;
+  cmd->add_flag("--scatter-pages", scatter, "shuffle each request's page ids (a fragmented cache)");
   cmd->add_flag("--verbose-build", verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
   cmd->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
@@ -193,7 +199,7 @@ void register_extend(CLI::App& app, Harness& h) {
     for (auto& v : variants)
       for (auto& c : cases) {
         if (v == "generic" && !quick && c.qo * c.B > 8192 && ctx.profile().is_cpu) continue;
-        run_case(h, c, v, params, verbose_build, v == "generic" ? fp32 : mma,
+        run_case(h, c, v, params, verbose_build, scatter, v == "generic" ? fp32 : mma,
                  v == "generic" ? "FP32 peak" : v == "nv_wgmma" ? "mma.sync peak; wgmma's is higher" : "mma.sync peak");
       }
   });

@@ -261,6 +261,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define TMA_PAGES 1024
 #endif
   __local int ptab[TMA_PAGES];
+  __local int prun[WARPS];  // per warp: its ptab entries continue ptab[0] by one id a page
   __local uint4* const ks = tsm;  // (fragment pointers of the other forms; unused)
   __local uint4* const vs = tsm;
 #elif ASYNC
@@ -692,15 +693,31 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   const int pt0 = PAGE_OF(kv_begin + tok_off);
   const int pt_n = ntiles > 0 ? PAGE_OF(min(kv_begin + ntiles * KEYS, kv_len) - 1 + tok_off) - pt0 + 1 : 0;
   const bool use_pt = paged && ntiles > 0 && pt_n <= TMA_PAGES;
-#define PAGE_ID(TT) (use_pt ? ptab[PAGE_OF(TT) - pt0] : page_ids[base + PAGE_OF(TT)])
+  // When the group's page ids form one run (consecutive, as a fresh cache hands them out) and
+  // pages hold a power of two keys, a producer computes slot and page id with a shift, a mask
+  // and an add (one branch per tile, none per box). A ptab lookup puts a shared-address
+  // computation, a load and a move to uniform registers in front of each copy: H100, 1 x 4096,
+  // 268/273 -> 305/311 TFLOP/s with runs; shuffled ids (the lookup) 272 -> 265.
+  int pt_run = 0, pt_add = 0;  // set by FEED_START: page id = page + pt_add
+#define RUN_SLOT(TT) ((TT) & (page_size - 1))
+#define RUN_PAGE(TT) (((TT) >> pg_log2) + pt_add)
+#define ANY_SLOT(TT) (paged ? SLOT_OF(TT) : base + (TT))
+#define ANY_PAGE(TT) (!paged ? 0 : use_pt ? ptab[PAGE_OF(TT) - pt0] : page_ids[base + PAGE_OF(TT)])
   // Tile T of MAP into stage DST, counted on BAR (a producer).
-#define TMA_TILE(T, MAP, DST, BAR)                                                              \
+#define TMA_TILE(T, MAP, DST, BAR)                      \
+  {                                                     \
+    if (pt_run)                                         \
+      TMA_TILE_AT(T, MAP, DST, BAR, RUN_SLOT, RUN_PAGE) \
+    else                                                \
+      TMA_TILE_AT(T, MAP, DST, BAR, ANY_SLOT, ANY_PAGE) \
+  }
+#define TMA_TILE_AT(T, MAP, DST, BAR, SLOT, PAGE)                                               \
   {                                                                                             \
     MBAR_EXPECT(BAR, TSTAGE);                                                                   \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
       const int tt_ = BOX_KEY(T, b_) + tok_off;                                                 \
-      const int sl_ = paged ? SLOT_OF(tt_) : base + tt_;                                        \
-      const int pgc_ = paged ? PAGE_ID(tt_) : 0;                                                \
+      const int sl_ = SLOT(tt_);                                                                \
+      const int pgc_ = PAGE(tt_);                                                               \
       _Pragma("unroll") for (int h_ = 0; h_ < HEAD_DIM / 64; ++h_)                              \
         TMA_LOAD4((DST) + h_ * (KEYS * 128) + 2048 * b_, MAP, 64 * h_, TMA_HEAD_FIRST ? kvh : sl_, \
                   TMA_HEAD_FIRST ? sl_ : kvh, pgc_, BAR);                                       \
@@ -731,9 +748,22 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     MBAR_INIT_FENCE();                                                                          \
   }                                                                                             \
   if (use_pt) {                                                                                 \
-    for (int i_ = tid; i_ < pt_n; i_ += WGSZ) ptab[i_] = page_ids[base + pt0 + i_];             \
+    const int id0_ = page_ids[base + pt0];                                                      \
+    int run_ = 1;                                                                               \
+    for (int i_ = tid; i_ < pt_n; i_ += WGSZ) {                                                 \
+      const int id_ = page_ids[base + pt0 + i_];                                                \
+      ptab[i_] = id_;                                                                           \
+      run_ &= id_ == id0_ + i_;                                                                 \
+    }                                                                                           \
+    run_ = warp_all(run_);                                                                      \
+    if (lane == 0) prun[warp] = run_;                                                           \
   }                                                                                             \
   barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
+  if (use_pt && pg_log2 >= 0) {                                                                 \
+    pt_run = 1;                                                                                 \
+    _Pragma("unroll") for (int w_ = 0; w_ < WARPS; ++w_) pt_run &= prun[w_];                    \
+    pt_add = ptab[0] - pt0;                                                                     \
+  }                                                                                             \
   if (kprod) {                                                                                  \
     TMAP_ACQUIRE(kmap);                                                                         \
     TMA_TILE(0, kmap, KST(0), KBAR(0));                                                         \

@@ -37,6 +37,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 enum class Meta { Csr, WindowedCsr, PageTable, Ragged };
 enum class Mask { None, Tree, Random };
+// Page ids: a shuffled cache, one run of consecutive ids per request (a fresh cache), or such
+// runs with one break (a skipped id) halfway through each request.
+enum class PageOrder { Shuffled, Runs, BrokenRuns };
 
 struct Case {
   std::vector<int> qo, prefix;  // per request: query rows, cached keys before them
@@ -48,6 +51,7 @@ struct Case {
   int window = -1;
   Mask mask = Mask::None;
   Meta meta = Meta::Csr;
+  PageOrder page_order = PageOrder::Shuffled;
   double k_scale = 1.0, v_scale = 1.0;
   int64_t head_pad = 0;
   std::string variant;  // ExtendOptions::variant
@@ -61,7 +65,7 @@ struct Case {
          (layout == KVLayout::NHD ? " NHD" : " HND") + " causal=" + std::to_string(causal) +
          " lse=" + std::to_string(lse) + " sinks=" + std::to_string(sinks) + " cap=" + std::to_string(cap) +
          " window=" + std::to_string(window) + " mask=" + std::to_string(int(mask)) +
-         " meta=" + std::to_string(int(meta)) + " pad=" + std::to_string(head_pad) +
+         " meta=" + std::to_string(int(meta)) + " pages=" + std::to_string(int(page_order)) + " pad=" + std::to_string(head_pad) +
          " kscale=" + std::to_string(k_scale) + " vscale=" + std::to_string(v_scale);
     return s;
   }
@@ -149,14 +153,20 @@ Batch build(const Case& c, uint64_t salt) {
     }
     int total = 0;
     for (int i = 0; i < B; ++i) total += (b.kv_len(i) + P - 1) / P;
-    k.num_pages = total + 2;
+    k.num_pages = total + 2 + 2 * B;
     std::vector<int32_t> ids(size_t(k.num_pages));
     std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng.gen);
-    size_t next = 0;
+    if (c.page_order == PageOrder::Shuffled) std::shuffle(ids.begin(), ids.end(), rng.gen);
+    size_t next = 1;  // (runs start past id 0)
     b.pages.resize(size_t(B));
-    for (int i = 0; i < B; ++i)
-      for (int p = 0; p < (b.kv_len(i) + P - 1) / P; ++p) b.pages[size_t(i)].push_back(ids[next++]);
+    for (int i = 0; i < B; ++i) {
+      const int np = (b.kv_len(i) + P - 1) / P;
+      for (int p = 0; p < np; ++p) {
+        if (c.page_order == PageOrder::BrokenRuns && p == np / 2) ++next;
+        b.pages[size_t(i)].push_back(ids[next++]);
+      }
+      ++next;
+    }
     const size_t elems = size_t(k.required_bytes()) / dtype_size(k.dtype);
     b.kval.assign(elems, kNaN), b.vval.assign(elems, kNaN);
     for (int i = 0; i < B; ++i)
@@ -532,7 +542,8 @@ TEST(Extend, WarpgroupMmaMatchesReference) {
 // nv_wgmma fed by TMA tensor copies (MMA_TMA, with and without warpgroup turns): pages of 16 /
 // 32 / 64 keys and ragged KV (the boxes of 16 keys never cross a page), NHD and HND (the
 // map's slot and head dims swap), unused cache slots NaN (the V rows past kv_len are zeroed
-// in the stage). Page sizes that are not multiples of 16 keep the cp.async feed.
+// in the stage). Page sizes that are not multiples of 16 keep the cp.async feed. Page ids in
+// runs (computed from the first) and broken runs (looked up).
 TEST(Extend, WarpgroupMmaTmaMatchesReference) {
   CLATTN_SEED_TRACE();
   SKIP_WITHOUT_WGMMA();
@@ -543,6 +554,11 @@ TEST(Extend, WarpgroupMmaTmaMatchesReference) {
     c.params["MMA_TMA"] = 1, c.params["MMA_PINGPONG"] = n % 3 != 1;
     if (n == 9) c.P = 4;
     if (n == 3 || n == 4) c.params["MMA_TMA_PAGES"] = 3;  // ranges past the local page-id table
+    // Page ids computed from a group's single run, or looked up (every order with each meta).
+    const PageOrder orders[] = {PageOrder::Runs,     PageOrder::BrokenRuns, PageOrder::Shuffled, PageOrder::Runs,
+                                PageOrder::Shuffled, PageOrder::Shuffled,   PageOrder::BrokenRuns, PageOrder::Runs,
+                                PageOrder::Shuffled, PageOrder::BrokenRuns};
+    c.page_order = orders[n];
     c.layout = n % 2 ? KVLayout::HND : KVLayout::NHD;
     c.meta = metas[n % 3];
     Batch b = build(c, 720 + n);
