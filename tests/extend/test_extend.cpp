@@ -540,7 +540,7 @@ TEST(Extend, WarpgroupMmaMatchesReference) {
 }
 
 // nv_wgmma fed by TMA tensor copies (MMA_TMA, with and without warpgroup turns): pages of 16 /
-// 32 / 64 keys and ragged KV (the boxes of 16 keys never cross a page), NHD and HND (the
+// 32 / 48 / 64 keys and ragged KV (the boxes of 16 keys never cross a page), NHD and HND (the
 // map's slot and head dims swap), unused cache slots NaN (the V rows past kv_len are zeroed
 // in the stage). Page sizes that are not multiples of 16 keep the cp.async feed. Page ids in
 // runs (computed from the first) and broken runs (looked up).
@@ -550,7 +550,7 @@ TEST(Extend, WarpgroupMmaTmaMatchesReference) {
   const Meta metas[] = {Meta::Csr, Meta::PageTable, Meta::Ragged};
   test::Rng rng(71);
   for (int n = 0; n < 10; ++n) {
-    Case c = wgmma_case(rng, n, {16, 32, 64}, 200, 60, 130);
+    Case c = wgmma_case(rng, n, {16, 32, 48, 64}, 200, 60, 130);
     c.params["MMA_TMA"] = 1, c.params["MMA_PINGPONG"] = n % 3 != 1;
     if (n == 9) c.P = 4;
     if (n == 3 || n == 4) c.params["MMA_TMA_PAGES"] = 3;  // ranges past the local page-id table
