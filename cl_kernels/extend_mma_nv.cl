@@ -653,14 +653,14 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define TIX(T) ((T) + t0 < ntiles ? (T) + t0 : (T) + t0 - ntiles)  // tile walked T-th (T < ntiles)
 #if TMA
   // No work-group barrier per tile: each stage has a "full" mbarrier (the copies' bytes, one
-  // arrival by the issuing work-item) and an "empty" one (one arrival per warpgroup once its
+  // arrival by each issuing work-item) and an "empty" one (one arrival per warpgroup once its
   // wgmma reads of the stage have completed); a producer waits for "empty" before it
   // refills a stage. So the warpgroups run out of step, one's softmax beside another's MMA,
   // and with PINGPONG they take turns to issue their wgmma (FlashAttention-3's warp
   // scheduling). Two producers, each right after its own warpgroup's turn (beside the next
-  // warpgroup's MMA): the first work-item of warpgroup 0 refills K, so K(it+2) is issued two
-  // turns before warpgroup 0 needs it instead of one, and that of the last warpgroup refills V
-  // (the last to release a V stage, it never waits). H100, 1 x 4096: both refills by the last
+  // warpgroup's MMA; each the lane 0s of its warpgroup's first NPROD warps, below): warpgroup
+  // 0 refills K, so K(it+2) is issued two turns before warpgroup 0 needs it instead of one,
+  // and the last warpgroup refills V (the last to release a V stage, it never waits). H100, 1 x 4096: both refills by the last
   // warpgroup before its turn left warpgroup 0 waiting ~45% of each iteration for K (261
   // TFLOP/s); K by warpgroup 0: 279; V by warpgroup 1: 261; V after the last one's turn: +1-2%.
   // Stages: K, then V, then the full and the empty mbarriers (parity of the n-th use: n & 1).
