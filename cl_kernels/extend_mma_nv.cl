@@ -660,9 +660,10 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // scheduling). Two producers, each right after its own warpgroup's turn (beside the next
   // warpgroup's MMA; each the lane 0s of its warpgroup's first NPROD warps, below): warpgroup
   // 0 refills K, so K(it+2) is issued two turns before warpgroup 0 needs it instead of one,
-  // and the last warpgroup refills V (the last to release a V stage, it never waits). H100, 1 x 4096: both refills by the last
-  // warpgroup before its turn left warpgroup 0 waiting ~45% of each iteration for K (261
-  // TFLOP/s); K by warpgroup 0: 279; V by warpgroup 1: 261; V after the last one's turn: +1-2%.
+  // and the last warpgroup refills V (the last to release a V stage, it never waits). H100,
+  // 1 x 4096: both refills by the last warpgroup before its turn left warpgroup 0 waiting ~45%
+  // of each iteration for K (261 TFLOP/s); K by warpgroup 0: 279; V by warpgroup 1: 261; V
+  // after the last one's turn: +1-2%.
   // Stages: K, then V, then the full and the empty mbarriers (parity of the n-th use: n & 1).
   const uint sbase = ((uint)(size_t)tsm + 1023u) & ~1023u;
   const int wg = warp >> 2, wtid = tid & 127;
@@ -684,18 +685,20 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // Producers: kprod (K copies) and vprod (V copies; the same work-items with one warpgroup):
   // lane 0 of the warpgroup's first TMA_PRODUCERS warps, each issuing its share of a tile's
   // KEYS / 16 boxes x HEAD_DIM / 64 slices (COPY_OWNER; its own page lookups and its own
-  // expected bytes: a full mbarrier takes NPROD arrivals). The issue work delays the producer's warp,
-  // and so its warpgroup, so it is spread (H100, 1 x 4096: 305/312 -> 309/317 TFLOP/s with
-  // two, shuffled page ids 267 -> 288).
+  // expected bytes: a full mbarrier takes NPROD arrivals). The issue work delays the
+  // producer's warp, and so its warpgroup, so it is spread (H100, 1 x 4096, same job: 303/314
+  // -> 308/317 TFLOP/s with two, shuffled page ids 267 -> 288/290; four: 304/311).
 #ifndef TMA_PRODUCERS
 #define TMA_PRODUCERS 2
 #endif
 #define TMA_COPIES ((KEYS / 16) * (HEAD_DIM / 64))
 #define NPROD (TMA_PRODUCERS < TMA_COPIES ? TMA_PRODUCERS : TMA_COPIES)
-// Part issuing box b's slice h: boxes split first, then slices.
+// Part issuing box b's slice h (boxes split first, then slices); 1 when this work-item's
+// part issues some slice of box b (so it looks b's page up).
 #define COPY_OWNER(b, h) \
   (NPROD <= KEYS / 16 ? (b) % NPROD : (b) % (KEYS / 16) + (KEYS / 16) * ((h) % (NPROD / (KEYS / 16))))
-#define ppart ((tid >> 5) & 3)
+#define PPART ((tid >> 5) & 3)
+#define BOX_OWNED(b) (NPROD <= KEYS / 16 ? (b) % NPROD == PPART : (b) == PPART % (KEYS / 16))
   const bool kprod = (tid & 31) == 0 && tid < 32 * NPROD;
   const bool vprod = (tid & 31) == 0 && (uint)(tid - 128 * (NWG - 1)) < 32u * NPROD;
 #if TK_ST < 2 || TK_ST > 4 || TV_ST < 2 || TV_ST > 4
@@ -730,12 +733,12 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   {                                                                                             \
     MBAR_EXPECT(BAR, TSTAGE / NPROD);                                                           \
     _Pragma("unroll") for (int b_ = 0; b_ < KEYS / 16; ++b_) {                                  \
-      if (NPROD <= KEYS / 16 ? b_ % NPROD == ppart : b_ == ppart % (KEYS / 16)) {                \
+      if (BOX_OWNED(b_)) {                                                                      \
         const int tt_ = BOX_KEY(T, b_) + tok_off;                                               \
         const int sl_ = SLOT(tt_);                                                              \
         const int pgc_ = PAGE(tt_);                                                             \
         _Pragma("unroll") for (int h_ = 0; h_ < HEAD_DIM / 64; ++h_)                            \
-          if (COPY_OWNER(b_, h_) == ppart)                                                      \
+          if (COPY_OWNER(b_, h_) == PPART)                                                      \
             TMA_LOAD4((DST) + h_ * (KEYS * 128) + 2048 * b_, MAP, 64 * h_, TMA_HEAD_FIRST ? kvh : sl_, \
                       TMA_HEAD_FIRST ? sl_ : kvh, pgc_, BAR);                                   \
       }                                                                                         \
@@ -760,7 +763,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define FEED_START()                                                                            \
   if (tid == 0) {                                                                               \
     _Pragma("unroll") for (int i_ = 0; i_ < TK_ST + TV_ST; ++i_) {                              \
-      MBAR_INIT(KBAR(0) + 8 * i_, (uint)NPROD);                                                          \
+      MBAR_INIT(KBAR(0) + 8 * i_, (uint)NPROD);                                                 \
       MBAR_INIT(KEMPTY(0) + 8 * i_, (uint)NWG);                                                 \
     }                                                                                           \
     MBAR_INIT_FENCE();                                                                          \
