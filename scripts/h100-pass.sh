@@ -1,7 +1,7 @@
 #!/bin/bash
 # One full pass on the NVIDIA GPU machine (shared DEVICE notes: carry .device/, filled by
 # fetch-debs.sh): build, probe, the GPU test suite (native = NVIDIA variants), every
-# benchmark (with torch SDPA beside extend where torch imports), and clattn-serve-sim --big
+# benchmark (with torch SDPA and shuffled page ids beside extend), and clattn-serve-sim --big
 # for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash scripts/h100-pass.sh
 set -o pipefail
 source scripts/h100-common.sh
@@ -14,6 +14,9 @@ for op in ${OPS:-limits decode extend linear mla metadata}; do
   grep -vE "^#" "$OUT/bench_$op.txt" | head -40 | cut -c1-230
 done
 case " ${OPS:-extend} " in *" extend "*)
+  timeout 150 ./build-gpu/bench/clattn-bench --device nvidia extend --variant nv_wgmma --scatter-pages \
+    > "$OUT/bench_extend_scattered.txt" 2>&1
+  echo "== bench extend --scatter-pages rc=$?"; grep -vE "^#" "$OUT/bench_extend_scattered.txt" | cut -c1-230
   if python3 -c "import torch" 2>/dev/null; then
     timeout 120 python3 scripts/torch_sdpa.py > "$OUT/torch_sdpa.txt" 2>&1
     echo "== torch SDPA rc=$?"; tail -3 "$OUT/torch_sdpa.txt"
