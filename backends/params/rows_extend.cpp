@@ -44,8 +44,8 @@
 //              the prologue reordered: 248 / 312 / 225; eighth session, 16-byte q / o, refills
 //              after the producers' turns, local page-id table, MMA_STAGGER 0: 276.8 / 333.6 /
 //              233.4 in the final pass; ninth session, page ids computed for a group whose ids
-//              form one run and each tile's copies split between two producer warps: 317.9 /
-//              392.3 / 262.8, shuffled ids 290.7 / 355.4 / 241.0)
+//              form one run and each tile's copies split between two producer warps: 315.7 /
+//              391.5 / 262.7, shuffled ids 290.7 / 355.5 / 240.6)
 //   MMA_REGS   register cap (0: by work-group size); with MMA_WARPS 4, 168 lets three groups
 //              share a multiprocessor (254 at 1 x 4096, but 227 at 1 x 16384: 3x the KV reads)
 //   MMA_TMA_PAGES (TMA) page ids of a group's key range kept in local memory (default 1024,
