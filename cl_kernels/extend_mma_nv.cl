@@ -497,8 +497,10 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // this for every tile while the other warps wait at the next barrier. PAGE_OF / SLOT_OF:
   // the page (index into the request's page ids) and the slot in it of token TT.
   const int pg_log2 = (page_size & (page_size - 1)) == 0 ? 31 - clz(page_size) : -1;
-#define PAGE_OF(TT) (pg_log2 >= 0 ? (TT) >> pg_log2 : (TT) / page_size)
-#define SLOT_OF(TT) (pg_log2 >= 0 ? (TT) & (page_size - 1) : (TT) % page_size)
+#define PAGE_POW2(TT) ((TT) >> pg_log2)
+#define SLOT_POW2(TT) ((TT) & (page_size - 1))
+#define PAGE_OF(TT) (pg_log2 >= 0 ? PAGE_POW2(TT) : (TT) / page_size)
+#define SLOT_OF(TT) (pg_log2 >= 0 ? SLOT_POW2(TT) : (TT) % page_size)
 #define PF_LOAD(T)                                                                              \
   if (tid < KEYS) {                                                                             \
     const int key_ = kv_begin + (T) * KEYS + tid;                                               \
@@ -717,8 +719,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   // computation, a load and a move to uniform registers in front of each copy: H100, 1 x 4096,
   // 268/273 -> 305/311 TFLOP/s with runs; shuffled ids (the lookup) 272 -> 265.
   int pt_run = 0, pt_add = 0;  // set by FEED_START: page id = page + pt_add
-#define RUN_SLOT(TT) ((TT) & (page_size - 1))
-#define RUN_PAGE(TT) (((TT) >> pg_log2) + pt_add)
+#define RUN_SLOT(TT) SLOT_POW2(TT)
+#define RUN_PAGE(TT) (PAGE_POW2(TT) + pt_add)
 #define ANY_SLOT(TT) (paged ? SLOT_OF(TT) : base + (TT))
 #define ANY_PAGE(TT) (!paged ? 0 : use_pt ? ptab[PAGE_OF(TT) - pt0] : page_ids[base + PAGE_OF(TT)])
   // Tile T of MAP into stage DST, counted on BAR (a producer).

@@ -220,9 +220,11 @@ size_t mma_local_bytes(int keys, int d, bool async) {
 
 // nv_wgmma: three K and three V stages in core-matrix layout (unpadded); row offsets stay in
 // registers. TMA: five stages (TK_ST + TV_ST in the kernel), 1 KB of alignment slack, a full
-// and an empty mbarrier per stage and the table of `pages` page ids (TMA_PAGES).
-size_t wgmma_local_bytes(int keys, int d, bool tma, int pages = 1024) {
-  return tma ? 5 * size_t(keys) * d * 2 + 1024 + 10 * 8 + 4 * size_t(pages) : 6 * size_t(keys) * d * 2;
+// and an empty mbarrier per stage, the table of `pages` page ids (TMA_PAGES) and one run flag
+// per warp (prun).
+size_t wgmma_local_bytes(int keys, int d, bool tma, int pages = 1024, int warps = 12) {
+  return tma ? 5 * size_t(keys) * d * 2 + 1024 + 10 * 8 + 4 * size_t(pages) + 4 * size_t(warps)
+             : 6 * size_t(keys) * d * 2;
 }
 
 // Why the TMA feed cannot serve these requests ("" when it can): its 16-key boxes must not
@@ -318,7 +320,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
             w.variant = "nv_wgmma";
             w.tma = tma;
             w.wg = 32 * wg_warps, w.rows = 16 * wg_warps;
-            while (wgmma_local_bytes(w.keys, kv.head_dim, tma, tma_pages) > lmax) w.keys /= 2;
+            while (wgmma_local_bytes(w.keys, kv.head_dim, tma, tma_pages, wg_warps) > lmax) w.keys /= 2;
             auto dw = d;
             dw["KEYS"] = to_string(w.keys);
             dw["WARPS"] = to_string(wg_warps);
