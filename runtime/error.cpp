@@ -1,5 +1,7 @@
 #include "runtime/error.hpp"
 
+#include "runtime/checked.hpp"
+
 namespace clattn {
 
 const char* status_name(Status s) noexcept {
@@ -52,6 +54,10 @@ void throw_cl(cl_int err, const char* call, const std::string& context) {
   Status s = Status::OpenCLError;
   if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY) s = Status::OutOfMemory;
   throw Error(s, msg, err);
+}
+
+void overflow(const char* what, const char* why) {
+  throw Error(Status::InvalidArgument, std::string(what) + ": " + why);
 }
 
 }  // namespace rt

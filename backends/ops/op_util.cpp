@@ -21,9 +21,15 @@ int64_t PagedKV::page_stride() const {
 }
 int64_t PagedKV::required_bytes() const {
   if (num_pages <= 0 || page_size <= 0 || num_kv_heads <= 0 || head_dim <= 0) return 0;
-  int64_t last = int64_t(num_pages - 1) * page_stride() + int64_t(page_size - 1) * token_stride() +
-                 int64_t(num_kv_heads - 1) * head_stride() + head_dim;
-  return last * int64_t(dtype_size(dtype));
+  // Checked: a stride near 2^63 must not wrap into a small size that a real buffer passes.
+  namespace ck = rt::checked;
+  const char* what = "paged cache size ((num_pages-1)*stride_page + (page_size-1)*stride_token + "
+                     "(num_kv_heads-1)*stride_head + head_dim elements)";
+  int64_t last = ck::mul(int64_t(num_pages) - 1, page_stride(), what);
+  last = ck::add(last, ck::mul(int64_t(page_size) - 1, token_stride(), what), what);
+  last = ck::add(last, ck::mul(int64_t(num_kv_heads) - 1, head_stride(), what), what);
+  last = ck::add(last, head_dim, what);
+  return ck::mul(last, int64_t(dtype_size(dtype)), what);
 }
 
 namespace ops {
@@ -74,6 +80,11 @@ void check_paged_kv(const PagedKV& c, const std::string& what) {
                                          " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)");
   if (c.stride_page < 0 || c.stride_token < 0 || c.stride_head < 0)
     rt::invalid(what + ": negative stride");
+  try {
+    (void)c.required_bytes();  // throws when the geometry's byte size overflows int64
+  } catch (const Error& e) {
+    rt::invalid(what + ": " + e.what());
+  }
   // Rows of different (token, head) must not overlap: each stride covers what it steps over.
   if (c.head_stride() < c.head_dim && c.num_kv_heads > 1)
     rt::invalid(what + ".stride_head = " + std::to_string(c.head_stride()) + " < head_dim " + std::to_string(c.head_dim));

@@ -11,6 +11,7 @@
 
 #include "backends/params/database.hpp"
 #include "clattn/ops.hpp"
+#include "runtime/checked.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
 #include "runtime/program_cache.hpp"
@@ -26,14 +27,11 @@ inline int param_or(const params::Entry& e, const std::map<std::string, int>& ov
 
 // Integer helpers for tile and page-size arithmetic.
 inline bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
-inline int pow2_ceil(int64_t x) {  // smallest power of two >= x
-  int p = 1;
-  while (p < x) p <<= 1;
-  return p;
-}
-inline int log2_int(int x) {  // ceil(log2(x))
+// Smallest power of two >= x (x <= 2^30, else InvalidArgument naming `what`).
+inline int pow2_ceil(int64_t x, const char* what = "tile size") { return rt::checked::pow2_ceil(x, what); }
+inline int log2_int(int x) {  // ceil(log2(x)) for 1 <= x <= 2^30
   int l = 0;
-  while ((1 << l) < x) ++l;
+  while (l < 30 && (1 << l) < x) ++l;
   return l;
 }
 
