@@ -210,17 +210,22 @@ UNROLL_LOOP
 
 #if PREFETCH
 // Issues the K and V row loads of the slot's tokens in the tile at tbase (pid: their page
-// ids), marks which are inside [begin, end), and replaces pid with the next tile's ids.
+// ids), marks which are inside [begin, end) with a page id inside the pool (bad: one was
+// not), and replaces pid with the next tile's ids.
 inline void issue_tile(int tbase, int begin, int end, int tok_off, int page_base, int pmask, int log2_page,
-                       long stride_page, long stride_token, long head_off, int slot, int tl,
+                       int num_pages, long stride_page, long stride_token, long head_off, int slot, int tl,
                        __global const int* page_ids, __global const uchar* k_cache, __global const uchar* v_cache,
-                       int* pid, bool* valid, uint (*kw)[NCH * LOAD_WORDS], uint (*vw)[NCH * LOAD_WORDS]) {
+                       int* pid, bool* valid, bool* bad, uint (*kw)[NCH * LOAD_WORDS],
+                       uint (*vw)[NCH * LOAD_WORDS]) {
 UNROLL_LOOP
   for (int u = 0; u < UNROLL; ++u) {
     const int tok = tbase + u * NSLOT + slot;
-    valid[u] = tok < end;
-    const int ls = tok_off + (valid[u] ? tok : begin);
-    const size_t ro = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+    const bool in_pool = IN_POOL(pid[u], num_pages);
+    *bad |= tok < end && !in_pool;
+    valid[u] = tok < end && in_pool;
+    const int ls = tok_off + (tok < end ? tok : begin);
+    const size_t ro =
+        (size_t)((long)(in_pool ? pid[u] : 0) * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
     load_row(k_cache, ro, tl, kw[u]);
     load_row(v_cache, ro, tl, vw[u]);
     const int tok_n = tok + TILE;
@@ -234,9 +239,12 @@ UNROLL_LOOP
 // token_offset, merge, 0}. part < 0: the item is the whole request, write o/lse; else write
 // the partial state to workspace row `part` (ws_o [P, Hq, D] f32, ws_lse at lse_off).
 // FUSE_MERGE: `merge` indexes the merge entries {req, first, count, 0} at merge_off, and
-// counters[counter_off + merge * num_groups(1) + group(1)] counts the finished parts of
-// that request and head block; the work-group that finishes last merges them and resets
-// the counter to 0 for the plan's next run (the plan uploads it as 0).
+// counters[counter_off + merge * num_groups(1) + group(1)] (in the caller's workspace,
+// zeroed by the run before this launch, so a plan is never written and may be shared)
+// counts the finished parts of that request and head block; the work-group that finishes
+// last merges them.
+// Page ids are checked against num_pages (IN_POOL): an id outside the pool masks its key
+// and sets CLATTN_FAULT_PAGE_ID in *faults, so bad metadata never reads outside K/V.
 // Token j of a request's key list sits at list slot token_offset + j, i.e. page
 // page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1)))
@@ -244,8 +252,9 @@ void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cach
                   __global const int* page_ids, __global const int* tab, int work_off, __global void* o, int o_dt,
                   __global float* lse, int has_lse, __global float* ws, ulong lse_off, __global const float* sinks,
                   int has_sinks, int num_qo_heads, int group, int n_hblk, long stride_page, long stride_token,
-                  long stride_head, int log2_page, float q_scale, float cap_log2, float inv_cap, float v_scale,
-                  __global volatile int* counters, int merge_off, int counter_off) {
+                  long stride_head, int log2_page, int num_pages, float q_scale, float cap_log2, float inv_cap,
+                  float v_scale, __global volatile int* counters, int merge_off, int counter_off,
+                  __global volatile int* faults) {
   __local float lmem[LMEM_FLOATS];
 #if FUSE_MERGE
   __local int is_last;
@@ -316,8 +325,9 @@ UNROLL_LOOP
   const int ntiles = (end - begin + TILE - 1) / TILE;
   // Page ids of the lane's tokens in the current tile; the next tile's are loaded one tile
   // ahead so the K/V loads never wait on them. Tokens past the end re-read the first key's
-  // row (always valid) and are masked.
+  // row and are masked; ids outside the pool read page 0 and are masked (bad records it).
   int pid[UNROLL];
+  bool bad = false;
 UNROLL_LOOP
   for (int u = 0; u < UNROLL; ++u) {
     const int tok = begin + u * NSLOT + slot;
@@ -329,8 +339,8 @@ UNROLL_LOOP
   uint kw_n[UNROLL][NCH * LOAD_WORDS], vw_n[UNROLL][NCH * LOAD_WORDS];
   bool valid_n[UNROLL];
   if (ntiles > 0)
-    issue_tile(begin, begin, end, tok_off, page_base, pmask, log2_page, stride_page, stride_token, head_off, slot, tl,
-               page_ids, k_cache, v_cache, pid, valid_n, kw_n, vw_n);
+    issue_tile(begin, begin, end, tok_off, page_base, pmask, log2_page, num_pages, stride_page, stride_token, head_off,
+               slot, tl, page_ids, k_cache, v_cache, pid, valid_n, &bad, kw_n, vw_n);
 #endif
   for (int it = 0; it < ntiles; ++it) {
     const int tbase = begin + it * TILE;
@@ -345,17 +355,20 @@ UNROLL_LOOP
       for (int w = 0; w < NCH * LOAD_WORDS; ++w) kw[u][w] = kw_n[u][w], vw[u][w] = vw_n[u][w];
     }
     if (it + 1 < ntiles)  // tile it+1 (pid holds its page ids); pid becomes tile it+2's
-      issue_tile(tbase + TILE, begin, end, tok_off, page_base, pmask, log2_page, stride_page, stride_token, head_off,
-                 slot, tl, page_ids, k_cache, v_cache, pid, valid_n, kw_n, vw_n);
+      issue_tile(tbase + TILE, begin, end, tok_off, page_base, pmask, log2_page, num_pages, stride_page, stride_token,
+                 head_off, slot, tl, page_ids, k_cache, v_cache, pid, valid_n, &bad, kw_n, vw_n);
 #else
     size_t roff[UNROLL];
     int pid_next[UNROLL];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       const int tok = tbase + u * NSLOT + slot;
-      valid[u] = tok < end;
-      const int ls = tok_off + (valid[u] ? tok : begin);
-      roff[u] = (size_t)((long)pid[u] * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+      const bool in_pool = IN_POOL(pid[u], num_pages);
+      bad |= tok < end && !in_pool;
+      valid[u] = tok < end && in_pool;
+      const int ls = tok_off + (tok < end ? tok : begin);
+      roff[u] = (size_t)((long)(in_pool ? pid[u] : 0) * stride_page + (long)(ls & pmask) * stride_token + head_off) *
+                KV_ESIZE;
       const int tok_n = tok + TILE;
       const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
       pid_next[u] = page_ids[page_base + (ls_n >> log2_page)];
@@ -437,6 +450,8 @@ UNROLL_LOOP
     }
   }
 
+  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
+
   // ---- Merge the NSLOT slot states (in slot order) and write the result.
   __local float* sm_o = lmem;                       // [NSLOT][HEAD_DIM]
   __local float* sm_m = lmem + NSLOT * HEAD_DIM;    // [NSLOT][GMAX]
@@ -512,9 +527,7 @@ UNROLL_LOOP
     __global const int* me = tab + merge_off + 4 * wk[6];
     if (lid == 0) {
       __global volatile int* cnt = counters + counter_off + wk[6] * (int)get_num_groups(1) + (int)get_group_id(1);
-      const int last = atomic_inc(cnt) == me[2] - 1;
-      if (last) atomic_xchg(cnt, 0);  // ready for the next run of the plan
-      is_last = last;
+      is_last = atomic_inc(cnt) == me[2] - 1;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (is_last) {

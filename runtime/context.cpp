@@ -1,6 +1,7 @@
 #include <atomic>
 #include <algorithm>
 #include <cctype>
+#include <mutex>
 
 #include "runtime/context_impl.hpp"
 #include "runtime/env.hpp"
@@ -12,7 +13,15 @@ namespace clattn {
 
 const char* version() noexcept { return CLATTN_VERSION_STRING; }
 
+namespace {
+// Enumeration is serialised: the first clGetPlatformIDs/clGetDeviceIDs of a process
+// initialise the ICD loader and its drivers, and that is not thread-safe everywhere
+// (PoCL crashes or reports no device when threads race it).
+std::mutex g_enumeration;
+}  // namespace
+
 std::vector<DeviceEntry> list_devices() {
+  std::lock_guard<std::mutex> lock(g_enumeration);
   std::vector<DeviceEntry> out;
   cl_uint np = 0;
   cl_int err = clGetPlatformIDs(0, nullptr, &np);
@@ -88,14 +97,27 @@ ContextImpl::ContextImpl(cl_platform_id p, cl_context c, cl_device_id d, cl_comm
   profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
   profile = rt::query_profile(p, d);
   programs.set_profile(profile);
+  cl_int err = CL_SUCCESS;
+  const cl_int zero = 0;
+  // Initialised from the host at creation: no command on a (possibly adopted) queue.
+  faults = rt::create_buffer(c, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero, &err,
+                             const_cast<cl_int*>(&zero));
+  if (err != CL_SUCCESS) {
+    release();  // the destructor does not run for a throwing constructor
+    rt::throw_cl(err, "clCreateBuffer", "the context's device fault word");
+  }
 }
 
-ContextImpl::~ContextImpl() {
+void ContextImpl::release() {
   programs.clear();
+  if (faults) clReleaseMemObject(faults);
   if (queue) clReleaseCommandQueue(queue);
   if (ctx) clReleaseContext(ctx);
   if (device) clReleaseDevice(device);
+  faults = nullptr, queue = nullptr, ctx = nullptr, device = nullptr;
 }
+
+ContextImpl::~ContextImpl() { release(); }
 
 }  // namespace detail
 
@@ -145,13 +167,25 @@ const DeviceProfile& Context::profile() const { return impl_->profile; }
 bool Context::profiling_enabled() const { return impl_->profiling; }
 void Context::finish() const { rt::check_cl(clFinish(impl_->queue), "clFinish"); }
 
+std::uint32_t Context::device_faults(bool clear) const {
+  cl_int bits = 0;
+  rt::check_cl(clEnqueueReadBuffer(impl_->queue, impl_->faults, CL_TRUE, 0, sizeof bits, &bits, 0, nullptr, nullptr),
+               "clEnqueueReadBuffer", "reading the device fault word");
+  if (clear && bits) {
+    const cl_int zero = 0;
+    rt::check_cl(clEnqueueWriteBuffer(impl_->queue, impl_->faults, CL_TRUE, 0, sizeof zero, &zero, 0, nullptr, nullptr),
+                 "clEnqueueWriteBuffer", "clearing the device fault word");
+  }
+  return std::uint32_t(bits);
+}
+
 namespace {
 std::atomic<unsigned long long> g_allocations{0};
 }
 namespace rt {
-cl_mem create_buffer(cl_context ctx, cl_mem_flags flags, std::size_t bytes, cl_int* err) {
+cl_mem create_buffer(cl_context ctx, cl_mem_flags flags, std::size_t bytes, cl_int* err, void* host) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return clCreateBuffer(ctx, flags, bytes ? bytes : 1, nullptr, err);
+  return clCreateBuffer(ctx, flags, bytes ? bytes : 1, host, err);
 }
 }  // namespace rt
 unsigned long long device_allocation_count() noexcept { return g_allocations.load(std::memory_order_relaxed); }

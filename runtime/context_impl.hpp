@@ -23,13 +23,20 @@ class ContextImpl {
   bool profiling = false;
   DeviceProfile profile;
   rt::ProgramCache programs;
+  // One int32 of DeviceFault bits that bounds-checking kernels OR into (atomically, from
+  // any queue) when they skip an index outside its pool; zero at creation.
+  cl_mem faults = nullptr;
+
+ private:
+  void release();  // drops every handle (destructor, failed constructor)
 };
 
 }  // namespace clattn::detail
 
 namespace clattn::rt {
-// clCreateBuffer that counts into device_allocation_count() (every library allocation).
-cl_mem create_buffer(cl_context ctx, cl_mem_flags flags, std::size_t bytes, cl_int* err);
+// clCreateBuffer that counts into device_allocation_count() (every library allocation);
+// `host` for CL_MEM_COPY_HOST_PTR / USE_HOST_PTR.
+cl_mem create_buffer(cl_context ctx, cl_mem_flags flags, std::size_t bytes, cl_int* err, void* host = nullptr);
 // Shorthand used by ops: the impl of a public Context.
 inline detail::ContextImpl& impl(const Context& c) { return *c.impl(); }
 }  // namespace clattn::rt

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/ops/merge_state.hpp"
 #include "backends/ops/op_util.hpp"
@@ -22,13 +23,39 @@ struct DecodePlanState : ops::PlanTable {
   rt::Kernel* merge_k = nullptr;
   size_t wg = 0, merge_wg = 0;
   int work_off = 0, merge_off = 0;
-  bool fuse = false;    // the decode kernel merges (FUSE_MERGE); counters follow the merge entries
+  bool fuse = false;    // the decode kernel merges (FUSE_MERGE); its counters live in the workspace
   bool prefetch = false;  // PREFETCH build (kept for to_vector)
-  int counter_off = 0;
+  int counter_off = 0;    // FUSE_MERGE: first counter (int32 index into the workspace)
+  int64_t counter_bytes = 0;
   int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
   int64_t lse_off_floats = 0;
 
+  // The run's view of the plan, fixed when the plan is made: DecodePlan's public fields
+  // are informational (a caller may edit its copy), so the run reads only these.
+  int B = 0, Hq = 0, Hkv = 0, D = 0;
+  DType q_dtype = DType::BF16, o_dtype = DType::BF16;
+  PagedKV cache;
+  bool page_table = false;
+  int num_work = 0, num_merges = 0, num_partials = 0;
+  // Buffer sizes in bytes (checked arithmetic; 0 = not needed).
+  int64_t q_bytes = 0, o_bytes = 0, lse_bytes = 0, sinks_bytes = 0, kv_bytes = 0, page_id_bytes = 0;
+  int64_t workspace_bytes = 0;
+
+  void freeze(const DecodePlan& p) {
+    namespace ck = rt::checked;
+    B = p.batch_size, Hq = p.num_qo_heads, Hkv = p.num_kv_heads, D = p.head_dim;
+    q_dtype = p.q_dtype, o_dtype = p.o_dtype, cache = p.cache, page_table = p.page_table;
+    num_work = p.num_work, num_merges = p.num_merges, num_partials = p.num_partials;
+    const int64_t rows = ck::mul(B, Hq, "decode q/o rows (batch_size x num_qo_heads)");
+    q_bytes = ck::product({rows, D, int64_t(dtype_size(q_dtype))}, "q bytes");
+    o_bytes = ck::product({rows, D, int64_t(dtype_size(o_dtype))}, "o bytes");
+    lse_bytes = ck::mul(rows, 4, "lse bytes");
+    sinks_bytes = ck::mul(Hq, 4, "sinks bytes");
+    kv_bytes = cache.required_bytes();
+    page_id_bytes = ck::mul(p.page_ids_needed, 4, "page_ids bytes");
+    workspace_bytes = p.workspace_bytes;
+  }
 };
 
 }  // namespace detail
@@ -41,7 +68,7 @@ using ops::log2_int;
 using ops::pow2_ceil;
 
 constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
-constexpr int64_t kPlanVersion = 2;
+constexpr int64_t kPlanVersion = 3;  // 3: merge counters moved to the workspace
 
 // Parts one request may be split into: the merge pass keeps their weights in local memory
 // (MERGE_MAXP in merge_state.cl).
@@ -131,7 +158,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   const int vec = int(lb / es);
   const int nchunk = c.head_dim / vec;
 
-  const int gb = std::min(pow2_ceil(group), gcap);
+  const int gb = std::min(pow2_ceil(std::min(group, 16)), gcap);
   const int tpt_max = std::min({pow2_ceil(nchunk), 32, t.wg});
   int tpt = pow2_ceil((int64_t(gb) * c.head_dim + qregs - 1) / qregs);
   auto over_tpt = over.find("TPT");
@@ -350,6 +377,12 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   auto& c = rt::impl(ctx);
   const int B = int(r.end.size());
   const int group = opt.num_qo_heads / cache.num_kv_heads;
+  // Keys need pages: an empty cache would leave the kernel's masked loads nothing to read.
+  if (cache.num_pages == 0)
+    for (int i = 0; i < B; ++i)
+      if (r.end[size_t(i)] > r.begin[size_t(i)])
+        rt::invalid("cache.num_pages = 0 but request " + std::to_string(i) + " has " +
+                    std::to_string(r.end[size_t(i)] - r.begin[size_t(i)]) + " keys");
   SplitParams sp;
   KTile tile = choose_tile(c.profile, cache, group, opt.params, &sp);
 
@@ -370,7 +403,11 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   // one wave (each work-group's latency is the time), not for big unsplit batches, which
   // need the occupancy (H100: B=64 S=4096 0.40 -> 0.54 ms with it, B=8 S=16384 0.23 -> 0.21).
   if (sk.merges.empty()) tile.prefetch = 0;
-  planner::WorkspaceLayout ws = planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim);
+  // Fused merge: one counter per (merge entry, KV head x head block), in the workspace.
+  const int64_t counters =
+      tile.fuse_merge ? int64_t(sk.merges.size()) * int64_t(cache.num_kv_heads) * int64_t(tile.n_hblk) : 0;
+  planner::WorkspaceLayout ws =
+      planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim, counters);
 
   auto st = std::make_shared<DecodePlanState>();
   DecodePlan plan;
@@ -401,10 +438,9 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   st->merge_off = 8 * plan.num_work;
   st->fuse = tile.fuse_merge != 0;
   st->prefetch = tile.prefetch != 0;
-  st->counter_off = st->merge_off + 4 * plan.num_merges;
-  // Fused merge: one zeroed counter per (merge entry, KV head x head block).
-  const size_t counters = st->fuse ? size_t(plan.num_merges) * size_t(plan.num_kv_heads) * size_t(tile.n_hblk) : 0;
-  st->host.assign(size_t(st->counter_off) + counters, 0);
+  st->counter_off = rt::checked::to_i32(ws.counter_offset_bytes / 4, "decode workspace (merge counters' offset)");
+  st->counter_bytes = ws.counter_bytes;
+  st->host.assign(size_t(st->merge_off) + size_t(4) * size_t(plan.num_merges), 0);
   std::vector<int32_t> merge_of(size_t(B), -1);
   for (int m = 0; m < plan.num_merges; ++m) merge_of[size_t(sk.merges[size_t(m)].req)] = m;
   for (int w = 0; w < plan.num_work; ++w) {
@@ -421,6 +457,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   }
 
   build_kernels(c, tile, cache, *st, plan);
+  st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "decode plan table", opt.plan_buffer);
   rt::log().debug(
       "decode plan: B={} Hq={} Hkv={} D={} P={} kv={} variant={} WG={} TPT={} GMAX={} x{} UNROLL={} LOAD={} "
@@ -455,33 +492,31 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
   if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
     rt::invalid("decode_run: k_scale/v_scale must be finite and > 0 (got " + std::to_string(b.k_scale) + ", " +
                 std::to_string(b.v_scale) + ")");
-  const int B = plan.batch_size, Hq = plan.num_qo_heads, D = plan.head_dim;
+  const int B = st->B, Hq = st->Hq, D = st->D;
   cl_command_queue q = ops::queue_of(ctx, e);
-  const size_t rows = size_t(B) * size_t(Hq);
   if (B > 0) {
-    ops::require_buffer(b.q, rows * D * dtype_size(plan.q_dtype), "q",
-                        ops::shape_str({B, Hq, D}) + " " + dtype_name(plan.q_dtype));
-    ops::require_buffer(b.o, rows * D * dtype_size(plan.o_dtype), "o",
-                        ops::shape_str({B, Hq, D}) + " " + dtype_name(plan.o_dtype));
-    if (b.lse) ops::require_buffer(b.lse, rows * 4, "lse", ops::shape_str({B, Hq}) + " f32");
+    ops::require_buffer(b.q, size_t(st->q_bytes), "q", ops::shape_str({B, Hq, D}) + " " + dtype_name(st->q_dtype));
+    ops::require_buffer(b.o, size_t(st->o_bytes), "o", ops::shape_str({B, Hq, D}) + " " + dtype_name(st->o_dtype));
+    if (b.lse) ops::require_buffer(b.lse, size_t(st->lse_bytes), "lse", ops::shape_str({B, Hq}) + " f32");
     const std::string cshape = "paged cache " +
-                               ops::shape_str({plan.cache.num_pages, plan.cache.page_size, plan.num_kv_heads, D}) +
-                               " " + dtype_name(plan.cache.dtype);
-    if (plan.cache.num_pages > 0) {
-      ops::require_buffer(b.k_cache, size_t(plan.cache.required_bytes()), "k_cache", cshape);
-      ops::require_buffer(b.v_cache, size_t(plan.cache.required_bytes()), "v_cache", cshape);
+                               ops::shape_str({st->cache.num_pages, st->cache.page_size, st->Hkv, D}) + " " +
+                               dtype_name(st->cache.dtype);
+    if (st->cache.num_pages > 0) {
+      ops::require_buffer(b.k_cache, size_t(st->kv_bytes), "k_cache", cshape);
+      ops::require_buffer(b.v_cache, size_t(st->kv_bytes), "v_cache", cshape);
     }
-    if (plan.page_ids_needed > 0)
-      ops::require_buffer(b.page_ids, size_t(plan.page_ids_needed) * 4, "page_ids",
-                          std::string(plan.page_table ? "page_table " : "kv_indices ") +
-                              ops::shape_str({plan.page_ids_needed}) + " i32");
-    if (plan.workspace_bytes > 0)
-      ops::require_buffer(b.workspace, size_t(plan.workspace_bytes), "workspace",
-                          std::to_string(plan.num_partials) + " partial states of " + ops::shape_str({Hq, D}) + " f32");
-    if (b.sinks) ops::require_buffer(b.sinks, size_t(Hq) * 4, "sinks", ops::shape_str({Hq}) + " f32");
+    if (st->page_id_bytes > 0)
+      ops::require_buffer(b.page_ids, size_t(st->page_id_bytes), "page_ids",
+                          std::string(st->page_table ? "page_table " : "kv_indices ") +
+                              ops::shape_str({st->page_id_bytes / 4}) + " i32");
+    if (st->workspace_bytes > 0)
+      ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
+                          std::to_string(st->num_partials) + " partial states of " + ops::shape_str({Hq, D}) +
+                              " f32 and merge counters");
+    if (b.sinks) ops::require_buffer(b.sinks, size_t(st->sinks_bytes), "sinks", ops::shape_str({Hq}) + " f32");
   }
   ops::WaitList wl(e, st->upload);
-  if (plan.num_work == 0) {
+  if (st->num_work == 0) {
     ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
@@ -490,29 +525,45 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
   cl_mem k_cache = b.k_cache ? b.k_cache : dummy, v_cache = b.v_cache ? b.v_cache : dummy;
   cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
   cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
-  cl_mem ws = plan.workspace_bytes > 0 ? b.workspace : dummy;
-  const bool merge = plan.num_merges > 0;
-  // A fused merge mutates the plan's counters: a plan runs one batch at a time (in order).
-  size_t gws[2] = {size_t(plan.num_work) * st->wg, size_t(plan.num_kv_heads) * size_t(st->n_hblk)};
+  cl_mem ws = st->workspace_bytes > 0 ? b.workspace : dummy;
+  const bool merge = st->num_merges > 0;
+  auto& c = rt::impl(ctx);
+  // The fused merge's counters are per-run state: zeroed in the caller's workspace first,
+  // so a plan is never written and may run on several queues at once.
+  cl_event zeroed = nullptr;
+  if (st->counter_bytes > 0) {
+    const cl_int zero = 0;
+    rt::check_cl(clEnqueueFillBuffer(q, ws, &zero, sizeof zero, size_t(st->counter_off) * 4,
+                                     size_t(st->counter_bytes), wl.size(), wl.data(), &zeroed),
+                 "clEnqueueFillBuffer", "zeroing the decode workspace's merge counters");
+  }
+  size_t gws[2] = {size_t(st->num_work) * st->wg, size_t(st->Hkv) * size_t(st->n_hblk)};
   size_t lws[2] = {st->wg, 1};
   cl_event ev1 = nullptr;
-  st->decode_k->launch(q, 2, gws, lws, wl.size(), wl.data(), ((merge && !st->fuse) || e.event) ? &ev1 : nullptr, b.q,
-                       cl_int(plan.q_dtype), k_cache, v_cache, page_ids, st->table, cl_int(st->work_off), b.o,
-                       cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), sinks,
-                       cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(st->group), cl_int(st->n_hblk),
-                       cl_long(plan.cache.page_stride()), cl_long(plan.cache.token_stride()),
-                       cl_long(plan.cache.head_stride()), cl_int(st->log2_page), cl_float(st->q_scale * b.k_scale),
-                       cl_float(st->cap_log2), cl_float(st->inv_cap), cl_float(b.v_scale), st->table,
-                       cl_int(st->merge_off), cl_int(st->counter_off));
+  try {
+    st->decode_k->launch(q, 2, gws, lws, zeroed ? 1 : wl.size(), zeroed ? &zeroed : wl.data(),
+                         ((merge && !st->fuse) || e.event) ? &ev1 : nullptr, b.q, cl_int(st->q_dtype), k_cache,
+                         v_cache, page_ids, st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse,
+                         cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), sinks, cl_int(b.sinks != nullptr),
+                         cl_int(Hq), cl_int(st->group), cl_int(st->n_hblk), cl_long(st->cache.page_stride()),
+                         cl_long(st->cache.token_stride()), cl_long(st->cache.head_stride()), cl_int(st->log2_page),
+                         cl_int(st->cache.num_pages), cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2),
+                         cl_float(st->inv_cap), cl_float(b.v_scale), ws, cl_int(st->merge_off),
+                         cl_int(st->counter_off), c.faults);
+  } catch (...) {
+    if (zeroed) clReleaseEvent(zeroed);
+    throw;
+  }
+  if (zeroed) clReleaseEvent(zeroed);
   if (!merge || st->fuse) {
     if (e.event) *e.event = ev1;
     return;
   }
-  const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, plan.num_merges, Hq, D);
-  size_t mg[2] = {size_t(plan.num_merges) * size_t(cb) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
+  const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, st->num_merges, Hq, D);
+  size_t mg[2] = {size_t(st->num_merges) * size_t(cb) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
   try {
     st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
-                        cl_ulong(st->lse_off_floats), b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), sinks,
+                        cl_ulong(st->lse_off_floats), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), sinks,
                         cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(D), cl_int(cb));
   } catch (...) {
     clReleaseEvent(ev1);
@@ -542,10 +593,79 @@ std::vector<int64_t> DecodePlan::to_vector() const {
   return v;
 }
 
+namespace {
+
+// A plan vector comes from outside the library: every field the kernels index with is
+// checked against the others, so a forged or corrupted vector is rejected, never run.
+[[noreturn]] void bad_vector(const std::string& why) { rt::invalid("DecodePlan::from_vector: " + why); }
+
+int vec_int(int64_t x, const char* name) {
+  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+    bad_vector(std::string(name) + " = " + std::to_string(x) + " does not fit int");
+  return int(x);
+}
+
+void check_vector_tile(const DecodePlan& p, const KTile& t, const DecodePlanState& st) {
+  auto need = [](bool ok, const std::string& why) {
+    if (!ok) bad_vector(why);
+  };
+  need(supported_head_dim(p.head_dim), "head_dim = " + std::to_string(p.head_dim) + " unsupported");
+  need(is_pow2(p.page_size) && p.page_size <= 256, "page_size = " + std::to_string(p.page_size) + " unsupported");
+  need(p.batch_size >= 0 && p.num_kv_heads >= 1 && p.num_qo_heads >= 1 && p.num_qo_heads % p.num_kv_heads == 0,
+       "batch_size / num_qo_heads / num_kv_heads inconsistent");
+  need(ops::is_float_io(p.q_dtype) && ops::is_float_io(p.o_dtype), "q/o dtype codes unsupported");
+  need(int(p.cache.layout) == 0 || int(p.cache.layout) == 1, "cache layout code unsupported");
+  need(st.group == p.num_qo_heads / p.num_kv_heads, "group != num_qo_heads / num_kv_heads");
+  need(st.log2_page == log2_int(p.page_size), "log2_page does not match page_size");
+  need(is_pow2(t.wg) && t.wg <= 1024 && is_pow2(t.tpt) && t.tpt <= 32 && t.tpt <= t.wg, "tile WG/TPT out of range");
+  need(t.gmax >= 1 && t.gmax <= 16 && t.unroll >= 1 && t.unroll <= 16, "tile GMAX/UNROLL out of range");
+  need(t.load_bytes == 4 || t.load_bytes == 8 || t.load_bytes == 16, "tile LOAD_BYTES out of range");
+  const int64_t es = int64_t(dtype_size(p.cache.dtype));
+  need((p.cache.page_stride() * es) % t.load_bytes == 0 && (p.cache.token_stride() * es) % t.load_bytes == 0 &&
+           (p.cache.head_stride() * es) % t.load_bytes == 0 && (int64_t(p.head_dim) * es) % t.load_bytes == 0,
+       "LOAD_BYTES does not divide the cache strides");
+  need(t.n_hblk == (st.group + t.gmax - 1) / t.gmax, "head blocks != ceil(group / GMAX)");
+  need(p.num_work >= 0 && p.num_partials >= 0 && p.num_merges >= 0 && p.num_merges <= p.num_partials,
+       "work / partial / merge counts out of range");
+  need(p.page_ids_needed >= 0, "page_ids_needed < 0");
+}
+
+// Work items and merge entries: every index the kernels follow stays inside q/o, the
+// page-id list, the partial states and the merge entries.
+void check_vector_table(const DecodePlan& p, const DecodePlanState& st) {
+  const std::vector<int32_t>& h = st.host;
+  if (st.work_off != 0 || int64_t(st.merge_off) != 8 * int64_t(p.num_work) ||
+      int64_t(h.size()) != 8 * int64_t(p.num_work) + 4 * int64_t(p.num_merges))
+    bad_vector("table layout does not match num_work / num_merges");
+  const int shift = st.log2_page;
+  for (int w = 0; w < p.num_work; ++w) {
+    const int32_t* e = &h[size_t(8) * w];
+    const std::string at = "work item " + std::to_string(w);
+    if (e[0] < 0 || e[0] >= p.batch_size) bad_vector(at + ": request outside the batch");
+    if (e[1] < 0 || e[2] < e[1]) bad_vector(at + ": bad key range");
+    if (e[3] < -1 || e[3] >= p.num_partials) bad_vector(at + ": partial state outside the workspace");
+    if (e[4] < 0 || e[5] < 0 || e[5] >= p.page_size) bad_vector(at + ": bad page base / token offset");
+    if (e[2] > e[1]) {
+      if (p.cache.num_pages < 1) bad_vector(at + ": keys in a cache of 0 pages");
+      const int64_t last = int64_t(e[4]) + ((int64_t(e[5]) + e[2] - 1) >> shift);
+      if (last >= p.page_ids_needed) bad_vector(at + ": keys past the page-id list");
+    }
+    if (e[3] >= 0 && st.fuse && (e[6] < 0 || e[6] >= p.num_merges)) bad_vector(at + ": merge entry out of range");
+  }
+  for (int m = 0; m < p.num_merges; ++m) {
+    const int32_t* e = &h[size_t(st.merge_off) + size_t(4) * m];
+    if (e[0] < 0 || e[0] >= p.batch_size || e[1] < 0 || e[2] < 1 || e[2] > kMaxMergeParts ||
+        int64_t(e[1]) + e[2] > p.num_partials)
+      bad_vector("merge entry " + std::to_string(m) + " out of range");
+  }
+}
+
+}  // namespace
+
 DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue) {
   constexpr size_t kHeader = 42;
   if (v.size() < kHeader || v[0] != kPlanMagic || v[1] != kPlanVersion)
-    rt::invalid("DecodePlan::from_vector: not a decode plan vector (magic/version mismatch)");
+    bad_vector("not a decode plan vector (magic/version mismatch)");
   auto fval = [](int64_t x) {
     uint32_t u = uint32_t(x);
     float f;
@@ -553,39 +673,55 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
     return f;
   };
   size_t i = 2;
+  auto next_int = [&](const char* name) { return vec_int(v[i++], name); };
   DecodePlan p;
-  p.batch_size = int(v[i++]), p.num_qo_heads = int(v[i++]), p.num_kv_heads = int(v[i++]), p.head_dim = int(v[i++]);
-  p.page_size = int(v[i++]), p.page_table = v[i++] != 0, p.page_ids_needed = v[i++];
-  p.q_dtype = DType(v[i++]), p.o_dtype = DType(v[i++]);
-  p.cache.num_pages = int(v[i++]), p.cache.layout = KVLayout(v[i++]), p.cache.dtype = DType(v[i++]);
+  p.batch_size = next_int("batch_size"), p.num_qo_heads = next_int("num_qo_heads");
+  p.num_kv_heads = next_int("num_kv_heads"), p.head_dim = next_int("head_dim");
+  p.page_size = next_int("page_size"), p.page_table = v[i++] != 0, p.page_ids_needed = v[i++];
+  p.q_dtype = DType(next_int("q_dtype")), p.o_dtype = DType(next_int("o_dtype"));
+  p.cache.num_pages = next_int("num_pages"), p.cache.layout = KVLayout(next_int("layout"));
+  p.cache.dtype = DType(next_int("kv dtype"));
   p.cache.stride_page = v[i++], p.cache.stride_token = v[i++], p.cache.stride_head = v[i++];
   p.cache.page_size = p.page_size, p.cache.num_kv_heads = p.num_kv_heads, p.cache.head_dim = p.head_dim;
-  p.num_work = int(v[i++]), p.num_partials = int(v[i++]), p.num_merges = int(v[i++]), p.chunk_tokens = int(v[i++]);
+  p.num_work = next_int("num_work"), p.num_partials = next_int("num_partials");
+  p.num_merges = next_int("num_merges"), p.chunk_tokens = next_int("chunk_tokens");
   p.workspace_bytes = v[i++];
   KTile t;
-  t.wg = int(v[i++]), t.tpt = int(v[i++]), t.gmax = int(v[i++]), t.unroll = int(v[i++]), t.load_bytes = int(v[i++]);
-  t.early_v = int(v[i++]), t.n_hblk = int(v[i++]);
+  t.wg = next_int("WG"), t.tpt = next_int("TPT"), t.gmax = next_int("GMAX"), t.unroll = next_int("UNROLL");
+  t.load_bytes = next_int("LOAD_BYTES");
+  t.early_v = v[i++] != 0, t.n_hblk = next_int("head blocks");
   t.ptx_shfl = v[i++] != 0;
-  t.fuse_merge = int(v[i++]);
-  t.prefetch = int(v[i++]);
+  t.fuse_merge = v[i++] != 0;
+  t.prefetch = v[i++] != 0;
   auto st = std::make_shared<DecodePlanState>();
   st->fuse = t.fuse_merge != 0;
   st->prefetch = t.prefetch != 0;
-  st->group = int(v[i++]), st->log2_page = int(v[i++]);
+  st->group = next_int("group"), st->log2_page = next_int("log2_page");
   st->q_scale = fval(v[i++]), st->cap_log2 = fval(v[i++]), st->inv_cap = fval(v[i++]);
-  st->lse_off_floats = v[i++], st->work_off = int(v[i++]), st->merge_off = int(v[i++]);
-  st->counter_off = int(v[i++]);
+  const int64_t lse_off = v[i++];
+  st->work_off = next_int("work_off"), st->merge_off = next_int("merge_off");
+  const int64_t counter_off = v[i++];
   const int64_t n = v[i++];
-  if (i != kHeader || n < 0 || v.size() != kHeader + size_t(n))
-    rt::invalid("DecodePlan::from_vector: table length does not match the vector");
+  if (i != kHeader || n < 0 || v.size() - kHeader != uint64_t(n)) bad_vector("table length does not match the vector");
   ops::check_paged_kv(p.cache, "plan cache");
+  check_vector_tile(p, t, *st);
+  // The workspace layout is recomputed, not trusted.
+  const int64_t counters = st->fuse ? int64_t(p.num_merges) * p.num_kv_heads * t.n_hblk : 0;
+  planner::WorkspaceLayout ws = planner::workspace_layout(p.num_partials, p.num_qo_heads, p.head_dim, counters);
+  if (ws.bytes != p.workspace_bytes || ws.lse_offset_bytes / 4 != lse_off || ws.counter_offset_bytes / 4 != counter_off)
+    bad_vector("workspace layout does not match the plan's shape");
+  st->lse_off_floats = lse_off;
+  st->counter_off = rt::checked::to_i32(counter_off, "decode workspace (merge counters' offset)");
+  st->counter_bytes = ws.counter_bytes;
   st->host.reserve(size_t(n));
   for (int64_t k = 0; k < n; ++k) st->host.push_back(int32_t(v[kHeader + size_t(k)]));
+  check_vector_table(p, *st);
   st->gmax = t.gmax, st->n_hblk = t.n_hblk, st->wg = size_t(t.wg);
   auto& c = rt::impl(ctx);
   // Speed only (the merge's order is fixed): the device's current entry, not serialised.
   t.merge_batch = std::clamp(params::lookup(c.profile, "decode", kv_key(p.cache.dtype)).get_or("MERGE_BATCH", 8), 1, 32);
   build_kernels(c, t, p.cache, *st, p);
+  st->freeze(p);
   p.table_bytes = st->upload_host(c, queue, "decode plan table");
   p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.early_v, t.n_hblk};
   p.state_ = st;

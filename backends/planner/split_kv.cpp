@@ -1,5 +1,7 @@
 #include "backends/planner/split_kv.hpp"
 
+#include "runtime/checked.hpp"
+
 #include <algorithm>
 
 namespace clattn::planner {
@@ -71,12 +73,19 @@ SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, c
   return p;
 }
 
-WorkspaceLayout workspace_layout(int num_partials, int num_qo_heads, int head_dim) {
+WorkspaceLayout workspace_layout(int num_partials, int num_qo_heads, int head_dim, int64_t counters) {
+  namespace ck = rt::checked;
   WorkspaceLayout w;
   if (num_partials <= 0) return w;
-  const int64_t rows = int64_t(num_partials) * num_qo_heads;
-  w.lse_offset_bytes = round_up(rows * head_dim * 4, 256);
-  w.bytes = w.lse_offset_bytes + rows * 4;
+  const char* what = "split-K workspace (partials x num_qo_heads x head_dim f32)";
+  const int64_t rows = ck::mul(num_partials, num_qo_heads, what);
+  w.lse_offset_bytes = round_up(ck::product({rows, head_dim, 4}, what), 256);
+  w.bytes = ck::add(w.lse_offset_bytes, ck::mul(rows, 4, what), what);
+  if (counters > 0) {
+    w.counter_offset_bytes = round_up(w.bytes, 256);
+    w.counter_bytes = ck::mul(counters, 4, what);
+    w.bytes = ck::add(w.counter_offset_bytes, w.counter_bytes, what);
+  }
   return w;
 }
 

@@ -1,5 +1,6 @@
 // Devices, contexts and device buffers: the runtime as engines see it.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,14 @@
 namespace clattn {
 
 namespace detail { class ContextImpl; }
+
+// Bits of Context::device_faults (match CLATTN_FAULT_* in cl_kernels/common.clh and the C ABI).
+enum DeviceFault : std::uint32_t {
+  FaultPageId = 1,      // a KV page id outside [0, num_pages): that key was masked
+  FaultSlot = 2,        // an append slot outside the cache: that token was not written
+  FaultStateIndex = 4,  // a linear-attention state index outside the pool: zero state, not written back
+  FaultTokenRange = 8,  // a token range outside its tensors (device-side lengths): clamped
+};
 
 // What clattn knows about one OpenCL device (the device profile, minus tuned parameters).
 struct DeviceProfile {
@@ -67,6 +76,13 @@ class CLATTN_API Context {
   bool profiling_enabled() const;
 
   void finish() const;               // blocking: waits for the default queue
+
+  // Device fault bits (DeviceFault) that kernels recorded since the context was made or
+  // last cleared: indices met on the device that lie outside their pool (page ids from
+  // device-built or unvalidated metadata, append slots, state indices) were skipped, not
+  // followed. Blocking read on the default queue; finish the queues you enqueued on first.
+  // `clear` resets the word to 0 (bits set by kernels still running may be lost).
+  std::uint32_t device_faults(bool clear = true) const;
 
   std::shared_ptr<detail::ContextImpl> impl() const { return impl_; }
 
