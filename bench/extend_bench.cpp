@@ -138,8 +138,10 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   opt.variant = variant;
   opt.params = params;
   ExtendPlan plan = extend_plan(ctx, csr, cache, opt);
+  DeviceBuffer ws(ctx, size_t(std::max<int64_t>(16, plan.workspace_bytes)));
   ExtendBuffers eb;
   eb.q = q.get(), eb.k = kc.get(), eb.v = vc.get(), eb.page_ids = ids.get(), eb.o = o.get(), eb.lse = lse.get();
+  eb.workspace = ws.get();
   if (verbose_build)
     h.print_build_log(plan.variant != "generic" ? "extend_mma_nv.cl" : "extend.cl", plan.kernel_options);
   double ms = h.time_ms([&] { extend_run(ctx, plan, eb); });

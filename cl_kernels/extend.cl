@@ -13,6 +13,9 @@
 //   paged:  key k (list coordinates) -> physical token k + tok_off of the request's list,
 //           page page_ids[base + (k + tok_off) / page_size]
 //   ragged: key k -> K/V row base + k
+// A page id outside [0, num_pages) is never followed: its key is masked and
+// CLATTN_FAULT_PAGE_ID is set in *faults. `tmaps` is extend_mma's TMA map argument (unused
+// here: one argument list for every extend kernel).
 #include "common.clh"
 
 #ifndef HEAD_DIM
@@ -80,7 +83,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
     __global float* lse, int has_lse, __global const float* sinks, int has_sinks,
     __global const uchar* mask, int has_mask, int Hq, int G, int paged, int page_size,
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
-    float inv_cap, float v_scale, int causal, int window_left) {
+    float inv_cap, float v_scale, int causal, int window_left, int num_pages, __global volatile int* faults,
+    __global const uint* tmaps) {
   __local float q_s[ROWS * HEAD_DIM];
   __local float kv_s[KEYS * KSTR];
   __local float p_s[ROWS * KEYS];
@@ -113,6 +117,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
   const int kv_begin = window_left >= 0 ? max(0, kv_len - qo_len + row0 / G - window_left) : 0;
 
   float m = CLATTN_NEG_INF, l = 0.0f;
+  bool bad = false;  // a page id outside [0, num_pages) was met
   float acc[DPL];
   for (int j = 0; j < DPL; ++j) acc[j] = 0.0f;
 
@@ -120,15 +125,18 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous step is done with kv_s, p_s, rowoff
     for (int kr = lid; kr < KEYS; kr += WG) {
       const int key = k0 + kr;
-      long ro = -1;
+      long ro = -1;  // -1: no row (past kv_end, or a page id outside the pool: masked)
       if (key < kv_end) {
         if (paged) {
           const int t = key + tok_off;
-          ro = (long)page_ids[base + t / page_size] * stride_page + (long)(t % page_size) * stride_token;
+          const int id = page_ids[base + t / page_size];
+          if (IN_POOL(id, num_pages))
+            ro = (long)id * stride_page + (long)(t % page_size) * stride_token + (long)kvh * stride_head;
+          else
+            bad = true;
         } else {
-          ro = (long)(base + key) * stride_token;
+          ro = (long)(base + key) * stride_token + (long)kvh * stride_head;
         }
-        ro += (long)kvh * stride_head;
       }
       rowoff[kr] = ro;
     }
@@ -142,7 +150,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
       float dot = 0.0f;
       for (int d = 0; d < HEAD_DIM; ++d) dot = fma(q_s[r * HEAD_DIM + d], kv_s[c * KSTR + d], dot);
       if (cap_log2 > 0.0f) dot = cap_log2 * tanh(dot * inv_cap);
-      bool vis = row_ok && key < kv_end;
+      bool vis = row_ok && key < kv_end && rowoff[c] >= 0;
       if (causal) vis = vis && key <= qpos;
       if (window_left >= 0) vis = vis && key >= qpos - window_left;
       if (has_mask && vis) {
@@ -171,6 +179,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
     l = l * alpha + sum;
   }
 
+  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
   if (!row_ok) return;
   const int h = kvh * G + prow % G;
   if (has_sinks) {

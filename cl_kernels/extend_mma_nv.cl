@@ -101,8 +101,9 @@
 // are multiples of 16), completion is counted on a "full" mbarrier per stage, and the copies
 // land in the 128-byte-swizzled layout wgmma reads (wg_desc_sw128). TK_ST K and TV_ST V
 // stages (the mbarriers need room beside them in 48 KB); no work-group barrier per tile (see
-// the pipeline below). The tensor maps come from tma_maps_nv.cl (run before, same table): the
-// first TABLE_HDR ints of the work table. Rows past kv_len (unwritten slots of the last page)
+// the pipeline below). The tensor maps come from tma_maps_nv.cl (run before): 256 bytes of the
+// caller's workspace (`tmaps`; per-run state, so the plan's table stays read-only). A box whose
+// page id lies outside the pool is out of the map's bounds: TMA reads it as zeros. Rows past kv_len (unwritten slots of the last page)
 // are zeroed in the V stage before P V reads them: P is 0 there, but 0 x NaN is not 0.
 #ifndef TMA
 #define TMA 0
@@ -110,7 +111,6 @@
 #if TMA && !WGMMA
 #error "extend_mma_nv.cl: TMA needs WGMMA"
 #endif
-#define TABLE_HDR (TMA ? 64 : 0)
 // PINGPONG 1 (TMA, more than one warpgroup): the warpgroups take turns to issue their wgmma.
 #ifndef PINGPONG
 #define PINGPONG 0
@@ -243,7 +243,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     __global float* lse, int has_lse, __global const float* sinks, int has_sinks,
     __global const uchar* mask, int has_mask, int Hq, int G, int paged, int page_size,
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
-    float inv_cap, float v_scale, int causal, int window_left) {
+    float inv_cap, float v_scale, int causal, int window_left, int num_pages, __global volatile int* faults,
+    __global const uint* tmaps) {
 #if TMA
 #define TSTAGE (KEYS * HEAD_DIM * 2)  // bytes of a K or V stage: HEAD_DIM / 64 swizzled [KEYS][128 B] slices
 // K and V stages (TK_ST + TV_ST <= 5 at KEYS = 32, D = 128): a K tile is issued TK_ST - 1
@@ -278,12 +279,13 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 
   const int tid = get_local_id(0);
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  bool bad = false;  // a page id outside [0, num_pages) was met: that key reads as zeros
   // Work-groups start in launch order (dimension 0 fastest); taking the KV head from the
   // fastest-varying part of that order puts every head's rows in each wave, instead of one
   // head's whole KV streamed by a full wave at once (H100: +12% at 1 x 4096, 32 heads).
   const int lin = get_group_id(1) * get_num_groups(0) + get_group_id(0);
   const int kvh = lin % get_num_groups(1), item = lin / get_num_groups(1);
-  __global const int* w = table + TABLE_HDR + 8 * item;
+  __global const int* w = table + 8 * item;
   const int qo_start = w[0], qo_len = w[1], kv_len = w[2], row0 = w[3], base = w[4], tok_off = w[5];
   const int mask_off = w[6];
   const int nrows = qo_len * G;
@@ -514,7 +516,9 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   if (tid < KEYS) {                                                                             \
     const int key_ = kv_begin + (T) * KEYS + tid;                                               \
     long ro_ = -1;                                                                              \
-    if (key_ < kv_end)                                                                          \
+    const bool in_ = !paged || IN_POOL(pf_page, num_pages);                                     \
+    bad |= key_ < kv_end && !in_;                                                               \
+    if (key_ < kv_end && in_)                                                                   \
       ro_ = (paged ? (long)pf_page * stride_page + (long)pf_slot * stride_token                 \
                    : (long)(base + key_) * stride_token) + (long)kvh * stride_head;             \
     roff[((T) & 1) * KEYS + tid] = ro_;                                                         \
@@ -680,7 +684,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
 #define WG_SYNC() asm volatile("bar.sync %0, 128;" ::"r"(8 + wg) : "memory")
 #define K_DESC(T, kk) wg_desc_sw128(KST(T) + ((kk) >> 2) * (KEYS * 128) + 32 * ((kk) & 3))
 #define V_DESC(T, kc, p) wg_desc_sw128(VST(T) + (p) * (KEYS * 128) + 2048 * (kc))
-  const ulong kmap = (ulong)(size_t)table, vmap = kmap + 128;
+  const ulong kmap = (ulong)(size_t)tmaps, vmap = kmap + 128;
   // Boxes past kv_len load the last box that holds keys (in bounds; V rows zeroed, K masked).
   const int klast = ((kv_len - 1 + tok_off) & ~15) - tok_off;
 #define BOX_KEY(T, b) min(kv_begin + TIX(T) * KEYS + 16 * (b), klast)
@@ -770,16 +774,19 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
     }                                                                                           \
     MBAR_INIT_FENCE();                                                                          \
   }                                                                                             \
-  if (use_pt) {                                                                                 \
+  if (paged && ntiles > 0) { /* every id checked once (TMA reads an outside one as zeros) */    \
     const int id0_ = page_ids[base + pt0];                                                      \
     int run_ = 1;                                                                               \
     for (int i_ = tid; i_ < pt_n; i_ += WGSZ) {                                                 \
       const int id_ = page_ids[base + pt0 + i_];                                                \
-      ptab[i_] = id_;                                                                           \
+      if (use_pt) ptab[i_] = id_;                                                               \
       run_ &= id_ == id0_ + i_;                                                                 \
+      bad |= !IN_POOL(id_, num_pages);                                                          \
     }                                                                                           \
-    run_ = warp_all(run_);                                                                      \
-    if (lane == 0) prun[warp] = run_;                                                           \
+    if (use_pt) {                                                                               \
+      run_ = warp_all(run_);                                                                    \
+      if (lane == 0) prun[warp] = run_;                                                         \
+    }                                                                                           \
   }                                                                                             \
   barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
   if (use_pt && pg_log2 >= 0) {                                                                 \
@@ -853,7 +860,9 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   _Pragma("unroll") for (int m_ = 0; m_ < KPT; ++m_) {                                          \
     const int key_ = KEY_TT(T, m_), tt_ = key_ + tok_off;                                       \
     DST[m_] = -1;                                                                               \
-    if (key_ < kv_end)                                                                          \
+    const bool in_ = !paged || IN_POOL(pf[m_], num_pages);                                      \
+    bad |= key_ < kv_end && !in_;                                                               \
+    if (key_ < kv_end && in_)                                                                   \
       DST[m_] = (paged ? (long)pf[m_] * stride_page + (long)SLOT_OF(tt_) * stride_token          \
                        : (long)(base + key_) * stride_token) + (long)kvh * stride_head + 8 * kc0; \
   }
@@ -1131,6 +1140,8 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(
   }
 
 #endif
+
+  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
 
   // Sinks, normalisation, stores. lsum[mt][0] (= [1]) and lsum[mt][2] are complete row sums.
 #pragma unroll

@@ -91,7 +91,7 @@ void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
               __global void* o, int o_dt, __global float* lse, int has_lse,
               __global float* ws, ulong lse_off, int H,
               long ckv_sp, long ckv_st, long kpe_sp, long kpe_st, long kpe_base,  // in 32-bit words
-              int log2_page, float q_scale, float v_scale) {
+              int log2_page, float q_scale, float v_scale, int num_pages, __global volatile int* faults) {
   __local VT lat[LANES * ROWC];
   __local float part[WG * (LANES + 1)];
   __local float sc[WG];
@@ -126,6 +126,7 @@ void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
     }
 
   const int pmask = (1 << log2_page) - 1;
+  bool bad = false;  // a page id outside [0, num_pages) was met: its key reads as zeros
   VT pf[PF];
 #define LOAD_TILE(T0)                                                                          \
   for (int i = 0; i < PF; ++i) {                                                               \
@@ -133,8 +134,10 @@ void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
     pf[i] = (VT)(0u);                                                                          \
     if (ch < TCH) {                                                                            \
       const int n = ch / ROWC, k = ch % ROWC, t = (T0) + n;                                    \
-      if (t < ke) {                                                                            \
-        const long pg = (long)page_ids[pbase + (t >> log2_page)];                              \
+      const int id = t < ke ? page_ids[pbase + (t >> log2_page)] : 0;                          \
+      bad |= t < ke && !IN_POOL(id, num_pages);                                                \
+      if (t < ke && IN_POOL(id, num_pages)) {                                                  \
+        const long pg = (long)id;                                                              \
         const long off = (long)(t & pmask);                                                    \
         if (k < CKC) pf[i] = *(__global const VT*)(ckv + pg * ckv_sp + off * ckv_st + k * VW); \
         else pf[i] = *(__global const VT*)(kpe + kpe_base + pg * kpe_sp + off * kpe_st + (k - CKC) * VW); \
@@ -208,6 +211,7 @@ void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
   barrier(CLK_LOCAL_MEM_FENCE);
   float l = 0.0f;
   for (int n = 0; n < LANES; ++n) l += sc[qv * LANES + n];
+  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
   if (!active) return;
   const float inv = l > 0.0f ? v_scale / l : 0.0f;
   const float lse_v = l > 0.0f ? (m + log2(l)) * LOG2E_INV : CLATTN_NEG_INF;

@@ -43,7 +43,8 @@
 // (KV_RAW), folded back into q and the output scale.
 //
 // FUSE_MERGE (decode split-K): a work-group that wrote a partial state counts it in the
-// plan's counter of (merge entry, head block); the one that completes the count merges
+// counter of (merge entry, head block), in the caller's workspace (zeroed by the run before
+// this launch: the plan stays read-only); the one that completes the count merges
 // every part of its 16 query vectors (in part order: deterministic) and writes o / lse.
 #include "common.clh"
 
@@ -138,7 +139,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
              __global void* o, int o_dt, __global float* lse, int has_lse,
              __global float* ws, ulong lse_off, int H,
              long ckv_sp, long ckv_st, long kpe_sp, long kpe_st, long kpe_base,  // in 32-bit words
-             int log2_page, float q_scale, float v_scale
+             int log2_page, float q_scale, float v_scale, int num_pages, __global volatile int* faults
 #if FUSE_MERGE
              , __global volatile int* counters, int merge_off, int pmap_off, int counter_off, int n_hblk
 #endif
@@ -193,11 +194,14 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const long cgo = (long)(VCH * warp + 2 * t) * CHW;
   const long kgo = kpe_base + (long)(2 * CHW * KPW * warp) + (long)(t * CHW / 2);
   const int pmask = (1 << log2_page) - 1;
+  bool bad = false;  // a page id outside [0, num_pages) was met: its key reads as zeros
 #define LOAD_TILE(KCR, KPR, T0)                                                                    \
   _Pragma("unroll") for (int j_ = 0; j_ < NT; ++j_) {                                              \
     const int tk_ = (T0) + g + 8 * j_;                                                             \
-    if (tk_ < ke) {                                                                                \
-      const long pg_ = (long)page_ids[pbase + (tk_ >> log2_page)], sl_ = (long)(tk_ & pmask);      \
+    const int id_ = tk_ < ke ? page_ids[pbase + (tk_ >> log2_page)] : 0;                           \
+    bad |= tk_ < ke && !IN_POOL(id_, num_pages);                                                   \
+    if (tk_ < ke && IN_POOL(id_, num_pages)) {                                                     \
+      const long pg_ = (long)id_, sl_ = (long)(tk_ & pmask);                                       \
       __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                          \
       __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                          \
       _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
@@ -295,6 +299,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     if (t0 + KEYS >= ke) break;
     TILE(kcb, kpb, kca, kpa, t0 + KEYS, 1)
   }
+  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
 
   // Normalisation and stores: lane (g, t) of warp w holds rows g, g+8, columns
   // OCOLS w + 8 n + 2t, +1.
@@ -341,9 +346,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const int first = mg[1], np = mg[2];
   if (tid == 0) {
     __global volatile int* cnt = counters + counter_off + mi * n_hblk + vbeg / 16;
-    const int last = atomic_inc(cnt) == np - 1;
-    if (last) atomic_xchg(cnt, 0);  // ready for the next run of the plan
-    fm_last = last;
+    fm_last = atomic_inc(cnt) == np - 1;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (!fm_last) return;

@@ -59,4 +59,11 @@ clattn_status clattn_self_check(clattn_context ctx) {
   return guard([&] { clattn::self_check(need(ctx, "ctx")->ctx); });
 }
 
+clattn_status clattn_context_device_faults(clattn_context ctx, uint32_t* out, int clear) {
+  return guard([&] {
+    need(out, "out");
+    *out = need(ctx, "ctx")->ctx.device_faults(clear != 0);
+  });
+}
+
 }  // extern "C"

@@ -110,6 +110,7 @@ clattn_status clattn_extend_plan_info_get(clattn_extend_plan plan, clattn_extend
     i.page_ids_needed = p.page_ids_needed;
     i.mask_bytes_needed = p.mask_bytes_needed;
     i.num_tiles = p.num_tiles;
+    i.workspace_bytes = p.workspace_bytes;
     clattn::capi::copy_str(i.variant, p.variant);
     *out = i;
   });
@@ -132,6 +133,7 @@ clattn_status clattn_extend_run(clattn_context ctx, clattn_extend_plan plan, con
     x.custom_mask = b->custom_mask;
     x.k_scale = b->k_scale;
     x.v_scale = b->v_scale;
+    x.workspace = b->workspace;
     clattn::extend_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, x, to_cpp(e));
   });
 }
@@ -159,6 +161,10 @@ clattn_status clattn_cascade_tmp_bytes(clattn_cascade_plan plan, int64_t* tmp_o_
   });
 }
 
+clattn_status clattn_cascade_workspace_bytes(clattn_cascade_plan plan, int64_t* out) {
+  return guard([&] { *need(out, "out") = need(plan, "plan")->plan.workspace_bytes; });
+}
+
 void clattn_cascade_plan_release(clattn_cascade_plan plan) { delete plan; }
 
 clattn_status clattn_cascade_run(clattn_context ctx, clattn_cascade_plan plan, const clattn_cascade_buffers* b,
@@ -179,6 +185,7 @@ clattn_status clattn_cascade_run(clattn_context ctx, clattn_cascade_plan plan, c
     x.sinks = b->sinks;
     x.k_scale = b->k_scale;
     x.v_scale = b->v_scale;
+    x.workspace = b->workspace;
     clattn::cascade_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, x, to_cpp(e));
   });
 }

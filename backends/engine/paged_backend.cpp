@@ -73,6 +73,7 @@ class PagedBackend final : public AttentionBackend {
         o.mask_indptr = sb.mask_indptr;
         s.extend = table_ ? extend_plan(ctx_, step_.table(), cache, o, q()) : extend_plan(ctx_, step_.csr(), cache, o, q());
         s.table.reserve(ctx_, size_t(s.extend.table_bytes), "extend plan table");
+        ws = std::max(ws, size_t(s.extend.workspace_bytes));
       }
     }
     step_.reserve_workspace(ctx_, ws);
@@ -106,7 +107,7 @@ class PagedBackend final : public AttentionBackend {
     } else {
       ExtendBuffers b;
       b.q = io.q, b.k = L.k, b.v = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse, b.sinks = spec.sinks;
-      b.custom_mask = sb.custom_mask;
+      b.custom_mask = sb.custom_mask, b.workspace = step_.workspace();
       b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
       extend_run(ctx_, s.extend, b, e);
     }

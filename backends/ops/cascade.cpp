@@ -33,8 +33,11 @@ CascadePlan cascade_plan(const Context& ctx, const PagedCsr& shared, const Paged
   p.shared = ops::extend_plan_prefix(ctx, shared, T, cache, so, queue);
   p.num_tokens = T;
   const int Hq = opt.num_qo_heads, D = cache.head_dim;
-  p.tmp_o_bytes = int64_t(T) * Hq * D * int64_t(dtype_size(opt.o_dtype));
-  p.tmp_lse_bytes = int64_t(T) * Hq * 4;
+  namespace ck = rt::checked;
+  p.tmp_o_bytes = ck::product({T, Hq, D, int64_t(dtype_size(opt.o_dtype))}, "cascade tmp_o bytes");
+  p.tmp_lse_bytes = ck::product({T, Hq, 4}, "cascade tmp_lse bytes");
+  // One workspace for both levels (TMA maps): the shared level runs after the unique one.
+  p.workspace_bytes = std::max(p.shared.workspace_bytes, p.unique.workspace_bytes);
   return p;
 }
 
@@ -45,7 +48,7 @@ void cascade_run(const Context& ctx, const CascadePlan& p, const CascadeBuffers&
   if (T == 0) {
     extend_run(ctx, p.unique,
                ExtendBuffers{b.q, b.k_cache, b.v_cache, b.unique_page_ids, b.o, b.lse, b.sinks, nullptr, b.k_scale,
-                             b.v_scale},
+                             b.v_scale, b.workspace},
                e);
     return;
   }
@@ -60,16 +63,20 @@ void cascade_run(const Context& ctx, const CascadePlan& p, const CascadeBuffers&
     ops::require_buffer(b.shared_page_ids, size_t(p.shared.page_ids_needed) * 4, "shared_page_ids",
                         ops::shape_str({p.shared.page_ids_needed}) + " i32");
   ops::require_buffer(b.o, size_t(p.tmp_o_bytes), "o", ops::shape_str({T, Hq, D}));
+  if (p.workspace_bytes > 0)
+    ops::require_buffer(b.workspace, size_t(p.workspace_bytes), "workspace", "TMA tensor maps (workspace_bytes)");
   cl_event ev_u = nullptr, ev_s = nullptr;
   try {
     extend_run(ctx, p.unique,
                ExtendBuffers{b.q, b.k_cache, b.v_cache, b.unique_page_ids, b.o, lse_u, b.sinks, nullptr, b.k_scale,
-                             b.v_scale},
+                             b.v_scale, b.workspace},
                Enqueue{e.queue, e.num_wait, e.wait, &ev_u});
+    // Levels that share the workspace's maps run one after the other (out-of-order queues).
+    const bool chain = p.shared.workspace_bytes > 0 && p.unique.workspace_bytes > 0;
     extend_run(ctx, p.shared,
                ExtendBuffers{b.q, b.k_cache, b.v_cache, b.shared_page_ids, b.tmp_o, b.tmp_lse_shared, nullptr,
-                             nullptr, b.k_scale, b.v_scale},
-               Enqueue{e.queue, e.num_wait, e.wait, &ev_s});
+                             nullptr, b.k_scale, b.v_scale, b.workspace},
+               chain ? Enqueue{e.queue, 1, &ev_u, &ev_s} : Enqueue{e.queue, e.num_wait, e.wait, &ev_s});
     cl_event both[2] = {ev_u, ev_s};
     MergeStateArgs m;
     m.v_a = b.o, m.s_a = lse_u, m.v_b = b.tmp_o, m.s_b = b.tmp_lse_shared, m.v_out = b.o, m.s_out = lse_u;

@@ -24,12 +24,41 @@ struct ExtendPlanState : ops::PlanTable {
   int64_t stride_page = 0, stride_token = 0, stride_head = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
   // TMA feed (nv_wgmma with MMA_TMA): the tensor-map kernel run before the main one writes the
-  // K and V maps into the first 256 bytes of the table; its arguments (dims innermost first,
-  // byte strides of dims 1..3, box rows of dims 1 and 2).
+  // K and V maps into the first 256 bytes of the caller's workspace (per-run state: the plan's
+  // table stays read-only); its arguments (dims innermost first, byte strides of dims 1..3,
+  // box rows of dims 1 and 2).
   std::shared_ptr<rt::Program> maps_prog;
   rt::Kernel* maps_kernel = nullptr;
   cl_uint map_dims[4] = {0, 0, 0, 0}, map_box[2] = {0, 0};
   cl_ulong map_strides[3] = {0, 0, 0};
+
+  // The run's view of the plan, fixed when it is made (ExtendPlan's public fields are
+  // informational: a caller may edit its copy). Byte sizes by checked arithmetic.
+  int64_t T = 0;
+  int Hq = 0, Hkv = 0, D = 0, num_tiles = 0;
+  DType q_dtype = DType::BF16, o_dtype = DType::BF16, kv_dtype = DType::BF16;
+  ExtendPlan::Source source = ExtendPlan::Source::PagedCsr;
+  int num_pages = 0;  // paged: the pool the kernels check page ids against
+  bool has_mask = false;
+  int64_t q_bytes = 0, o_bytes = 0, lse_bytes = 0, sinks_bytes = 0, kv_bytes = 0, page_id_bytes = 0;
+  int64_t mask_bytes = 0, workspace_bytes = 0;
+  std::string kv_shape;  // for messages
+
+  void freeze(const ExtendPlan& p, int64_t kv_required) {
+    namespace ck = rt::checked;
+    T = p.num_tokens, Hq = p.num_qo_heads, Hkv = p.num_kv_heads, D = p.head_dim, num_tiles = p.num_tiles;
+    q_dtype = p.q_dtype, o_dtype = p.o_dtype, kv_dtype = p.kv_dtype, source = p.source;
+    num_pages = p.cache.num_pages, has_mask = p.has_mask;
+    const int64_t rows = ck::mul(T, Hq, "extend q/o rows (num_tokens x num_qo_heads)");
+    q_bytes = ck::product({rows, D, int64_t(dtype_size(q_dtype))}, "q bytes");
+    o_bytes = ck::product({rows, D, int64_t(dtype_size(o_dtype))}, "o bytes");
+    lse_bytes = ck::mul(rows, 4, "lse bytes");
+    sinks_bytes = ck::mul(Hq, 4, "sinks bytes");
+    kv_bytes = kv_required;
+    page_id_bytes = ck::mul(p.page_ids_needed, 4, "page_ids bytes");
+    mask_bytes = p.mask_bytes_needed;
+    workspace_bytes = p.workspace_bytes;
+  }
 };
 
 }  // namespace detail
@@ -386,6 +415,12 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   auto& c = rt::impl(ctx);
   const int B = r.size();
   const int group = opt.num_qo_heads / kv.num_kv_heads;
+  // Keys need pages: an empty cache would leave nothing for the kernels' reads.
+  if (kv.paged && kv.num_pages == 0)
+    for (int i = 0; i < B; ++i)
+      if (r.kv_len[size_t(i)] > 0)
+        rt::invalid("cache.num_pages = 0 but request " + to_string(i) + " has " + to_string(r.kv_len[size_t(i)]) +
+                    " keys");
 
   std::string why_not_mma;
   std::vector<Tile> cands = candidates(c.profile, kv, opt, tma_unfit(kv, r.tok_off), &why_not_mma);
@@ -475,12 +510,10 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
     }
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
-  // (TMA: the tensor maps come first, 64 ints written at run time.)
-  const size_t hdr = tile.tma ? 64 : 0;
-  st->host.assign(hdr + items.size() * 8, 0);
+  st->host.assign(items.size() * 8, 0);
   for (size_t w = 0; w < items.size(); ++w) {
     const int i = items[w].req;
-    int32_t* e = &st->host[hdr + w * 8];
+    int32_t* e = &st->host[w * 8];
     e[0] = r.qo_start[size_t(i)], e[1] = r.qo_len[size_t(i)], e[2] = r.kv_len[size_t(i)], e[3] = items[w].row0;
     e[4] = r.base[size_t(i)], e[5] = r.tok_off[size_t(i)], e[6] = r.mask_off[size_t(i)], e[7] = i;
   }
@@ -498,7 +531,8 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   plan.page_ids_needed = r.page_ids_needed;
   plan.has_mask = !opt.mask_indptr.empty();
   plan.mask_bytes_needed = plan.has_mask ? r.mask_bytes : 0;
-  plan.num_tiles = int(items.size());
+  plan.num_tiles = rt::checked::to_i32(int64_t(items.size()), "extend work items");
+  plan.workspace_bytes = tile.tma ? 256 : 0;  // the K and V tensor maps (2 x 128 bytes)
   plan.variant = tile.variant;
   plan.kernel_options = tile.options;
   plan.tile = {tile.wg, tile.rows, tile.keys};
@@ -509,6 +543,14 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
                   tile.variant, tile.wg, tile.rows, tile.keys, tile.options, plan.num_tiles);
   plan.state_ = st;
   return plan;
+}
+
+// Fixes the run's view once the caller-facing fields are final (the KV descriptor is set
+// by the entry point after make_plan).
+ExtendPlan finish(ExtendPlan p, int64_t kv_required) {
+  auto st = std::const_pointer_cast<ExtendPlanState>(p.state_);
+  st->freeze(p, kv_required);
+  return p;
 }
 
 KVDesc desc_of(const PagedKV& cache) {
@@ -523,9 +565,12 @@ KVDesc desc_of(const PagedKV& cache) {
 
 int64_t ragged_required_bytes(const RaggedKV& kv) {
   if (kv.num_tokens <= 0) return 0;
-  const int64_t st = kv.stride_token ? kv.stride_token : int64_t(kv.num_kv_heads) * kv.head_dim;
+  namespace ck = rt::checked;
+  const char* what = "ragged K/V size";
+  const int64_t st = kv.stride_token ? kv.stride_token : ck::mul(kv.num_kv_heads, kv.head_dim, what);
   const int64_t sh = kv.stride_head ? kv.stride_head : kv.head_dim;
-  return ((kv.num_tokens - 1) * st + int64_t(kv.num_kv_heads - 1) * sh + kv.head_dim) * int64_t(dtype_size(kv.dtype));
+  int64_t last = ck::add(ck::mul(kv.num_tokens - 1, st, what), ck::mul(int64_t(kv.num_kv_heads) - 1, sh, what), what);
+  return ck::mul(ck::add(last, kv.head_dim, what), int64_t(dtype_size(kv.dtype)), what);
 }
 
 }  // namespace
@@ -538,7 +583,7 @@ ExtendPlan extend_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& c
   Requests r = requests_from_csr(csr, cache, opt);
   ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PagedCsr, kv, opt, queue);
   p.cache = cache;
-  return p;
+  return finish(std::move(p), cache.required_bytes());
 }
 
 namespace ops {
@@ -554,7 +599,7 @@ ExtendPlan extend_plan_prefix(const Context& ctx, const PagedCsr& prefix, int32_
   Requests r = requests_from_csr(prefix, cache, opt, &qo);
   ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PagedCsr, kv, opt, queue);
   p.cache = cache;
-  return p;
+  return finish(std::move(p), cache.required_bytes());
 }
 }  // namespace ops
 
@@ -566,7 +611,7 @@ ExtendPlan extend_plan(const Context& ctx, const PageTable& table, const PagedKV
   Requests r = requests_from_table(table, cache, opt);
   ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PageTable, kv, opt, queue);
   p.cache = cache;
-  return p;
+  return finish(std::move(p), cache.required_bytes());
 }
 
 ExtendPlan prefill_plan(const Context& ctx, const std::vector<int32_t>& qo_indptr,
@@ -611,7 +656,7 @@ ExtendPlan prefill_plan(const Context& ctx, const std::vector<int32_t>& qo_indpt
   ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::Ragged, kv, opt, queue);
   p.ragged = kvr;
   p.ragged.stride_token = kv.stride_token, p.ragged.stride_head = kv.stride_head;
-  return p;
+  return finish(std::move(p), ragged_required_bytes(p.ragged));
 }
 
 void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers& b, const Enqueue& e) {
@@ -620,65 +665,65 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
     rt::invalid("extend_run: k_scale/v_scale must be finite and > 0 (got " + to_string(b.k_scale) + ", " +
                 to_string(b.v_scale) + ")");
-  const int64_t T = plan.num_tokens;
-  const int Hq = plan.num_qo_heads, D = plan.head_dim;
+  const int64_t T = st->T;
+  const int Hq = st->Hq, D = st->D;
+  const bool paged = st->source != ExtendPlan::Source::Ragged;
   cl_command_queue q = ops::queue_of(ctx, e);
   if (T > 0) {
-    const size_t rows = size_t(T) * size_t(Hq);
-    ops::require_buffer(b.q, rows * D * dtype_size(plan.q_dtype), "q", ops::shape_str({T, Hq, D}) + " " +
-                                                                         dtype_name(plan.q_dtype));
-    ops::require_buffer(b.o, rows * D * dtype_size(plan.o_dtype), "o", ops::shape_str({T, Hq, D}) + " " +
-                                                                         dtype_name(plan.o_dtype));
-    if (b.lse) ops::require_buffer(b.lse, rows * 4, "lse", ops::shape_str({T, Hq}) + " f32");
-    if (b.sinks) ops::require_buffer(b.sinks, size_t(Hq) * 4, "sinks", ops::shape_str({Hq}) + " f32");
-    const bool paged = plan.source != ExtendPlan::Source::Ragged;
-    const int64_t kv_bytes = paged ? plan.cache.required_bytes() : ragged_required_bytes(plan.ragged);
-    const std::string kshape =
-        paged ? "paged cache " +
-                    ops::shape_str({plan.cache.num_pages, plan.cache.page_size, plan.num_kv_heads, D}) + " " +
-                    dtype_name(plan.kv_dtype)
-              : "ragged " + ops::shape_str({plan.ragged.num_tokens, plan.num_kv_heads, D}) + " " +
-                    dtype_name(plan.kv_dtype);
-    if (kv_bytes > 0) {
-      ops::require_buffer(b.k, size_t(kv_bytes), "k", kshape);
-      ops::require_buffer(b.v, size_t(kv_bytes), "v", kshape);
+    ops::require_buffer(b.q, size_t(st->q_bytes), "q", ops::shape_str({T, Hq, D}) + " " + dtype_name(st->q_dtype));
+    ops::require_buffer(b.o, size_t(st->o_bytes), "o", ops::shape_str({T, Hq, D}) + " " + dtype_name(st->o_dtype));
+    if (b.lse) ops::require_buffer(b.lse, size_t(st->lse_bytes), "lse", ops::shape_str({T, Hq}) + " f32");
+    if (b.sinks) ops::require_buffer(b.sinks, size_t(st->sinks_bytes), "sinks", ops::shape_str({Hq}) + " f32");
+    if (st->kv_bytes > 0) {
+      const std::string kshape =
+          std::string(paged ? "paged cache " : "ragged K/V ") + to_string(st->kv_bytes) + " bytes, " +
+          ops::shape_str({paged ? int64_t(st->num_pages) : plan.ragged.num_tokens, st->Hkv, D}) + " " +
+          dtype_name(st->kv_dtype);
+      ops::require_buffer(b.k, size_t(st->kv_bytes), "k", kshape);
+      ops::require_buffer(b.v, size_t(st->kv_bytes), "v", kshape);
     }
-    if (paged && plan.page_ids_needed > 0)
-      ops::require_buffer(b.page_ids, size_t(plan.page_ids_needed) * 4, "page_ids",
-                          std::string(plan.source == ExtendPlan::Source::PageTable ? "page_table " : "kv_indices ") +
-                              ops::shape_str({plan.page_ids_needed}) + " i32");
-    if (plan.has_mask)
-      ops::require_buffer(b.custom_mask, size_t(plan.mask_bytes_needed), "custom_mask",
-                          ops::shape_str({plan.mask_bytes_needed}) + " packed bytes (mask_indptr[B])");
+    if (paged && st->page_id_bytes > 0)
+      ops::require_buffer(b.page_ids, size_t(st->page_id_bytes), "page_ids",
+                          std::string(st->source == ExtendPlan::Source::PageTable ? "page_table " : "kv_indices ") +
+                              ops::shape_str({st->page_id_bytes / 4}) + " i32");
+    if (st->has_mask)
+      ops::require_buffer(b.custom_mask, size_t(st->mask_bytes), "custom_mask",
+                          ops::shape_str({st->mask_bytes}) + " packed bytes (mask_indptr[B])");
+    if (st->workspace_bytes > 0)
+      ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
+                          "the nv_wgmma TMA tensor maps of k and v (ExtendPlan::workspace_bytes)");
   }
   ops::WaitList wl(e, st->upload);
-  if (plan.num_tiles == 0) {
+  if (st->num_tiles == 0) {
     ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
+  auto& c = rt::impl(ctx);
   cl_mem dummy = st->table;  // unused optional buffers are bound to the plan's table
   cl_mem k = b.k ? b.k : dummy, v = b.v ? b.v : dummy;
   cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
   cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
-  cl_mem mask = plan.has_mask ? b.custom_mask : dummy;
-  size_t gws[2] = {size_t(plan.num_tiles) * st->wg, size_t(plan.num_kv_heads)};
+  cl_mem mask = st->has_mask ? b.custom_mask : dummy;
+  cl_mem tmaps = st->workspace_bytes > 0 ? b.workspace : dummy;
+  size_t gws[2] = {size_t(st->num_tiles) * st->wg, size_t(st->Hkv)};
   size_t lws[2] = {st->wg, 1};
-  // TMA: the tensor-map kernel first (it writes the maps of this k and v into the table).
+  // TMA: the tensor-map kernel first (it writes the maps of this k and v into the workspace).
   cl_event maps_done = nullptr;
   if (st->maps_kernel) {
     const size_t one = 32;
-    st->maps_kernel->launch(q, 1, &one, &one, wl.size(), wl.data(), &maps_done, k, v, st->table, st->map_dims[0],
+    st->maps_kernel->launch(q, 1, &one, &one, wl.size(), wl.data(), &maps_done, k, v, tmaps, st->map_dims[0],
                             st->map_dims[1], st->map_dims[2], st->map_dims[3], st->map_strides[0],
                             st->map_strides[1], st->map_strides[2], st->map_box[0], st->map_box[1]);
   }
   try {
     st->kernel->launch(q, 2, gws, lws, maps_done ? 1 : wl.size(), maps_done ? &maps_done : wl.data(), e.event, b.q,
-                       cl_int(plan.q_dtype), k, v, page_ids, st->table, b.o, cl_int(plan.o_dtype), lse,
-                       cl_int(b.lse != nullptr), sinks, cl_int(b.sinks != nullptr), mask, cl_int(plan.has_mask),
+                       cl_int(st->q_dtype), k, v, page_ids, st->table, b.o, cl_int(st->o_dtype), lse,
+                       cl_int(b.lse != nullptr), sinks, cl_int(b.sinks != nullptr), mask, cl_int(st->has_mask),
                        cl_int(Hq), cl_int(st->group), cl_int(st->paged), cl_int(st->page_size),
                        cl_long(st->stride_page), cl_long(st->stride_token), cl_long(st->stride_head),
                        cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2), cl_float(st->inv_cap),
-                       cl_float(b.v_scale), cl_int(st->causal), cl_int(st->window_left));
+                       cl_float(b.v_scale), cl_int(st->causal), cl_int(st->window_left), cl_int(st->num_pages),
+                       c.faults, tmaps);
   } catch (...) {
     if (maps_done) clReleaseEvent(maps_done);
     throw;

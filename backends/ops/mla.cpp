@@ -30,19 +30,33 @@ int64_t MlaCache::kpe_page_stride() const {
   return single_buffer ? ckv_page_stride() : int64_t(page_size) * kpe_token_stride();
 }
 int64_t MlaCache::kpe_base() const { return kpe_offset ? kpe_offset : (single_buffer ? kMlaCkvDim : 0); }
+namespace {
+// Elements up to the end of the last row of a paged buffer (checked: hostile strides are
+// rejected rather than wrapped into a small size).
+int64_t paged_extent(int64_t base, int num_pages, int64_t page_stride, int page_size, int64_t token_stride,
+                     int64_t row, const char* what) {
+  namespace ck = rt::checked;
+  int64_t last = ck::add(base, ck::mul(int64_t(num_pages) - 1, page_stride, what), what);
+  last = ck::add(last, ck::mul(int64_t(page_size) - 1, token_stride, what), what);
+  return ck::add(last, row, what);
+}
+}  // namespace
+
 int64_t MlaCache::ckv_required_bytes() const {
   if (num_pages <= 0 || page_size <= 0) return 0;
-  int64_t last = int64_t(num_pages - 1) * ckv_page_stride() + int64_t(page_size - 1) * ckv_token_stride() + kMlaCkvDim;
+  const char* what = "MLA latent cache size";
+  int64_t last = paged_extent(0, num_pages, ckv_page_stride(), page_size, ckv_token_stride(), kMlaCkvDim, what);
   if (single_buffer)
-    last = std::max(last, kpe_base() + int64_t(num_pages - 1) * kpe_page_stride() +
-                              int64_t(page_size - 1) * kpe_token_stride() + kMlaKpeDim);
-  return last * int64_t(dtype_size(dtype));
+    last = std::max(last, paged_extent(kpe_base(), num_pages, kpe_page_stride(), page_size, kpe_token_stride(),
+                                       kMlaKpeDim, what));
+  return rt::checked::mul(last, int64_t(dtype_size(dtype)), what);
 }
 int64_t MlaCache::kpe_required_bytes() const {
   if (single_buffer || num_pages <= 0 || page_size <= 0) return 0;
-  int64_t last = kpe_base() + int64_t(num_pages - 1) * kpe_page_stride() + int64_t(page_size - 1) * kpe_token_stride() +
-                 kMlaKpeDim;
-  return last * int64_t(dtype_size(dtype));
+  const char* what = "MLA kpe cache size";
+  const int64_t last =
+      paged_extent(kpe_base(), num_pages, kpe_page_stride(), page_size, kpe_token_stride(), kMlaKpeDim, what);
+  return rt::checked::mul(last, int64_t(dtype_size(dtype)), what);
 }
 
 namespace detail {
@@ -57,10 +71,35 @@ struct MlaPlanState : ops::PlanTable {
   bool fuse_kernel = false;  // the kernel was built with FUSE_MERGE (takes the extra arguments)
   bool fuse = false;         // ... and this plan's merges run in it (pmap_off >= 0)
   int pmap_off = -1, counter_off = 0, n_hblk = 1;
+  int64_t counter_bytes = 0;  // fused merge: counters in the caller's workspace, zeroed per run
   float q_scale = 1.0f;
   int64_t lse_off_floats = 0;
   int64_t ckv_sp = 0, ckv_st = 0, kpe_sp = 0, kpe_st = 0, kpe_base = 0;  // 32-bit words
 
+  // The run's view of the plan, fixed when it is made (MlaPlan's public fields are
+  // informational: a caller may edit its copy). Byte sizes by checked arithmetic.
+  int T = 0, H = 0;
+  DType q_dtype = DType::BF16, o_dtype = DType::BF16;
+  MlaCache cache;
+  bool page_table = false;
+  int num_work = 0, num_merges = 0, num_partials = 0;
+  int64_t q_nope_bytes = 0, q_pe_bytes = 0, o_bytes = 0, lse_bytes = 0, ckv_bytes = 0, kpe_bytes = 0;
+  int64_t page_id_bytes = 0, workspace_bytes = 0;
+
+  void freeze(const MlaPlan& p) {
+    namespace ck = rt::checked;
+    T = p.num_tokens, H = p.num_heads, q_dtype = p.q_dtype, o_dtype = p.o_dtype, cache = p.cache;
+    page_table = p.page_table, num_work = p.num_work, num_merges = p.num_merges, num_partials = p.num_partials;
+    const int64_t rows = ck::mul(T, H, "MLA q/o rows (tokens x num_heads)");
+    q_nope_bytes = ck::product({rows, kMlaCkvDim, int64_t(dtype_size(q_dtype))}, "q_nope bytes");
+    q_pe_bytes = ck::product({rows, kMlaKpeDim, int64_t(dtype_size(q_dtype))}, "q_pe bytes");
+    o_bytes = ck::product({rows, kMlaCkvDim, int64_t(dtype_size(o_dtype))}, "o bytes");
+    lse_bytes = ck::mul(rows, 4, "lse bytes");
+    ckv_bytes = cache.ckv_required_bytes();
+    kpe_bytes = cache.single_buffer ? 0 : cache.kpe_required_bytes();
+    page_id_bytes = ck::mul(p.page_ids_needed, 4, "page_ids bytes");
+    workspace_bytes = p.workspace_bytes;
+  }
 };
 }  // namespace detail
 
@@ -94,6 +133,11 @@ void check_cache(const MlaCache& c, const std::string& what) {
     rt::invalid(what + ".kpe_stride_token = " + to_string(c.kpe_token_stride()) + " < 64");
   if (c.single_buffer && c.kpe_base() < kMlaCkvDim)
     rt::invalid(what + ".kpe_offset = " + to_string(c.kpe_base()) + ": kpe would overlap ckv (single buffer)");
+  try {
+    (void)c.ckv_required_bytes(), (void)c.kpe_required_bytes();  // geometry whose byte size overflows
+  } catch (const Error& e) {
+    rt::invalid(what + ": " + e.what());
+  }
 }
 
 void check_options(const MlaCache& cache, const MlaOptions& opt) {
@@ -302,6 +346,12 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
                   const MlaOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
   const int B = int(r.kv_len.size()), H = opt.num_heads;
+  // Keys need pages: an empty cache would leave nothing for the kernels' reads.
+  if (cache.num_pages == 0)
+    for (int i = 0; i < B; ++i)
+      if (r.kv_len[size_t(i)] > 0)
+        rt::invalid("cache.num_pages = 0 but request " + to_string(i) + " has " + to_string(r.kv_len[size_t(i)]) +
+                    " keys");
   Tile tile = choose_tile(c.profile, cache, opt, extend);
   auto st = std::make_shared<MlaPlanState>();
   MlaPlan plan;
@@ -424,12 +474,13 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     h.resize(h.size() + size_t(plan.num_partials), 0);
     for (size_t m = 0; m < merges.size(); ++m)
       for (int p = 0; p < merges[m].count; ++p) h[size_t(st->pmap_off + merges[m].first + p)] = int32_t(m);
-    st->counter_off = int(h.size());
-    h.resize(h.size() + merges.size() * size_t(st->n_hblk), 0);
   }
-  planner::WorkspaceLayout ws = planner::workspace_layout(plan.num_partials, H, kMlaCkvDim);
+  const int64_t counters = st->fuse ? int64_t(merges.size()) * st->n_hblk : 0;
+  planner::WorkspaceLayout ws = planner::workspace_layout(plan.num_partials, H, kMlaCkvDim, counters);
   plan.workspace_bytes = ws.bytes;
   st->lse_off_floats = ws.lse_offset_bytes / 4;
+  st->counter_off = rt::checked::to_i32(ws.counter_offset_bytes / 4, "MLA workspace (merge counters' offset)");
+  st->counter_bytes = ws.counter_bytes;
 
   const int64_t es = int64_t(dtype_size(cache.dtype));
   st->ckv_sp = cache.ckv_page_stride() * es / 4, st->ckv_st = cache.ckv_token_stride() * es / 4;
@@ -443,6 +494,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     st->merge_wg = mp.wg;
     st->merge_k = &mp.program->kernel("merge_partials");
   }
+  st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "mla plan table", opt.plan_buffer);
   // nv_mma_sync: lanes = tokens per tile (MMA_KEYS), loads of 8 values (16 bytes, 8 for fp8).
   plan.tile = mma ? MlaPlan::Tile{qb, tile.mma_keys, int(st->wg), int(8 * es)}
@@ -484,74 +536,88 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
   if (!st) rt::invalid("mla_run: empty plan (make one with mla_decode_plan / mla_extend_plan)");
   if (!(b.kv_scale > 0.0f) || !std::isfinite(b.kv_scale))
     rt::invalid("mla_run: kv_scale = " + to_string(b.kv_scale) + ", must be finite and > 0");
-  const int T = plan.num_tokens, H = plan.num_heads;
-  const size_t rows = size_t(T) * size_t(H);
+  const int T = st->T, H = st->H;
   cl_command_queue q = ops::queue_of(ctx, e);
   if (T > 0) {
-    const std::string qs = " " + std::string(dtype_name(plan.q_dtype));
-    ops::require_buffer(b.q_nope, rows * kMlaCkvDim * dtype_size(plan.q_dtype), "q_nope",
-                        ops::shape_str({T, H, kMlaCkvDim}) + qs);
-    ops::require_buffer(b.q_pe, rows * kMlaKpeDim * dtype_size(plan.q_dtype), "q_pe",
-                        ops::shape_str({T, H, kMlaKpeDim}) + qs);
-    ops::require_buffer(b.o, rows * kMlaCkvDim * dtype_size(plan.o_dtype), "o",
-                        ops::shape_str({T, H, kMlaCkvDim}) + " " + dtype_name(plan.o_dtype));
-    if (b.lse) ops::require_buffer(b.lse, rows * 4, "lse", ops::shape_str({T, H}) + " f32");
+    const std::string qs = " " + std::string(dtype_name(st->q_dtype));
+    ops::require_buffer(b.q_nope, size_t(st->q_nope_bytes), "q_nope", ops::shape_str({T, H, kMlaCkvDim}) + qs);
+    ops::require_buffer(b.q_pe, size_t(st->q_pe_bytes), "q_pe", ops::shape_str({T, H, kMlaKpeDim}) + qs);
+    ops::require_buffer(b.o, size_t(st->o_bytes), "o",
+                        ops::shape_str({T, H, kMlaCkvDim}) + " " + dtype_name(st->o_dtype));
+    if (b.lse) ops::require_buffer(b.lse, size_t(st->lse_bytes), "lse", ops::shape_str({T, H}) + " f32");
   }
-  if (plan.num_work > 0) {
-    const std::string cs = ops::shape_str({plan.cache.num_pages, plan.cache.page_size}) + " " +
-                           dtype_name(plan.cache.dtype);
-    if (plan.cache.num_pages > 0) {
-      ops::require_buffer(b.ckv, size_t(plan.cache.ckv_required_bytes()), "ckv", "latent cache " + cs);
-      if (!plan.cache.single_buffer)
-        ops::require_buffer(b.kpe, size_t(plan.cache.kpe_required_bytes()), "kpe", "kpe cache " + cs);
+  if (st->num_work > 0) {
+    const std::string cs = ops::shape_str({st->cache.num_pages, st->cache.page_size}) + " " +
+                           dtype_name(st->cache.dtype);
+    if (st->cache.num_pages > 0) {
+      ops::require_buffer(b.ckv, size_t(st->ckv_bytes), "ckv", "latent cache " + cs);
+      if (!st->cache.single_buffer) ops::require_buffer(b.kpe, size_t(st->kpe_bytes), "kpe", "kpe cache " + cs);
     }
-    if (plan.page_ids_needed > 0)
-      ops::require_buffer(b.page_ids, size_t(plan.page_ids_needed) * 4, "page_ids",
-                          std::string(plan.page_table ? "page_table " : "kv_indices ") +
-                              ops::shape_str({plan.page_ids_needed}) + " i32");
-    if (plan.workspace_bytes > 0)
-      ops::require_buffer(b.workspace, size_t(plan.workspace_bytes), "workspace",
-                          to_string(plan.num_partials) + " partial states of " + ops::shape_str({H, kMlaCkvDim}) +
-                              " f32");
+    if (st->page_id_bytes > 0)
+      ops::require_buffer(b.page_ids, size_t(st->page_id_bytes), "page_ids",
+                          std::string(st->page_table ? "page_table " : "kv_indices ") +
+                              ops::shape_str({st->page_id_bytes / 4}) + " i32");
+    if (st->workspace_bytes > 0)
+      ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
+                          to_string(st->num_partials) + " partial states of " + ops::shape_str({H, kMlaCkvDim}) +
+                              " f32 and merge counters");
   }
   ops::WaitList wl(e, st->upload);
-  if (plan.num_work == 0) {
+  if (st->num_work == 0) {
     ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
+  auto& c = rt::impl(ctx);
   cl_mem dummy = st->table;  // bound for unused optional buffers (never read or written)
   cl_mem ckv = b.ckv ? b.ckv : dummy;
-  cl_mem kpe = plan.cache.single_buffer ? ckv : (b.kpe ? b.kpe : dummy);
+  cl_mem kpe = st->cache.single_buffer ? ckv : (b.kpe ? b.kpe : dummy);
   cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
   cl_mem lse = b.lse ? b.lse : dummy;
-  cl_mem ws = plan.workspace_bytes > 0 ? b.workspace : dummy;
-  // A fused merge mutates the plan's counters: a plan runs one batch at a time (in order).
-  const bool merge = plan.num_merges > 0 && !st->fuse;
-  const size_t gws[1] = {size_t(plan.num_work) * st->wg}, lws[1] = {st->wg};
+  cl_mem ws = st->workspace_bytes > 0 ? b.workspace : dummy;
+  const bool merge = st->num_merges > 0 && !st->fuse;
+  // The fused merge's counters are per-run state: zeroed in the caller's workspace first.
+  cl_event zeroed = nullptr;
+  if (st->counter_bytes > 0) {
+    const cl_int zero = 0;
+    rt::check_cl(clEnqueueFillBuffer(q, ws, &zero, sizeof zero, size_t(st->counter_off) * 4,
+                                     size_t(st->counter_bytes), wl.size(), wl.data(), &zeroed),
+                 "clEnqueueFillBuffer", "zeroing the MLA workspace's merge counters");
+  }
+  const cl_uint nwait = zeroed ? 1 : wl.size();
+  const cl_event* wait = zeroed ? &zeroed : wl.data();
+  const size_t gws[1] = {size_t(st->num_work) * st->wg}, lws[1] = {st->wg};
   cl_event ev1 = nullptr;
   cl_event* ev = (merge || e.event) ? &ev1 : nullptr;
-  if (st->fuse_kernel)
-    st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), ev, b.q_nope, b.q_pe, cl_int(plan.q_dtype), ckv, kpe,
-                       page_ids, st->table, cl_int(st->work_off), b.o, cl_int(plan.o_dtype), lse,
-                       cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp),
-                       cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base),
-                       cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), st->table,
-                       cl_int(st->merge_off), cl_int(st->pmap_off), cl_int(st->counter_off), cl_int(st->n_hblk));
-  else
-    st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), ev, b.q_nope, b.q_pe, cl_int(plan.q_dtype), ckv, kpe,
-                       page_ids, st->table, cl_int(st->work_off), b.o, cl_int(plan.o_dtype), lse,
-                       cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp),
-                       cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base),
-                       cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale));
+  try {
+    if (st->fuse_kernel)
+      st->attn_k->launch(q, 1, gws, lws, nwait, wait, ev, b.q_nope, b.q_pe, cl_int(st->q_dtype), ckv, kpe, page_ids,
+                         st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
+                         cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp), cl_long(st->ckv_st),
+                         cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base), cl_int(st->log2_page),
+                         cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), cl_int(st->cache.num_pages),
+                         c.faults, ws, cl_int(st->merge_off), cl_int(st->pmap_off), cl_int(st->counter_off),
+                         cl_int(st->n_hblk));
+    else
+      st->attn_k->launch(q, 1, gws, lws, nwait, wait, ev, b.q_nope, b.q_pe, cl_int(st->q_dtype), ckv, kpe, page_ids,
+                         st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
+                         cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp), cl_long(st->ckv_st),
+                         cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base), cl_int(st->log2_page),
+                         cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), cl_int(st->cache.num_pages),
+                         c.faults);
+  } catch (...) {
+    if (zeroed) clReleaseEvent(zeroed);
+    throw;
+  }
+  if (zeroed) clReleaseEvent(zeroed);
   if (!merge) {
     if (e.event) *e.event = ev1;
     return;
   }
-  const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, plan.num_merges, H, kMlaCkvDim);
-  const size_t mg[2] = {size_t(plan.num_merges) * size_t(cb) * st->merge_wg, size_t(H)}, ml[2] = {st->merge_wg, 1};
+  const int cb = ops::merge_col_blocks(c.profile, st->num_merges, H, kMlaCkvDim);
+  const size_t mg[2] = {size_t(st->num_merges) * size_t(cb) * st->merge_wg, size_t(H)}, ml[2] = {st->merge_wg, 1};
   try {
     st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
-                        cl_ulong(st->lse_off_floats), b.o, cl_int(plan.o_dtype), lse, cl_int(b.lse != nullptr), dummy,
+                        cl_ulong(st->lse_off_floats), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), dummy,
                         cl_int(0), cl_int(H), cl_int(kMlaCkvDim), cl_int(cb));
   } catch (...) {
     clReleaseEvent(ev1);

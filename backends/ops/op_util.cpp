@@ -138,8 +138,9 @@ int64_t PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const
     table = into.mem;
     owned = false;
   } else {
-    // Read-write: the fused split-K merge keeps its counters in the table.
-    table = rt::create_buffer(c.ctx, CL_MEM_READ_WRITE, bytes, &err);
+    // Read-only on the device: per-run state (merge counters, tensor maps) lives in the
+    // caller's workspace, so one plan may run on several queues at once.
+    table = rt::create_buffer(c.ctx, CL_MEM_READ_ONLY, bytes, &err);
     rt::check_cl(err, "clCreateBuffer", what + " (" + std::to_string(bytes) + " bytes)");
   }
   rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, table, CL_FALSE, 0, bytes, host.data(), 0, nullptr, &upload),

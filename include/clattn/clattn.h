@@ -50,6 +50,14 @@ CLATTN_API clattn_status clattn_context_queue(clattn_context ctx, cl_command_que
  * Writes at most `capacity` bytes including the NUL; `*needed` gets the full size. */
 CLATTN_API clattn_status clattn_device_profile_json(clattn_context ctx, char* buf, size_t capacity, size_t* needed);
 CLATTN_API clattn_status clattn_self_check(clattn_context ctx);
+/* Device fault bits (CLATTN_FAULT_*) recorded by kernels that skipped an index outside its
+ * pool (page id, append slot, state index, token range) instead of following it. Blocking
+ * read on the context's queue (finish your own queues first); clear != 0 resets them. */
+#define CLATTN_FAULT_PAGE_ID 1u
+#define CLATTN_FAULT_SLOT 2u
+#define CLATTN_FAULT_STATE 4u
+#define CLATTN_FAULT_TOKEN_RANGE 8u
+CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32_t* out, int clear);
 
 
 /* ----------------------------------------------------------------- ops (see clattn/ops.hpp)
@@ -350,6 +358,7 @@ typedef struct clattn_extend_plan_info {
   int64_t mask_bytes_needed;
   int num_tiles;
   char variant[32];
+  int64_t workspace_bytes;  /* clattn_extend_buffers.workspace size, 0 = none (nv_wgmma TMA: 256) */
 } clattn_extend_plan_info;
 CLATTN_API clattn_status clattn_extend_plan_info_get(clattn_extend_plan plan, clattn_extend_plan_info* out);
 CLATTN_API void clattn_extend_plan_release(clattn_extend_plan plan);
@@ -362,6 +371,7 @@ typedef struct clattn_extend_buffers {
   cl_mem sinks;        /* [Hq] f32, nullable */
   cl_mem custom_mask;  /* required iff the plan has a mask */
   float k_scale, v_scale;
+  cl_mem workspace;    /* >= info.workspace_bytes when nonzero (per-run state of the run) */
 } clattn_extend_buffers;
 CLATTN_API clattn_status clattn_extend_run(clattn_context ctx, clattn_extend_plan plan, const clattn_extend_buffers* b,
                                            const clattn_enqueue* e);
@@ -376,6 +386,8 @@ CLATTN_API clattn_status clattn_cascade_plan_create(clattn_context ctx, const cl
  * ([T, Hq] f32). Outputs nullable. */
 CLATTN_API clattn_status clattn_cascade_tmp_bytes(clattn_cascade_plan plan, int64_t* tmp_o_bytes,
                                                   int64_t* tmp_lse_bytes);
+/* clattn_cascade_buffers.workspace bytes (0 = none needed). */
+CLATTN_API clattn_status clattn_cascade_workspace_bytes(clattn_cascade_plan plan, int64_t* out);
 CLATTN_API void clattn_cascade_plan_release(clattn_cascade_plan plan);
 typedef struct clattn_cascade_buffers {
   cl_mem q, k_cache, v_cache;
@@ -384,6 +396,7 @@ typedef struct clattn_cascade_buffers {
   cl_mem tmp_o, tmp_lse_shared, tmp_lse_unique; /* tmp_lse_unique only when lse is NULL */
   cl_mem sinks;
   float k_scale, v_scale;
+  cl_mem workspace;                             /* >= clattn_cascade_workspace_bytes when nonzero */
 } clattn_cascade_buffers;
 CLATTN_API clattn_status clattn_cascade_run(clattn_context ctx, clattn_cascade_plan plan,
                                             const clattn_cascade_buffers* b, const clattn_enqueue* e);

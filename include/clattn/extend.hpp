@@ -81,10 +81,10 @@ class CLATTN_API ExtendPlan {
   bool has_mask = false;
   int64_t table_bytes = 0;        // bytes of the plan's work table (PlanBuffer size that fits)
   int num_tiles = 0;              // (request, row tile) work items; x num_kv_heads work-groups
+  int64_t workspace_bytes = 0;    // caller's workspace for extend_run (0 = none; nv_wgmma with
+                                  // the TMA feed: 256 bytes for the k / v tensor maps it writes)
   std::string variant;            // "generic", "nv_mma_sync" or "nv_wgmma"
-  std::string kernel_options;     // (nv_wgmma with -DTMA=1: the run first writes the k / v tensor
-                                  // maps into the plan's table, so such a plan runs one batch at a
-                                  // time, like any plan on one in-order queue)
+  std::string kernel_options;
   struct Tile {
     int wg = 0, rows = 0, keys = 0;  // work-items, packed query rows (tokens x group), keys per step
   } tile;
@@ -114,6 +114,7 @@ struct ExtendBuffers {
   cl_mem sinks = nullptr;        // [Hq] f32 sink logits, optional
   cl_mem custom_mask = nullptr;  // packed mask bytes; required iff the plan has a mask
   float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale
+  cl_mem workspace = nullptr;    // >= plan.workspace_bytes when that is nonzero (per-run state)
 };
 
 // Enqueues the plan's kernel. Checks buffer sizes, allocates nothing, never blocks.
@@ -132,6 +133,7 @@ struct CascadePlan {
   int64_t num_tokens = 0;
   int64_t tmp_o_bytes = 0;       // CascadeBuffers::tmp_o: [T, Hq, D] o_dtype
   int64_t tmp_lse_bytes = 0;     // each tmp_lse buffer: [T, Hq] f32
+  int64_t workspace_bytes = 0;   // CascadeBuffers::workspace (0 = none), shared by both levels
 };
 CLATTN_API CascadePlan cascade_plan(const Context& ctx, const PagedCsr& shared, const PagedCsr& unique,
                                     const PagedKV& cache, const ExtendOptions& opt,
@@ -146,6 +148,7 @@ struct CascadeBuffers {
   cl_mem tmp_o = nullptr, tmp_lse_shared = nullptr, tmp_lse_unique = nullptr;
   cl_mem sinks = nullptr;
   float k_scale = 1.0f, v_scale = 1.0f;
+  cl_mem workspace = nullptr;  // >= plan.workspace_bytes when nonzero
 };
 CLATTN_API void cascade_run(const Context& ctx, const CascadePlan& plan, const CascadeBuffers& b,
                             const Enqueue& e = {});

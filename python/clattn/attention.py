@@ -340,7 +340,8 @@ class _PrefillBase:
     def __init__(self, float_workspace_buffer, kv_layout, ctx):
         if kv_layout not in ("NHD", "HND"):
             raise error(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
-        self._ctx, _ = _workspace_context(float_workspace_buffer, ctx)
+        self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)
+        self._ws = _Workspace(self._ctx, ws)
         self._kv_layout = kv_layout
         self._plan = None
 
@@ -408,7 +409,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         ----------
         float_workspace_buffer : clattn.Tensor | clattn.Context | None
             A device tensor (its context is used), a Context, or None (default context).
-            The extend kernels need no workspace.
+            Only the nv_wgmma TMA variant needs one (256 bytes); the wrapper grows its own
+            when this one is missing or too small.
         kv_layout : str
             ``"NHD"`` or ``"HND"``.
         use_cuda_graph, *_buf, backend :
@@ -533,7 +535,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         if sinks is not None:
             sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
         _clattn._extend_run(ctx, self._plan, q, k_cache, v_cache, self._indices, out, lse, sinks, self._mask_t,
-                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale))
+                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale),
+                            self._ws.get(self._plan.workspace_bytes))
         return (out, lse) if return_lse else out
 
     forward = run
@@ -646,7 +649,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         if sinks is not None:
             sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
         _clattn._extend_run(ctx, self._plan, q, k, v, None, out, lse, sinks, self._mask_t,
-                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale))
+                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale),
+                            self._ws.get(self._plan.workspace_bytes))
         return (out, lse) if return_lse else out
 
     forward = run

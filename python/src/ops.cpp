@@ -159,6 +159,7 @@ void init_ops(py::module_& m) {
       .def_readonly("mask_bytes_needed", &clattn::ExtendPlan::mask_bytes_needed)
       .def_readonly("has_mask", &clattn::ExtendPlan::has_mask)
       .def_readonly("num_tiles", &clattn::ExtendPlan::num_tiles)
+      .def_readonly("workspace_bytes", &clattn::ExtendPlan::workspace_bytes)
       .def_readonly("variant", &clattn::ExtendPlan::variant)
       .def_readonly("kernel_options", &clattn::ExtendPlan::kernel_options);
 
@@ -213,7 +214,8 @@ void init_ops(py::module_& m) {
 
   m.def("_extend_run", [](const clattn::Context& ctx, const clattn::ExtendPlan& plan, const Tensor* q, const Tensor* k,
                           const Tensor* v, const Tensor* page_ids, const Tensor* o, const Tensor* lse,
-                          const Tensor* sinks, const Tensor* mask, float k_scale, float v_scale) {
+                          const Tensor* sinks, const Tensor* mask, float k_scale, float v_scale,
+                          const Tensor* workspace) {
     clattn::ExtendBuffers b;
     b.q = mem_of(ctx, q, "q");
     b.k = mem_of(ctx, k, "k");
@@ -225,6 +227,7 @@ void init_ops(py::module_& m) {
     b.custom_mask = mask ? check_tensor(ctx, mask, "packed_custom_mask", {PDType::U8}) : nullptr;
     b.k_scale = k_scale;
     b.v_scale = v_scale;
+    b.workspace = mem_of(ctx, workspace, "workspace");
     clattn::extend_run(ctx, plan, b);
   });
 }

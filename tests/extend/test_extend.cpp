@@ -269,7 +269,7 @@ ExtendPlan make_plan(const Batch& b, const ExtendOptions& o) {
 }
 
 struct DevRun {
-  DeviceBuffer k, v, ids, q, o, lse, sinks, mask;
+  DeviceBuffer k, v, ids, q, o, lse, sinks, mask, ws;
   ExtendPlan plan;
   std::vector<uint8_t> o_bytes;
   std::vector<float> lse_out;
@@ -305,6 +305,10 @@ ExtendBuffers buffers_of(const Batch& b, DevRun& r) {
   eb.sinks = b.c.sinks ? r.sinks.get() : nullptr;
   eb.custom_mask = b.c.mask != Mask::None ? r.mask.get() : nullptr;
   eb.k_scale = float(b.c.k_scale), eb.v_scale = float(b.c.v_scale);
+  if (r.plan.workspace_bytes > 0) {
+    r.ws = DeviceBuffer(ctx(), size_t(r.plan.workspace_bytes));
+    eb.workspace = r.ws.get();
+  }
   return eb;
 }
 
@@ -719,11 +723,13 @@ TEST(Extend, CascadeEqualsExtend) {
     upload_inputs(b, cr);
     DeviceBuffer sids = test::upload(shared.kv_indices), uids = test::upload(unique.kv_indices);
     DeviceBuffer tmp_o(ctx(), size_t(cp.tmp_o_bytes)), tmp_l(ctx(), size_t(cp.tmp_lse_bytes));
+    DeviceBuffer cws(ctx(), size_t(std::max<int64_t>(16, cp.workspace_bytes)));
     CascadeBuffers cb;
     cb.q = cr.q.get(), cb.k_cache = cr.k.get(), cb.v_cache = cr.v.get();
     cb.shared_page_ids = sids.get(), cb.unique_page_ids = uids.get();
     cb.o = cr.o.get(), cb.lse = cr.lse.get(), cb.tmp_o = tmp_o.get(), cb.tmp_lse_shared = tmp_l.get();
     cb.sinks = c.sinks ? cr.sinks.get() : nullptr;
+    cb.workspace = cws.get();
     cascade_run(ctx(), cp, cb);
     cr.plan = cp.unique;
     download(b, cr);

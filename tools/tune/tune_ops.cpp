@@ -154,7 +154,7 @@ struct ExtendInst : Instance {
   int B, qo, kv, Hq, Hkv, D, P = 16;
   PagedKV cache;
   PagedCsr csr;
-  DeviceBuffer k, v, q, o, lse, pid;
+  DeviceBuffer k, v, q, o, lse, pid, ws;
   ExtendPlan pl;
   size_t T;
   ExtendInst(const Context& c, int B_, int qo_, int kv_, int Hq_, int Hkv_, int D_)
@@ -181,10 +181,12 @@ struct ExtendInst : Instance {
     ExtendOptions opt;
     opt.num_qo_heads = Hq, opt.q_dtype = opt.o_dtype = DType::BF16, opt.validate = false, opt.params = p;
     pl = extend_plan(ctx, csr, cache, opt);
+    if (size_t(pl.workspace_bytes) > ws.bytes()) ws = DeviceBuffer(ctx, size_t(pl.workspace_bytes));
   }
   void enqueue() override {
     ExtendBuffers b;
     b.q = q.get(), b.k = k.get(), b.v = v.get(), b.page_ids = pid.get(), b.o = o.get(), b.lse = lse.get();
+    b.workspace = ws.get();
     extend_run(ctx, pl, b);
   }
   std::vector<float> output() override {
