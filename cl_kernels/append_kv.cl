@@ -1,6 +1,6 @@
 // KV append (vLLM reshape_and_cache / SGLang set_kv_buffer): writes token t's K and V rows
-// to the paged cache at slot_mapping[t] (page = slot / P, offset = slot % P); negative or
-// out-of-range slots are skipped. Source and cache dtypes are runtime arguments (one
+// to the paged cache at slot_mapping[t] (page = slot / P, offset = slot % P); negative
+// slots (padding) are skipped, and so are slots past the cache, which set CLATTN_FAULT_SLOT. Source and cache dtypes are runtime arguments (one
 // program for every combination): stored = value / scale, rounded to nearest even, fp8
 // saturating (common.clh). Work-item (i, t): element i of token t's [Hkv, D] rows.
 #include "common.clh"
@@ -13,11 +13,12 @@ __kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1)))
 void append_kv(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
                __global const void* slots, int slots_i64, long num_slots,
                __global void* k_cache, __global void* v_cache, int kv_dt, long c_sp, long c_st, long c_sh,
-               int page_size, int Hkv, int D, float k_scale, float v_scale) {
+               int page_size, int Hkv, int D, float k_scale, float v_scale, __global volatile int* faults) {
   const int i = get_global_id(0);
   const long t = get_global_id(1);
   if (i >= Hkv * D) return;
   const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
+  if (slot >= num_slots && i == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
   if (slot < 0 || slot >= num_slots) return;
   const int h = i / D, d = i - h * D;
   const long page = slot / page_size, off = slot - page * page_size;

@@ -153,7 +153,7 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
                      __global const float* g, __global const float* beta, __global io_t* o,
                      __global st_t* state, __global const int* state_indices,
                      __global const int* cu_seqlens, int Hqk, int Hv, int g_tok_stride, float scale,
-                     int flags) {
+                     int flags, int num_slots, int num_tokens, __global volatile int* faults) {
   __local uint4 Kb4[MC * KW / 4], Qb4[MC * KW / 4];
   __local uint Pb[MC * CW], Db[MDVT * CW], Eb[MDVT * CW];
 #if LIN_GDN
@@ -174,9 +174,11 @@ void lin_prefill_mma(__global const io_t* q, __global const io_t* k, __global co
   const int bh = get_group_id(1);
   const int b = bh / Hv, hv = bh - b * Hv;
   const int hq = hv / (Hv / Hqk);
-  const int t0 = cu_seqlens[b], t1 = cu_seqlens[b + 1];
+  const int reporter = lid == 0 && hv == 0 && j0 == 0;
+  const int2 tr = token_range(cu_seqlens, b, num_tokens, faults, reporter);
+  const int t0 = tr.x, t1 = tr.y;
   if (t1 <= t0) return;  // empty request: state untouched (uniform over the work-group)
-  const int slot = state_indices[b];
+  const int slot = pool_index(state_indices, b, num_slots, faults, reporter);
   __global st_t* S = state + ((size_t)(slot < 0 ? 0 : slot) * Hv + hv) * DK * DV + j0;
   const int qk_stride = Hqk * DK;
   const int use_norm = LIN_GDN && (flags & LIN_L2NORM);

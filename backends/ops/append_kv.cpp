@@ -26,11 +26,16 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
     return;
   }
   const int64_t N = a.num_tokens;
-  const size_t src_bytes = size_t((N - 1) * st + int64_t(Hkv - 1) * sh + D) * dtype_size(a.src_dtype);
+  namespace ck = rt::checked;
+  const char* what = "append_kv source rows ((num_tokens-1)*stride_token + (Hkv-1)*stride_head + D)";
+  const size_t src_bytes = size_t(ck::mul(
+      ck::add(ck::add(ck::mul(N - 1, st, what), ck::mul(int64_t(Hkv) - 1, sh, what), what), D, what),
+      int64_t(dtype_size(a.src_dtype)), what));
   const std::string src_shape = ops::shape_str({N, Hkv, D}) + " " + dtype_name(a.src_dtype);
   ops::require_buffer(a.k, src_bytes, "k", src_shape);
   ops::require_buffer(a.v, src_bytes, "v", src_shape);
-  ops::require_buffer(a.slot_mapping, size_t(N) * dtype_size(a.slot_dtype), "slot_mapping",
+  ops::require_buffer(a.slot_mapping, size_t(ck::mul(N, int64_t(dtype_size(a.slot_dtype)), "slot_mapping bytes")),
+                      "slot_mapping",
                       ops::shape_str({N}) + " " + dtype_name(a.slot_dtype));
   const std::string cshape = "paged cache " + ops::shape_str({a.cache.num_pages, a.cache.page_size, Hkv, D}) + " " +
                              dtype_name(a.cache.dtype);
@@ -54,7 +59,8 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   k.launch(q, 2, gws, lws, e.num_wait, e.wait, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(st), cl_long(sh),
            a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
            a.k_cache, a.v_cache, cl_int(a.cache.dtype), cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),
-           cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), cl_int(D), a.k_scale, a.v_scale);
+           cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), cl_int(D), a.k_scale, a.v_scale,
+           c.faults);
 }
 
 }  // namespace clattn

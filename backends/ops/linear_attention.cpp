@@ -58,7 +58,8 @@ void check_config(const std::string& op, const LinearConfig& c, const LinearStat
 }
 
 int64_t slot_bytes(const LinearConfig& c, const LinearStatePool& p) {
-  return int64_t(c.num_v_heads) * c.head_dim_k * c.head_dim_v * int64_t(dtype_size(p.dtype));
+  return rt::checked::product({c.num_v_heads, c.head_dim_k, c.head_dim_v, int64_t(dtype_size(p.dtype))},
+                              "state slot bytes");
 }
 
 void check_indices(const std::string& op, const LinearBatch& b, const LinearStatePool& p) {
@@ -96,14 +97,18 @@ int check_cu_seqlens(const std::string& op, const LinearBatch& b) {
 
 void check_tensors(const std::string& op, const LinearConfig& c, const LinearTensors& t, const LinearStatePool& p,
                    int64_t T, bool gdn) {
+  namespace ck = rt::checked;
   const int64_t es = int64_t(dtype_size(c.dtype));
-  need(op, t.q, T * c.num_qk_heads * c.head_dim_k * es, "q");
-  need(op, t.k, T * c.num_qk_heads * c.head_dim_k * es, "k");
-  need(op, t.v, T * c.num_v_heads * c.head_dim_v * es, "v");
-  need(op, t.o, T * c.num_v_heads * c.head_dim_v * es, "o");
-  need(op, t.g, (c.constant_decay ? 1 : T) * c.num_v_heads * 4, c.constant_decay ? "g (constant, [Hv])" : "g");
-  if (gdn) need(op, t.beta, T * c.num_v_heads * 4, "beta");
-  if (p.num_slots > 0) need(op, p.state, int64_t(p.num_slots) * slot_bytes(c, p), "state");
+  const int64_t qk = ck::product({T, c.num_qk_heads, c.head_dim_k, es}, "q/k bytes");
+  const int64_t vo = ck::product({T, c.num_v_heads, c.head_dim_v, es}, "v/o bytes");
+  need(op, t.q, qk, "q");
+  need(op, t.k, qk, "k");
+  need(op, t.v, vo, "v");
+  need(op, t.o, vo, "o");
+  need(op, t.g, ck::product({c.constant_decay ? 1 : T, c.num_v_heads, 4}, "g bytes"),
+       c.constant_decay ? "g (constant, [Hv])" : "g");
+  if (gdn) need(op, t.beta, ck::product({T, c.num_v_heads, 4}, "beta bytes"), "beta");
+  if (p.num_slots > 0) need(op, p.state, ck::mul(p.num_slots, slot_bytes(c, p), "state pool bytes"), "state");
 }
 
 int dt_code(DType d) { return d == DType::F16 ? 1 : d == DType::BF16 ? 2 : 0; }
@@ -307,21 +312,21 @@ void run(const char* op, bool gdn, bool prefill, const Context& ctx, const Linea
     const size_t gws[3] = {size_t(cfg.head_dim_v / v.dec_vec), size_t(v.dec_rows), size_t(b.batch_size) * Hv};
     const size_t lws[3] = {size_t(v.dec_dvt / v.dec_vec), size_t(v.dec_rows), 1};
     k.launch(q, 3, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev, Hqk, Hv,
-             g_stride, scale, flags);
+             g_stride, scale, flags, cl_int(pool.num_slots), c.faults);
   } else if (mma.prog) {
     rt::Kernel& k = mma.prog->kernel("lin_prefill_mma");
     rt::log().debug("{}: nv_mma_sync prefill, C={} DVT={}", op, mma.mc, mma.dvt);
     const size_t gws[2] = {size_t(mma.wg()) * (cfg.head_dim_v / mma.dvt), size_t(b.batch_size) * Hv};
     const size_t lws[2] = {size_t(mma.wg()), 1};
     k.launch(q, 2, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev,
-             b.cu_seqlens_dev, Hqk, Hv, g_stride, scale, flags);
+             b.cu_seqlens_dev, Hqk, Hv, g_stride, scale, flags, cl_int(pool.num_slots), cl_int(T), c.faults);
   } else {
     rt::Kernel& k = v.prog->kernel(gdn ? "gdn_prefill" : "gla_prefill");
     check_wg(k, c.device, size_t(v.pf_wg));
     const size_t gws[2] = {size_t(v.pf_wg) * (cfg.head_dim_v / v.pf_dvt), size_t(b.batch_size) * Hv};
     const size_t lws[2] = {size_t(v.pf_wg), 1};
     k.launch(q, 2, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev,
-             b.cu_seqlens_dev, Hqk, Hv, g_stride, scale, flags);
+             b.cu_seqlens_dev, Hqk, Hv, g_stride, scale, flags, cl_int(pool.num_slots), cl_int(T), c.faults);
   }
 }
 
@@ -358,7 +363,7 @@ void linear_zero_slots(const Context& ctx, const LinearConfig& cfg, const Linear
   if (!slots) bad(op, "slots: null host array");
   for (int i = 0; i < n; ++i) check_slot(op, pool, slots[i], "slots[" + num(i) + "]");
   const int64_t sb = slot_bytes(cfg, pool);
-  need(op, pool.state, int64_t(pool.num_slots) * sb, "state");
+  need(op, pool.state, rt::checked::mul(pool.num_slots, sb, "state pool bytes"), "state");
   cl_command_queue q = queue ? queue : rt::impl(ctx).queue;
   const cl_uchar zero = 0;  // +0.0 is all-zero bits in f32, f16 and bf16
   for (int i = 0; i < n; ++i)
@@ -373,7 +378,7 @@ void linear_copy_slot(const Context& ctx, const LinearConfig& cfg, const LinearS
   check_slot(op, pool, src, "src");
   check_slot(op, pool, dst, "dst");
   const int64_t sb = slot_bytes(cfg, pool);
-  need(op, pool.state, int64_t(pool.num_slots) * sb, "state");
+  need(op, pool.state, rt::checked::mul(pool.num_slots, sb, "state pool bytes"), "state");
   if (src == dst) return;
   cl_command_queue q = queue ? queue : rt::impl(ctx).queue;
   rt::check_cl(clEnqueueCopyBuffer(q, pool.state, pool.state, size_t(src * sb), size_t(dst * sb), size_t(sb), 0,

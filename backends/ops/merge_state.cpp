@@ -42,10 +42,13 @@ void check_dims(int num_tokens, int num_heads, int head_dim, const char* op) {
 void merge_state(const Context& ctx, const MergeStateArgs& a, const Enqueue& e) {
   ops::check_dims(a.num_tokens, a.num_heads, a.head_dim, "merge_state");
   ops::require_io_dtype(a.dtype, "merge_state dtype");
-  const size_t rows = size_t(a.num_tokens) * size_t(a.num_heads);
+  namespace ck = rt::checked;
+  const int64_t rows64 = ck::mul(a.num_tokens, a.num_heads, "merge_state rows (num_tokens x num_heads)");
+  const size_t rows = size_t(rows64);
   const std::string vshape = ops::shape_str({a.num_tokens, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype);
   const std::string sshape = ops::shape_str({a.num_tokens, a.num_heads}) + " f32";
-  const size_t vbytes = rows * size_t(a.head_dim) * dtype_size(a.dtype), sbytes = rows * 4;
+  const size_t vbytes = size_t(ck::product({rows64, a.head_dim, int64_t(dtype_size(a.dtype))}, "merge_state v bytes"));
+  const size_t sbytes = size_t(ck::mul(rows64, 4, "merge_state s bytes"));
   cl_command_queue q = ops::queue_of(ctx, e);
   if (rows == 0) return ops::marker_if_needed(q, e);
   ops::require_buffer(a.v_a, vbytes, "v_a", vshape);
@@ -57,7 +60,7 @@ void merge_state(const Context& ctx, const MergeStateArgs& a, const Enqueue& e) 
   auto& c = rt::impl(ctx);
   auto mp = ops::merge_program(c);
   rt::Kernel& k = mp.program->kernel("merge_state");
-  size_t gws = rows * mp.wg, lws = mp.wg;
+  size_t gws = size_t(ck::mul(rows64, int64_t(mp.wg), "merge work-items")), lws = mp.wg;
   cl_mem so = a.s_out ? a.s_out : a.s_a;  // never written when has_so == 0
   k.launch(q, 1, &gws, &lws, e.num_wait, e.wait, e.event, a.v_a, a.s_a, a.v_b, a.s_b, a.v_out, so,
            cl_int(a.s_out != nullptr), cl_int(a.head_dim), cl_int(a.dtype));
@@ -67,23 +70,28 @@ void merge_states(const Context& ctx, const MergeStatesArgs& a, const Enqueue& e
   ops::check_dims(a.num_tokens, a.num_heads, a.head_dim, "merge_states");
   if (a.num_states < 0) rt::invalid("merge_states: num_states = " + std::to_string(a.num_states) + ", must be >= 0");
   ops::require_io_dtype(a.dtype, "merge_states dtype");
-  const size_t rows = size_t(a.num_tokens) * size_t(a.num_heads);
-  const size_t es = dtype_size(a.dtype);
+  namespace ck = rt::checked;
+  const int64_t rows64 = ck::mul(a.num_tokens, a.num_heads, "merge_states rows (num_tokens x num_heads)");
+  const size_t rows = size_t(rows64);
+  const int64_t es = int64_t(dtype_size(a.dtype));
   cl_command_queue q = ops::queue_of(ctx, e);
   if (rows == 0) return ops::marker_if_needed(q, e);
-  const size_t parts = rows * size_t(a.num_states);
+  const int64_t parts = ck::mul(rows64, a.num_states, "merge_states parts");
   if (a.num_states > 0) {
-    ops::require_buffer(a.v, parts * a.head_dim * es, "v",
+    ops::require_buffer(a.v, size_t(ck::product({parts, a.head_dim, es}, "merge_states v bytes")), "v",
                         ops::shape_str({a.num_tokens, a.num_states, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype));
-    ops::require_buffer(a.s, parts * 4, "s", ops::shape_str({a.num_tokens, a.num_states, a.num_heads}) + " f32");
+    ops::require_buffer(a.s, size_t(ck::mul(parts, 4, "merge_states s bytes")), "s",
+                        ops::shape_str({a.num_tokens, a.num_states, a.num_heads}) + " f32");
   }
-  ops::require_buffer(a.v_out, rows * a.head_dim * es, "v_out",
+  ops::require_buffer(a.v_out, size_t(ck::product({rows64, a.head_dim, es}, "merge_states v_out bytes")), "v_out",
                       ops::shape_str({a.num_tokens, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype));
-  if (a.s_out) ops::require_buffer(a.s_out, rows * 4, "s_out", ops::shape_str({a.num_tokens, a.num_heads}) + " f32");
+  if (a.s_out)
+    ops::require_buffer(a.s_out, size_t(ck::mul(rows64, 4, "merge_states s_out bytes")), "s_out",
+                        ops::shape_str({a.num_tokens, a.num_heads}) + " f32");
   auto& c = rt::impl(ctx);
   auto mp = ops::merge_program(c);
   rt::Kernel& k = mp.program->kernel("merge_states");
-  size_t gws = rows * mp.wg, lws = mp.wg;
+  size_t gws = size_t(ck::mul(rows64, int64_t(mp.wg), "merge work-items")), lws = mp.wg;
   // With no parts, v and s are never read: bind v_out in their place.
   cl_mem v = a.num_states > 0 ? a.v : a.v_out, s = a.num_states > 0 ? a.s : a.v_out;
   cl_mem so = a.s_out ? a.s_out : a.v_out;

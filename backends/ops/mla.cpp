@@ -648,12 +648,16 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
   }
   cl_command_queue q = ops::queue_of(ctx, e);
   if (a.num_tokens > 0) {
-    const size_t ss = dtype_size(a.src_dtype), n = size_t(a.num_tokens);
-    ops::require_buffer(a.ckv, ((n - 1) * size_t(s_ckv) + kMlaCkvDim) * ss, "ckv",
+    namespace ck = rt::checked;
+    const int64_t ss = int64_t(dtype_size(a.src_dtype)), n = a.num_tokens;
+    const int64_t ckv_bytes = ck::mul(ck::mul_add(n - 1, s_ckv, kMlaCkvDim, "ckv rows"), ss, "ckv bytes");
+    const int64_t kpe_bytes = ck::mul(ck::mul_add(n - 1, s_kpe, kMlaKpeDim, "kpe rows"), ss, "kpe bytes");
+    ops::require_buffer(a.ckv, size_t(ckv_bytes), "ckv",
                         ops::shape_str({a.num_tokens, kMlaCkvDim}) + " " + dtype_name(a.src_dtype));
-    ops::require_buffer(a.kpe, ((n - 1) * size_t(s_kpe) + kMlaKpeDim) * ss, "kpe",
+    ops::require_buffer(a.kpe, size_t(kpe_bytes), "kpe",
                         ops::shape_str({a.num_tokens, kMlaKpeDim}) + " " + dtype_name(a.src_dtype));
-    ops::require_buffer(a.slot_mapping, n * dtype_size(a.slot_dtype), "slot_mapping",
+    ops::require_buffer(a.slot_mapping, size_t(ck::mul(n, int64_t(dtype_size(a.slot_dtype)), "slot_mapping bytes")),
+                        "slot_mapping",
                         ops::shape_str({a.num_tokens}) + " " + dtype_name(a.slot_dtype));
     if (a.cache.num_pages > 0) {
       ops::require_buffer(a.ckv_cache, size_t(a.cache.ckv_required_bytes()), "ckv_cache", "latent cache");
@@ -668,14 +672,16 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
   }
   auto prog = c.programs.get("mla_append.cl", rt::make_options({}));
   const size_t wg = c.profile.is_cpu ? 16 : 64;
-  const size_t gws[1] = {size_t(a.num_tokens) * wg}, lws[1] = {wg};
+  const size_t gws[1] = {size_t(rt::checked::mul(a.num_tokens, int64_t(wg), "append_latent work-items"))},
+               lws[1] = {wg};
   cl_mem kc = a.cache.single_buffer ? a.ckv_cache : a.kpe_cache;
   prog->kernel("append_latent")
       .launch(q, 1, gws, lws, wl.size(), wl.data(), e.event, a.ckv, a.kpe, cl_int(a.src_dtype), cl_long(s_ckv),
               cl_long(s_kpe), a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(a.num_tokens), a.ckv_cache,
               kc, cl_int(a.cache.dtype), cl_long(a.cache.ckv_page_stride()), cl_long(a.cache.ckv_token_stride()),
               cl_long(a.cache.kpe_page_stride()), cl_long(a.cache.kpe_token_stride()), cl_long(a.cache.kpe_base()),
-              cl_long(a.cache.page_size), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size), cl_float(a.scale));
+              cl_long(a.cache.page_size), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size), cl_float(a.scale),
+              rt::impl(ctx).faults);
 }
 
 }  // namespace clattn
