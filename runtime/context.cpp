@@ -3,6 +3,7 @@
 #include <cctype>
 #include <mutex>
 
+#include "runtime/buffer.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/env.hpp"
 #include "runtime/error.hpp"
@@ -191,9 +192,20 @@ cl_mem create_buffer(cl_context ctx, cl_mem_flags flags, std::size_t bytes, cl_i
 unsigned long long device_allocation_count() noexcept { return g_allocations.load(std::memory_order_relaxed); }
 
 DeviceBuffer::DeviceBuffer(const Context& ctx, std::size_t bytes, cl_mem_flags flags) : bytes_(bytes) {
+  const std::string what = "DeviceBuffer: bytes = " + std::to_string(bytes);
+  rt::check_alloc_size(ctx.profile(), bytes, what);
   cl_int err = CL_SUCCESS;
   mem_ = rt::create_buffer(ctx.cl_ctx(), flags, bytes, &err);
+  if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY)
+    throw Error(Status::OutOfMemory, what + ": cannot allocate", err);
   rt::check_cl(err, "clCreateBuffer", "allocating " + std::to_string(bytes) + " bytes");
+  try {
+    rt::zero_fill(ctx.cl_queue(), {{mem_, bytes, "DeviceBuffer"}});
+  } catch (...) {
+    clReleaseMemObject(mem_);
+    mem_ = nullptr;
+    throw;
+  }
 }
 DeviceBuffer::~DeviceBuffer() {
   if (mem_) clReleaseMemObject(mem_);

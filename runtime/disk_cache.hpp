@@ -1,6 +1,8 @@
 // On-disk program binary cache. Entries are written atomically (temp + rename); every entry
-// carries its key and a checksum, and is ignored (logged) when damaged, foreign or writable
-// by others: the cache is a code-loading path.
+// carries its key and a checksum, and is ignored (logged) when damaged, foreign, writable
+// by others or not a regular file: the cache is a code-loading path. The directory is
+// opened once without following a symlink at its own path, checked with its ancestors,
+// and every entry is then read and written relative to that descriptor.
 #pragma once
 #include <optional>
 #include <string>
@@ -13,8 +15,12 @@ class DiskCache {
   // Resolves the directory from CLATTN_CACHE_DIR / XDG_CACHE_HOME / HOME; "off" disables.
   DiskCache();
   explicit DiskCache(std::string dir);  // "" disables
+  ~DiskCache();
+  DiskCache(const DiskCache&) = delete;
+  DiskCache& operator=(const DiskCache&) = delete;
 
-  bool enabled() const { return !dir_.empty(); }
+  // False when disabled or when the directory was not trusted (logged).
+  bool enabled() const { return dirfd_ >= 0; }
   const std::string& dir() const { return dir_; }
   std::string path_for(const std::string& key) const;
 
@@ -27,6 +33,7 @@ class DiskCache {
  private:
   void prepare();
   std::string dir_;
+  int dirfd_ = -1;
 };
 
 }  // namespace clattn::rt

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "clattn/backend.hpp"
+#include "runtime/buffer.hpp"
+#include "runtime/checked.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
 
@@ -52,7 +54,59 @@ KVPool::Layer describe(const KVPoolConfig& cfg, const LayerSpec& l) {
 }
 
 int64_t slot_bytes(const KVPool::Layer& l) {
-  return int64_t(l.linear.num_v_heads) * l.linear.head_dim_k * l.linear.head_dim_v * int64_t(dtype_size(l.state.dtype));
+  return rt::checked::product({l.linear.num_v_heads, l.linear.head_dim_k, l.linear.head_dim_v,
+                               int64_t(dtype_size(l.state.dtype))},
+                              "KVPool: linear state slot bytes (num_v_heads * head_dim_k * head_dim_v * dtype size)");
+}
+
+// One buffer the pool allocates: its size (checked) and where its handle goes.
+struct Planned {
+  int64_t bytes;
+  std::string what;
+  cl_mem* slot;
+};
+
+std::string geometry(const KVPoolConfig& cfg) {
+  return "num_pages = " + std::to_string(cfg.num_pages) + ", page_size = " + std::to_string(cfg.page_size) +
+         ", kv_dtype = " + dtype_name(cfg.kv_dtype) + ", num_state_slots = " + std::to_string(cfg.num_state_slots);
+}
+
+std::vector<Planned> plan_buffers(const KVPoolConfig& cfg, std::vector<KVPool::Layer>& layers) {
+  std::vector<Planned> out;
+  for (auto& l : layers) {
+    const std::string id = "KVPool: layer " + std::to_string(&l - layers.data());
+    if (l.kind == LayerKind::MHA) {
+      out.push_back({l.kv.required_bytes(), id + " K cache", &l.k});
+      out.push_back({l.kv.required_bytes(), id + " V cache", &l.v});
+    } else if (l.kind == LayerKind::MLA) {
+      out.push_back({l.latent.ckv_required_bytes(), id + " ckv cache", &l.k});
+      out.push_back({l.latent.kpe_required_bytes(), id + " kpe cache", &l.v});
+    } else {
+      const auto& g = l.linear;
+      if (g.num_v_heads <= 0 || g.head_dim_k <= 0 || g.head_dim_v <= 0)
+        rt::invalid(id + ": linear num_v_heads, head_dim_k and head_dim_v must be > 0 (got " +
+                    std::to_string(g.num_v_heads) + ", " + std::to_string(g.head_dim_k) + ", " +
+                    std::to_string(g.head_dim_v) + ")");
+      out.push_back({rt::checked::mul(slot_bytes(l), l.state.num_slots, "KVPool: linear state pool bytes"),
+                     id + " state pool", &l.state.state});
+    }
+    if (out.back().bytes <= 0)
+      rt::invalid(out.back().what + " has no size (check the layer's heads and head dims; " + geometry(cfg) + ")");
+  }
+  return out;
+}
+
+// Every buffer within CL_DEVICE_MAX_MEM_ALLOC_SIZE and their sum within
+// CL_DEVICE_GLOBAL_MEM_SIZE, before anything is allocated: lazy platforms would accept more.
+void check_fits(const DeviceProfile& p, const KVPoolConfig& cfg, const std::vector<Planned>& bufs) {
+  int64_t total = 0;
+  for (const auto& b : bufs) total = rt::checked::add(total, b.bytes, "KVPool: total bytes");
+  if (p.global_mem_bytes && uint64_t(total) > p.global_mem_bytes)
+    throw Error(Status::OutOfMemory, "KVPool: the pool needs " + std::to_string(total) + " bytes (" + geometry(cfg) +
+                                         "), more than the device's global memory (CL_DEVICE_GLOBAL_MEM_SIZE = " +
+                                         std::to_string(p.global_mem_bytes) + " bytes); lower num_pages or num_state_slots");
+  for (const auto& b : bufs)
+    rt::check_alloc_size(p, rt::checked::to_size(b.bytes, "KVPool: buffer bytes"), b.what + " (" + geometry(cfg) + ")");
 }
 
 }  // namespace
@@ -64,28 +118,22 @@ KVPool::KVPool(const KVPoolConfig& cfg, const std::vector<LayerSpec>& layers) : 
 
 KVPool::KVPool(const Context& ctx, const KVPoolConfig& cfg, const std::vector<LayerSpec>& layers)
     : KVPool(cfg, layers) {
-  auto alloc = [&](int64_t bytes, const std::string& what) {
-    cl_int err = CL_SUCCESS;
-    cl_mem m = rt::create_buffer(ctx.cl_ctx(), CL_MEM_READ_WRITE, size_t(bytes), &err);
-    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_INVALID_BUFFER_SIZE)
-      throw Error(Status::OutOfMemory, "KVPool: cannot allocate " + what + " (" + std::to_string(bytes) + " bytes)", err);
-    rt::check_cl(err, "clCreateBuffer", "KVPool " + what);
-    owned_.push_back(m);
-    return m;
-  };
+  const auto bufs = plan_buffers(cfg_, layers_);
+  check_fits(ctx.profile(), cfg_, bufs);
+  std::vector<rt::NewBuffer> fresh;
   try {
-    for (auto& l : layers_) {
-      const std::string id = "layer " + std::to_string(&l - layers_.data());
-      if (l.kind == LayerKind::MHA) {
-        l.k = alloc(l.kv.required_bytes(), id + " K cache");
-        l.v = alloc(l.kv.required_bytes(), id + " V cache");
-      } else if (l.kind == LayerKind::MLA) {
-        l.k = alloc(l.latent.ckv_required_bytes(), id + " ckv cache");
-        l.v = alloc(l.latent.kpe_required_bytes(), id + " kpe cache");
-      } else {
-        l.state.state = alloc(slot_bytes(l) * l.state.num_slots, id + " state pool");
-      }
+    for (const auto& b : bufs) {
+      const size_t bytes = size_t(b.bytes);
+      cl_int err = CL_SUCCESS;
+      cl_mem m = rt::create_buffer(ctx.cl_ctx(), CL_MEM_READ_WRITE, bytes, &err);
+      if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_INVALID_BUFFER_SIZE)
+        throw Error(Status::OutOfMemory, b.what + ": cannot allocate " + std::to_string(bytes) + " bytes", err);
+      rt::check_cl(err, "clCreateBuffer", b.what);
+      owned_.push_back(m);
+      *b.slot = m;
+      fresh.push_back({m, bytes, b.what});
     }
+    rt::zero_fill(ctx.cl_queue(), fresh);
   } catch (...) {
     for (cl_mem m : owned_) clReleaseMemObject(m);
     owned_.clear();
@@ -128,12 +176,15 @@ void KVPool::set_layer(int layer_id, const Layer& l) {
 }
 
 int64_t KVPool::bytes_per_page() const {
+  namespace ck = rt::checked;
+  const char* what = "KVPool: bytes per page";
   int64_t n = 0;
   for (const auto& l : layers_) {
     if (l.kind == LayerKind::MHA)
-      n += 2 * l.kv.page_stride() * int64_t(dtype_size(l.kv.dtype));
+      n = ck::add(n, ck::product({2, l.kv.page_stride(), int64_t(dtype_size(l.kv.dtype))}, what), what);
     else if (l.kind == LayerKind::MLA)
-      n += (l.latent.ckv_page_stride() + l.latent.kpe_page_stride()) * int64_t(dtype_size(l.latent.dtype));
+      n = ck::add(n, ck::mul(ck::add(l.latent.ckv_page_stride(), l.latent.kpe_page_stride(), what),
+                             int64_t(dtype_size(l.latent.dtype)), what), what);
   }
   return n;
 }
@@ -141,12 +192,15 @@ int64_t KVPool::bytes_per_page() const {
 int64_t KVPool::bytes_per_state_slot() const {
   int64_t n = 0;
   for (const auto& l : layers_)
-    if (l.kind == LayerKind::Linear) n += slot_bytes(l);
+    if (l.kind == LayerKind::Linear) n = rt::checked::add(n, slot_bytes(l), "KVPool: bytes per state slot");
   return n;
 }
 
 int64_t KVPool::bytes_allocated() const {
-  return bytes_per_page() * cfg_.num_pages + bytes_per_state_slot() * cfg_.num_state_slots;
+  namespace ck = rt::checked;
+  const char* what = "KVPool: bytes allocated";
+  return ck::add(ck::mul(bytes_per_page(), cfg_.num_pages, what), ck::mul(bytes_per_state_slot(), cfg_.num_state_slots, what),
+                 what);
 }
 
 void KVPool::zero_states(const Context& ctx, const int32_t* slots, int n) const {

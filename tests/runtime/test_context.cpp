@@ -114,3 +114,18 @@ TEST(Context, DeviceBufferBoundsAreChecked) {
   char data[32] = {};
   EXPECT_TRUE(test::throws_error([&] { b.write(test::ctx(), data, 32); }, Status::InvalidArgument, "past the end"));
 }
+
+// A size the device cannot take in one buffer fails at construction, not at first use
+// (PoCL accepts it and fails lazily); a new buffer starts zeroed.
+TEST(DeviceBuffer, LargerThanMaxAllocFailsAtCreationAndNewIsZero) {
+  const auto max = test::ctx().profile().max_alloc_bytes;
+  ASSERT_GT(max, 0u);
+  EXPECT_TRUE(test::throws_error([&] { DeviceBuffer(test::ctx(), size_t(max) + 1); }, Status::OutOfMemory,
+                                 "CL_DEVICE_MAX_MEM_ALLOC_SIZE"));
+  EXPECT_TRUE(test::throws_error([&] { DeviceBuffer(test::ctx(), size_t(400) << 30); }, Status::OutOfMemory,
+                                 "DeviceBuffer: bytes = " + std::to_string(size_t(400) << 30)));
+  DeviceBuffer b(test::ctx(), 1001);
+  std::vector<unsigned char> got(1001, 0xff);
+  b.read(test::ctx(), got.data(), got.size());
+  EXPECT_EQ(got, std::vector<unsigned char>(1001, 0));
+}

@@ -120,6 +120,135 @@ TEST(ProgramCache, EntryWritableByOthersIsIgnored) {
   EXPECT_EQ(b->stats().compiled, 1);
 }
 
+// The directory rules (docs/runtime.md): a symlink at the cache path is not followed, the
+// directory must be ours and private (readable-only is tightened to 0700, writable by others
+// is refused), and every ancestor must be root's or ours and not writable by others unless
+// sticky. A refused directory turns the disk cache off; nothing is fatal.
+namespace {
+const std::vector<unsigned char> kBin = {1, 2, 3, 4, 5};
+const std::string kKey(64, 'a');
+const std::string kOtherKey(64, 'b');
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  ::lstat(p.c_str(), &st);
+  return st.st_mode & 07777;
+}
+}  // namespace
+
+TEST(DiskCache, SymlinkAtTheCacheDirIsNotFollowed) {
+  TempDir tmp;
+  fs::create_directory(tmp.path / "real");
+  fs::permissions(tmp.path / "real", fs::perms::owner_all, fs::perm_options::replace);
+  fs::create_directory_symlink(tmp.path / "real", tmp.path / "link");
+  rt::DiskCache d((tmp.path / "link").string());
+  EXPECT_FALSE(d.enabled());
+  d.store(kKey, kBin);
+  EXPECT_TRUE(fs::is_empty(tmp.path / "real"));
+  auto pc = fresh_cache((tmp.path / "link").string());  // the program still builds
+  EXPECT_NO_THROW(pc->get("selfcheck.cl", kOpts));
+  EXPECT_TRUE(fs::is_empty(tmp.path / "real"));
+}
+
+TEST(DiskCache, SymlinkedParentIsResolvedAndChecked) {
+  TempDir tmp;
+  fs::create_directory(tmp.path / "real");
+  fs::create_directory_symlink(tmp.path / "real", tmp.path / "link");
+  rt::DiskCache ok((tmp.path / "link" / "cache").string());
+  EXPECT_TRUE(ok.enabled());
+  fs::permissions(tmp.path / "real", fs::perms::all, fs::perm_options::replace);  // 0777, not sticky
+  rt::DiskCache bad((tmp.path / "link" / "cache").string());
+  EXPECT_FALSE(bad.enabled());
+}
+
+TEST(DiskCache, ReadableDirIsMadePrivate) {
+  TempDir tmp;
+  fs::path dir = tmp.path / "c";
+  fs::create_directory(dir);
+  ::chmod(dir.c_str(), 0755);
+  rt::DiskCache d(dir.string());
+  EXPECT_TRUE(d.enabled());
+  EXPECT_EQ(mode_of(dir), 0700u);
+  d.store(kKey, kBin);
+  EXPECT_EQ(d.load(kKey), kBin);
+}
+
+TEST(DiskCache, DirWritableByOthersIsRefusedAndLeftAlone) {
+  TempDir tmp;
+  for (mode_t m : {0770, 0707, 0777, 01777}) {
+    SCOPED_TRACE(m);
+    fs::path dir = tmp.path / ("c" + std::to_string(m));
+    fs::create_directory(dir);
+    ::chmod(dir.c_str(), m);
+    rt::DiskCache d(dir.string());
+    EXPECT_FALSE(d.enabled());
+    EXPECT_EQ(mode_of(dir), m);
+  }
+}
+
+TEST(DiskCache, ParentWritableByOthersIsRefusedUnlessSticky) {
+  TempDir tmp;
+  fs::path open = tmp.path / "open", sticky = tmp.path / "sticky", deep = tmp.path / "deep";
+  fs::create_directories(open);
+  fs::create_directories(sticky);
+  fs::create_directories(deep / "a" / "b");
+  ::chmod(open.c_str(), 0777);
+  ::chmod(sticky.c_str(), 01777);
+  ::chmod(deep.c_str(), 0757);
+  EXPECT_FALSE(rt::DiskCache((open / "cache").string()).enabled());
+  EXPECT_FALSE(fs::exists(open / "cache"));
+  EXPECT_TRUE(rt::DiskCache((sticky / "cache").string()).enabled());
+  EXPECT_FALSE(rt::DiskCache((deep / "a" / "b" / "cache").string()).enabled());  // any ancestor counts
+}
+
+TEST(DiskCache, DirOrParentOwnedByAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown";
+  TempDir tmp;
+  fs::path theirs = tmp.path / "theirs", parent = tmp.path / "parent";
+  fs::create_directory(theirs);
+  fs::create_directories(parent);
+  ::chmod(theirs.c_str(), 0700);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chown(parent.c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(rt::DiskCache(theirs.string()).enabled());
+  EXPECT_FALSE(rt::DiskCache((parent / "cache").string()).enabled());
+}
+
+TEST(DiskCache, EntryChecksStillHold) {
+  TempDir tmp;
+  rt::DiskCache d(tmp.path.string());
+  ASSERT_TRUE(d.enabled());
+  d.store(kKey, kBin);
+  ASSERT_EQ(d.load(kKey), kBin);
+  EXPECT_EQ(mode_of(d.path_for(kKey)), 0600u);
+  // Another key's entry copied under this name: the header's key differs.
+  fs::copy_file(d.path_for(kKey), d.path_for(kOtherKey));
+  EXPECT_FALSE(d.load(kOtherKey).has_value());
+  // A symlink to a good entry of ours is not followed.
+  fs::path elsewhere = tmp.path / "elsewhere.clbin";
+  fs::rename(d.path_for(kKey), elsewhere);
+  fs::create_symlink(elsewhere, d.path_for(kKey));
+  EXPECT_FALSE(d.load(kKey).has_value());
+  d.store(kKey, kBin);  // replaces the link, not its target
+  EXPECT_FALSE(fs::is_symlink(d.path_for(kKey)));
+  EXPECT_EQ(d.load(kKey), kBin);
+  // A FIFO under an entry's name neither blocks nor loads.
+  fs::remove(d.path_for(kOtherKey));
+  ASSERT_EQ(::mkfifo(d.path_for(kOtherKey).c_str(), 0600), 0);
+  EXPECT_FALSE(d.load(kOtherKey).has_value());
+  // Not a key: never turned into a path.
+  d.store("../escape", kBin);
+  EXPECT_FALSE(fs::exists(tmp.path.parent_path() / "escape.clbin"));
+}
+
+TEST(DiskCache, EntryOwnedByAnotherUserIsIgnored) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown";
+  TempDir tmp;
+  rt::DiskCache d(tmp.path.string());
+  d.store(kKey, kBin);
+  ASSERT_EQ(::chown(d.path_for(kKey).c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(d.load(kKey).has_value());
+}
+
 TEST(ProgramCache, CacheOffWritesNothing) {
   auto pc = fresh_cache("off");
   EXPECT_FALSE(pc->disk().enabled());
