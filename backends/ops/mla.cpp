@@ -20,14 +20,16 @@ namespace clattn {
 int64_t MlaCache::ckv_token_stride() const {
   return stride_token ? stride_token : (single_buffer ? kMlaCkvDim + kMlaKpeDim : kMlaCkvDim);
 }
-int64_t MlaCache::ckv_page_stride() const { return stride_page ? stride_page : int64_t(page_size) * ckv_token_stride(); }
+int64_t MlaCache::ckv_page_stride() const {
+  return stride_page ? stride_page : rt::checked::mul(page_size, ckv_token_stride(), "latent cache page stride");
+}
 int64_t MlaCache::kpe_token_stride() const {
   if (kpe_stride_token) return kpe_stride_token;
   return single_buffer ? ckv_token_stride() : kMlaKpeDim;
 }
 int64_t MlaCache::kpe_page_stride() const {
   if (kpe_stride_page) return kpe_stride_page;
-  return single_buffer ? ckv_page_stride() : int64_t(page_size) * kpe_token_stride();
+  return single_buffer ? ckv_page_stride() : rt::checked::mul(page_size, kpe_token_stride(), "kpe cache page stride");
 }
 int64_t MlaCache::kpe_base() const { return kpe_offset ? kpe_offset : (single_buffer ? kMlaCkvDim : 0); }
 namespace {

@@ -9,15 +9,15 @@ namespace clattn {
 // ---- PagedKV: resolved strides (elements) ----
 int64_t PagedKV::head_stride() const {
   if (stride_head) return stride_head;
-  return layout == KVLayout::NHD ? int64_t(head_dim) : int64_t(page_size) * head_dim;
+  return layout == KVLayout::NHD ? int64_t(head_dim) : rt::checked::mul(page_size, head_dim, "cache head stride");
 }
 int64_t PagedKV::token_stride() const {
   if (stride_token) return stride_token;
-  return layout == KVLayout::NHD ? int64_t(num_kv_heads) * head_dim : int64_t(head_dim);
+  return layout == KVLayout::NHD ? rt::checked::mul(num_kv_heads, head_dim, "cache token stride") : int64_t(head_dim);
 }
 int64_t PagedKV::page_stride() const {
   if (stride_page) return stride_page;
-  return int64_t(page_size) * num_kv_heads * head_dim;
+  return rt::checked::product({page_size, num_kv_heads, head_dim}, "cache page stride");
 }
 int64_t PagedKV::required_bytes() const {
   if (num_pages <= 0 || page_size <= 0 || num_kv_heads <= 0 || head_dim <= 0) return 0;
