@@ -16,7 +16,7 @@ namespace {
 
 using test::ctx;
 
-constexpr int kThreads = 4, kRuns = 12;
+constexpr int kThreads = 4, kRuns = 60;
 
 cl_command_queue new_queue() {
   cl_int err = CL_SUCCESS;
@@ -81,7 +81,7 @@ void expect_shareable(Run run, Out out) {
 
 TEST(SharedPlans, SplitDecodeOnManyQueues) {
   CLATTN_SEED_TRACE();
-  const int B = 2, pages = 32, P = 16, Hq = 8, Hkv = 2, D = 64;
+  const int B = 8, pages = 32, P = 16, Hq = 8, Hkv = 2, D = 64;
   PagedKV cache;
   cache.num_pages = B * pages, cache.page_size = P, cache.num_kv_heads = Hkv, cache.head_dim = D;
   PagedCsr csr = long_csr(B, pages, P, false);
