@@ -126,7 +126,7 @@ void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
     }
 
   const int pmask = (1 << log2_page) - 1;
-  bool bad = false;  // a page id outside [0, num_pages) was met: its key reads as zeros
+  bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
   VT pf[PF];
 #define LOAD_TILE(T0)                                                                          \
   for (int i = 0; i < PF; ++i) {                                                               \
@@ -134,10 +134,10 @@ void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
     pf[i] = (VT)(0u);                                                                          \
     if (ch < TCH) {                                                                            \
       const int n = ch / ROWC, k = ch % ROWC, t = (T0) + n;                                    \
-      const int id = t < ke ? page_ids[pbase + (t >> log2_page)] : 0;                          \
-      bad |= t < ke && !IN_POOL(id, num_pages);                                                \
-      if (t < ke && IN_POOL(id, num_pages)) {                                                  \
-        const long pg = (long)id;                                                              \
+      if (t < ke) {                                                                            \
+        const int id = page_ids[pbase + (t >> log2_page)];                                     \
+        bad |= (uint)id >= (uint)num_pages;                                                    \
+        const long pg = (long)POOL_PAGE(id);                                                   \
         const long off = (long)(t & pmask);                                                    \
         if (k < CKC) pf[i] = *(__global const VT*)(ckv + pg * ckv_sp + off * ckv_st + k * VW); \
         else pf[i] = *(__global const VT*)(kpe + kpe_base + pg * kpe_sp + off * kpe_st + (k - CKC) * VW); \

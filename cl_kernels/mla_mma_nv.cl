@@ -43,8 +43,8 @@
 // (KV_RAW), folded back into q and the output scale.
 //
 // FUSE_MERGE (decode split-K): a work-group that wrote a partial state counts it in the
-// counter of (merge entry, head block), in the caller's workspace (zeroed by the run before
-// this launch: the plan stays read-only); the one that completes the count merges
+// counter of (merge entry, head block) of the run's counter set in the plan's table
+// (ops::CounterSets; left zero for the set's next run); the one that completes the count merges
 // every part of its 16 query vectors (in part order: deterministic) and writes o / lse.
 #include "common.clh"
 
@@ -194,14 +194,14 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const long cgo = (long)(VCH * warp + 2 * t) * CHW;
   const long kgo = kpe_base + (long)(2 * CHW * KPW * warp) + (long)(t * CHW / 2);
   const int pmask = (1 << log2_page) - 1;
-  bool bad = false;  // a page id outside [0, num_pages) was met: its key reads as zeros
+  bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
 #define LOAD_TILE(KCR, KPR, T0)                                                                    \
   _Pragma("unroll") for (int j_ = 0; j_ < NT; ++j_) {                                              \
     const int tk_ = (T0) + g + 8 * j_;                                                             \
-    const int id_ = tk_ < ke ? page_ids[pbase + (tk_ >> log2_page)] : 0;                           \
-    bad |= tk_ < ke && !IN_POOL(id_, num_pages);                                                   \
-    if (tk_ < ke && IN_POOL(id_, num_pages)) {                                                     \
-      const long pg_ = (long)id_, sl_ = (long)(tk_ & pmask);                                       \
+    if (tk_ < ke) {                                                                                \
+      const int id_ = page_ids[pbase + (tk_ >> log2_page)];                                        \
+      bad |= (uint)id_ >= (uint)num_pages;                                                         \
+      const long pg_ = (long)POOL_PAGE(id_), sl_ = (long)(tk_ & pmask);                            \
       __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                          \
       __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                          \
       _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
@@ -346,7 +346,9 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const int first = mg[1], np = mg[2];
   if (tid == 0) {
     __global volatile int* cnt = counters + counter_off + mi * n_hblk + vbeg / 16;
-    fm_last = atomic_inc(cnt) == np - 1;
+    const int last = atomic_inc(cnt) == np - 1;
+    if (last) atomic_xchg(cnt, 0);  // ready for the set's next run
+    fm_last = last;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (!fm_last) return;

@@ -210,8 +210,8 @@ UNROLL_LOOP
 
 #if PREFETCH
 // Issues the K and V row loads of the slot's tokens in the tile at tbase (pid: their page
-// ids), marks which are inside [begin, end) with a page id inside the pool (bad: one was
-// not), and replaces pid with the next tile's ids.
+// ids), marks which are inside [begin, end) (bad: a page id outside the pool was met), and
+// replaces pid with the next tile's ids.
 inline void issue_tile(int tbase, int begin, int end, int tok_off, int page_base, int pmask, int log2_page,
                        int num_pages, long stride_page, long stride_token, long head_off, int slot, int tl,
                        __global const int* page_ids, __global const uchar* k_cache, __global const uchar* v_cache,
@@ -220,12 +220,11 @@ inline void issue_tile(int tbase, int begin, int end, int tok_off, int page_base
 UNROLL_LOOP
   for (int u = 0; u < UNROLL; ++u) {
     const int tok = tbase + u * NSLOT + slot;
-    const bool in_pool = IN_POOL(pid[u], num_pages);
-    *bad |= tok < end && !in_pool;
-    valid[u] = tok < end && in_pool;
-    const int ls = tok_off + (tok < end ? tok : begin);
-    const size_t ro =
-        (size_t)((long)(in_pool ? pid[u] : 0) * stride_page + (long)(ls & pmask) * stride_token + head_off) * KV_ESIZE;
+    valid[u] = tok < end;
+    const int ls = tok_off + (valid[u] ? tok : begin);
+    *bad |= (uint)pid[u] >= (uint)num_pages;
+    const size_t ro = (size_t)((long)POOL_PAGE(pid[u]) * stride_page + (long)(ls & pmask) * stride_token + head_off) *
+                      KV_ESIZE;
     load_row(k_cache, ro, tl, kw[u]);
     load_row(v_cache, ro, tl, vw[u]);
     const int tok_n = tok + TILE;
@@ -239,12 +238,13 @@ UNROLL_LOOP
 // token_offset, merge, 0}. part < 0: the item is the whole request, write o/lse; else write
 // the partial state to workspace row `part` (ws_o [P, Hq, D] f32, ws_lse at lse_off).
 // FUSE_MERGE: `merge` indexes the merge entries {req, first, count, 0} at merge_off, and
-// counters[counter_off + merge * num_groups(1) + group(1)] (in the caller's workspace,
-// zeroed by the run before this launch, so a plan is never written and may be shared)
-// counts the finished parts of that request and head block; the work-group that finishes
-// last merges them.
-// Page ids are checked against num_pages (IN_POOL): an id outside the pool masks its key
-// and sets CLATTN_FAULT_PAGE_ID in *faults, so bad metadata never reads outside K/V.
+// counters[counter_off + merge * num_groups(1) + group(1)] (the run's counter set in the
+// plan's table, ops::CounterSets) counts the finished parts of that request and head block;
+// the work-group that finishes last merges them and resets the counter to 0 for the set's
+// next run (the plan uploads it as 0).
+// Page ids are clamped into [0, num_pages) (POOL_PAGE: one min per key; the host makes
+// plans with keys only for caches of at least one page), so bad metadata never reads
+// outside K/V; an id that needed it sets CLATTN_FAULT_PAGE_ID in *faults.
 // Token j of a request's key list sits at list slot token_offset + j, i.e. page
 // page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1)))
@@ -325,7 +325,7 @@ UNROLL_LOOP
   const int ntiles = (end - begin + TILE - 1) / TILE;
   // Page ids of the lane's tokens in the current tile; the next tile's are loaded one tile
   // ahead so the K/V loads never wait on them. Tokens past the end re-read the first key's
-  // row and are masked; ids outside the pool read page 0 and are masked (bad records it).
+  // row and are masked; ids outside the pool are clamped into it (bad records it).
   int pid[UNROLL];
   bool bad = false;
 UNROLL_LOOP
@@ -363,11 +363,10 @@ UNROLL_LOOP
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       const int tok = tbase + u * NSLOT + slot;
-      const bool in_pool = IN_POOL(pid[u], num_pages);
-      bad |= tok < end && !in_pool;
-      valid[u] = tok < end && in_pool;
-      const int ls = tok_off + (tok < end ? tok : begin);
-      roff[u] = (size_t)((long)(in_pool ? pid[u] : 0) * stride_page + (long)(ls & pmask) * stride_token + head_off) *
+      valid[u] = tok < end;
+      const int ls = tok_off + (valid[u] ? tok : begin);
+      bad |= (uint)pid[u] >= (uint)num_pages;
+      roff[u] = (size_t)((long)POOL_PAGE(pid[u]) * stride_page + (long)(ls & pmask) * stride_token + head_off) *
                 KV_ESIZE;
       const int tok_n = tok + TILE;
       const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
@@ -527,7 +526,9 @@ UNROLL_LOOP
     __global const int* me = tab + merge_off + 4 * wk[6];
     if (lid == 0) {
       __global volatile int* cnt = counters + counter_off + wk[6] * (int)get_num_groups(1) + (int)get_group_id(1);
-      is_last = atomic_inc(cnt) == me[2] - 1;
+      const int last = atomic_inc(cnt) == me[2] - 1;
+      if (last) atomic_xchg(cnt, 0);  // ready for the set's next run
+      is_last = last;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (is_last) {

@@ -68,12 +68,13 @@ struct MlaPlanState : ops::PlanTable {
   rt::Kernel* merge_k = nullptr;
   size_t wg = 0, merge_wg = 0;
   int work_off = 0, merge_off = 0, log2_page = 0;
-  // Fused split-K merge (mla_mma_nv.cl FUSE_MERGE): the part -> merge entry map and one
-  // zeroed counter per (merge entry, head block) follow the merge entries in the table.
+  // Fused split-K merge (mla_mma_nv.cl FUSE_MERGE): the part -> merge entry map and the
+  // counter sets (one zeroed counter per (merge entry, head block) each) follow the merge
+  // entries in the table.
   bool fuse_kernel = false;  // the kernel was built with FUSE_MERGE (takes the extra arguments)
   bool fuse = false;         // ... and this plan's merges run in it (pmap_off >= 0)
-  int pmap_off = -1, counter_off = 0, n_hblk = 1;
-  int64_t counter_bytes = 0;  // fused merge: counters in the caller's workspace, zeroed per run
+  int pmap_off = -1, n_hblk = 1;
+  ops::CounterSets sets;
   float q_scale = 1.0f;
   int64_t lse_off_floats = 0;
   int64_t ckv_sp = 0, ckv_st = 0, kpe_sp = 0, kpe_st = 0, kpe_base = 0;  // 32-bit words
@@ -476,13 +477,13 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     h.resize(h.size() + size_t(plan.num_partials), 0);
     for (size_t m = 0; m < merges.size(); ++m)
       for (int p = 0; p < merges[m].count; ++p) h[size_t(st->pmap_off + merges[m].first + p)] = int32_t(m);
+    st->sets.base = int(h.size());
+    st->sets.per_set = rt::checked::to_i32(int64_t(merges.size()) * st->n_hblk, "merge counters");
+    h.resize(h.size() + size_t(ops::CounterSets::kSets) * size_t(st->sets.per_set), 0);
   }
-  const int64_t counters = st->fuse ? int64_t(merges.size()) * st->n_hblk : 0;
-  planner::WorkspaceLayout ws = planner::workspace_layout(plan.num_partials, H, kMlaCkvDim, counters);
+  planner::WorkspaceLayout ws = planner::workspace_layout(plan.num_partials, H, kMlaCkvDim);
   plan.workspace_bytes = ws.bytes;
   st->lse_off_floats = ws.lse_offset_bytes / 4;
-  st->counter_off = rt::checked::to_i32(ws.counter_offset_bytes / 4, "MLA workspace (merge counters' offset)");
-  st->counter_bytes = ws.counter_bytes;
 
   const int64_t es = int64_t(dtype_size(cache.dtype));
   st->ckv_sp = cache.ckv_page_stride() * es / 4, st->ckv_st = cache.ckv_token_stride() * es / 4;
@@ -562,7 +563,7 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
     if (st->workspace_bytes > 0)
       ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
                           to_string(st->num_partials) + " partial states of " + ops::shape_str({H, kMlaCkvDim}) +
-                              " f32 and merge counters");
+                              " f32");
   }
   ops::WaitList wl(e, st->upload);
   if (st->num_work == 0) {
@@ -577,40 +578,31 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
   cl_mem lse = b.lse ? b.lse : dummy;
   cl_mem ws = st->workspace_bytes > 0 ? b.workspace : dummy;
   const bool merge = st->num_merges > 0 && !st->fuse;
-  // The fused merge's counters are per-run state: zeroed in the caller's workspace first.
-  cl_event zeroed = nullptr;
-  if (st->counter_bytes > 0) {
-    const cl_int zero = 0;
-    rt::check_cl(clEnqueueFillBuffer(q, ws, &zero, sizeof zero, size_t(st->counter_off) * 4,
-                                     size_t(st->counter_bytes), wl.size(), wl.data(), &zeroed),
-                 "clEnqueueFillBuffer", "zeroing the MLA workspace's merge counters");
-  }
-  const cl_uint nwait = zeroed ? 1 : wl.size();
-  const cl_event* wait = zeroed ? &zeroed : wl.data();
   const size_t gws[1] = {size_t(st->num_work) * st->wg}, lws[1] = {st->wg};
   cl_event ev1 = nullptr;
-  cl_event* ev = (merge || e.event) ? &ev1 : nullptr;
-  try {
-    if (st->fuse_kernel)
+  if (st->fuse_kernel) {  // the counter arguments are passed even when this plan merges separately
+    auto launch = [&](int counter_off, cl_uint nwait, const cl_event* wait, cl_event* ev) {
       st->attn_k->launch(q, 1, gws, lws, nwait, wait, ev, b.q_nope, b.q_pe, cl_int(st->q_dtype), ckv, kpe, page_ids,
                          st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
                          cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp), cl_long(st->ckv_st),
                          cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base), cl_int(st->log2_page),
                          cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), cl_int(st->cache.num_pages),
-                         c.faults, ws, cl_int(st->merge_off), cl_int(st->pmap_off), cl_int(st->counter_off),
+                         c.faults, st->table, cl_int(st->merge_off), cl_int(st->pmap_off), cl_int(counter_off),
                          cl_int(st->n_hblk));
-    else
-      st->attn_k->launch(q, 1, gws, lws, nwait, wait, ev, b.q_nope, b.q_pe, cl_int(st->q_dtype), ckv, kpe, page_ids,
-                         st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
-                         cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp), cl_long(st->ckv_st),
-                         cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base), cl_int(st->log2_page),
-                         cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), cl_int(st->cache.num_pages),
-                         c.faults);
-  } catch (...) {
-    if (zeroed) clReleaseEvent(zeroed);
-    throw;
+    };
+    if (st->sets.per_set > 0) {
+      st->sets.run(q, wl, e.event, launch);
+      return;
+    }
+    launch(0, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr);
+  } else {
+    st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr, b.q_nope, b.q_pe,
+                       cl_int(st->q_dtype), ckv, kpe, page_ids, st->table, cl_int(st->work_off), b.o,
+                       cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H),
+                       cl_long(st->ckv_sp), cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st),
+                       cl_long(st->kpe_base), cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale),
+                       cl_float(b.kv_scale), cl_int(st->cache.num_pages), c.faults);
   }
-  if (zeroed) clReleaseEvent(zeroed);
   if (!merge) {
     if (e.event) *e.event = ev1;
     return;

@@ -121,6 +121,34 @@ void enqueue_marker(cl_command_queue q, cl_uint num_wait, const cl_event* wait, 
   if (event) *event = ev;
 }
 
+CounterSets::~CounterSets() {
+  for (cl_event e : last_)
+    if (e) clReleaseEvent(e);
+}
+
+void CounterSets::run(cl_command_queue q, const WaitList& wl, cl_event* event,
+                      const std::function<void(int, cl_uint, const cl_event*, cl_event*)>& launch) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int s = next_;
+  next_ = (next_ + 1) % kSets;
+  std::vector<cl_event> wait(wl.ev);
+  if (cl_event prev = last_[s]) {
+    wait.push_back(prev);
+    // A wait on another queue's command needs that queue flushed to make progress.
+    cl_command_queue pq = nullptr;
+    if (clGetEventInfo(prev, CL_EVENT_COMMAND_QUEUE, sizeof pq, &pq, nullptr) == CL_SUCCESS && pq && pq != q)
+      clFlush(pq);
+  }
+  cl_event ev = nullptr;
+  launch(base + s * per_set, cl_uint(wait.size()), wait.empty() ? nullptr : wait.data(), &ev);
+  if (last_[s]) clReleaseEvent(last_[s]);
+  last_[s] = ev;  // the set's reference
+  if (event) {
+    clRetainEvent(ev);
+    *event = ev;
+  }
+}
+
 PlanTable::~PlanTable() {
   if (upload) {
     clWaitForEvents(1, &upload);
@@ -138,9 +166,8 @@ int64_t PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const
     table = into.mem;
     owned = false;
   } else {
-    // Read-only on the device: per-run state (merge counters, tensor maps) lives in the
-    // caller's workspace, so one plan may run on several queues at once.
-    table = rt::create_buffer(c.ctx, CL_MEM_READ_ONLY, bytes, &err);
+    // Read-write: the fused split-K merge keeps its counter sets (CounterSets) in the table.
+    table = rt::create_buffer(c.ctx, CL_MEM_READ_WRITE, bytes, &err);
     rt::check_cl(err, "clCreateBuffer", what + " (" + std::to_string(bytes) + " bytes)");
   }
   rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, table, CL_FALSE, 0, bytes, host.data(), 0, nullptr, &upload),

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,30 @@ struct PlanTable {
   // Enqueues the write of `host` on q (nullptr = the context's queue) into the caller's
   // buffer when it is big enough, else into a table it creates. Returns the table bytes.
   int64_t upload_host(detail::ContextImpl& c, cl_command_queue q, const std::string& what, const PlanBuffer& into = {});
+};
+
+// The fused split-K merge's counters (decode, MLA): kSets copies in the plan's table, each
+// left zero by the kernel that used it. A run takes the next set and waits for that set's
+// previous run, so one plan may run on several queues at once (up to kSets runs overlap)
+// without two runs sharing counters, and nothing is zeroed per run.
+struct CounterSets {
+  static constexpr int kSets = 4;
+  int base = 0;     // table index of set 0
+  int per_set = 0;  // counters in one set (0: no fused merge)
+
+  CounterSets() = default;
+  CounterSets(const CounterSets&) = delete;
+  CounterSets& operator=(const CounterSets&) = delete;
+  ~CounterSets();
+  // Runs launch(first_counter, num_wait, wait, event) with the next set, the wait list
+  // extended by that set's previous run; `event` (nullable) receives the launch's event.
+  void run(cl_command_queue q, const WaitList& wl, cl_event* event,
+           const std::function<void(int, cl_uint, const cl_event*, cl_event*)>& launch) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable int next_ = 0;
+  mutable cl_event last_[kSets] = {};
 };
 
 // Builds the first candidate (file, options) that compiles; a failed build is logged with

@@ -23,10 +23,9 @@ struct DecodePlanState : ops::PlanTable {
   rt::Kernel* merge_k = nullptr;
   size_t wg = 0, merge_wg = 0;
   int work_off = 0, merge_off = 0;
-  bool fuse = false;    // the decode kernel merges (FUSE_MERGE); its counters live in the workspace
+  bool fuse = false;    // the decode kernel merges (FUSE_MERGE) with the counter sets below
   bool prefetch = false;  // PREFETCH build (kept for to_vector)
-  int counter_off = 0;    // FUSE_MERGE: first counter (int32 index into the workspace)
-  int64_t counter_bytes = 0;
+  ops::CounterSets sets;  // FUSE_MERGE: per-run counters in the table (one set per run)
   int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
   int64_t lse_off_floats = 0;
@@ -68,7 +67,7 @@ using ops::log2_int;
 using ops::pow2_ceil;
 
 constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
-constexpr int64_t kPlanVersion = 3;  // 3: merge counters moved to the workspace
+constexpr int64_t kPlanVersion = 3;  // 3: CounterSets of the fused merge
 
 // Parts one request may be split into: the merge pass keeps their weights in local memory
 // (MERGE_MAXP in merge_state.cl).
@@ -403,11 +402,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   // one wave (each work-group's latency is the time), not for big unsplit batches, which
   // need the occupancy (H100: B=64 S=4096 0.40 -> 0.54 ms with it, B=8 S=16384 0.23 -> 0.21).
   if (sk.merges.empty()) tile.prefetch = 0;
-  // Fused merge: one counter per (merge entry, KV head x head block), in the workspace.
-  const int64_t counters =
-      tile.fuse_merge ? int64_t(sk.merges.size()) * int64_t(cache.num_kv_heads) * int64_t(tile.n_hblk) : 0;
-  planner::WorkspaceLayout ws =
-      planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim, counters);
+  planner::WorkspaceLayout ws = planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim);
 
   auto st = std::make_shared<DecodePlanState>();
   DecodePlan plan;
@@ -438,9 +433,11 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   st->merge_off = 8 * plan.num_work;
   st->fuse = tile.fuse_merge != 0;
   st->prefetch = tile.prefetch != 0;
-  st->counter_off = rt::checked::to_i32(ws.counter_offset_bytes / 4, "decode workspace (merge counters' offset)");
-  st->counter_bytes = ws.counter_bytes;
-  st->host.assign(size_t(st->merge_off) + size_t(4) * size_t(plan.num_merges), 0);
+  // Fused merge: one zeroed counter per (merge entry, KV head x head block) in each set.
+  st->sets.base = st->merge_off + 4 * plan.num_merges;
+  st->sets.per_set =
+      st->fuse ? rt::checked::to_i32(int64_t(plan.num_merges) * cache.num_kv_heads * tile.n_hblk, "merge counters") : 0;
+  st->host.assign(size_t(st->sets.base) + size_t(ops::CounterSets::kSets) * size_t(st->sets.per_set), 0);
   std::vector<int32_t> merge_of(size_t(B), -1);
   for (int m = 0; m < plan.num_merges; ++m) merge_of[size_t(sk.merges[size_t(m)].req)] = m;
   for (int w = 0; w < plan.num_work; ++w) {
@@ -512,7 +509,7 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
     if (st->workspace_bytes > 0)
       ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
                           std::to_string(st->num_partials) + " partial states of " + ops::shape_str({Hq, D}) +
-                              " f32 and merge counters");
+                              " f32");
     if (b.sinks) ops::require_buffer(b.sinks, size_t(st->sinks_bytes), "sinks", ops::shape_str({Hq}) + " f32");
   }
   ops::WaitList wl(e, st->upload);
@@ -528,33 +525,24 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
   cl_mem ws = st->workspace_bytes > 0 ? b.workspace : dummy;
   const bool merge = st->num_merges > 0;
   auto& c = rt::impl(ctx);
-  // The fused merge's counters are per-run state: zeroed in the caller's workspace first,
-  // so a plan is never written and may run on several queues at once.
-  cl_event zeroed = nullptr;
-  if (st->counter_bytes > 0) {
-    const cl_int zero = 0;
-    rt::check_cl(clEnqueueFillBuffer(q, ws, &zero, sizeof zero, size_t(st->counter_off) * 4,
-                                     size_t(st->counter_bytes), wl.size(), wl.data(), &zeroed),
-                 "clEnqueueFillBuffer", "zeroing the decode workspace's merge counters");
-  }
   size_t gws[2] = {size_t(st->num_work) * st->wg, size_t(st->Hkv) * size_t(st->n_hblk)};
   size_t lws[2] = {st->wg, 1};
-  cl_event ev1 = nullptr;
-  try {
-    st->decode_k->launch(q, 2, gws, lws, zeroed ? 1 : wl.size(), zeroed ? &zeroed : wl.data(),
-                         ((merge && !st->fuse) || e.event) ? &ev1 : nullptr, b.q, cl_int(st->q_dtype), k_cache,
-                         v_cache, page_ids, st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse,
-                         cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), sinks, cl_int(b.sinks != nullptr),
-                         cl_int(Hq), cl_int(st->group), cl_int(st->n_hblk), cl_long(st->cache.page_stride()),
+  auto launch = [&](int counter_off, cl_uint nwait, const cl_event* wait, cl_event* ev) {
+    st->decode_k->launch(q, 2, gws, lws, nwait, wait, ev, b.q, cl_int(st->q_dtype), k_cache, v_cache, page_ids,
+                         st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
+                         cl_ulong(st->lse_off_floats), sinks, cl_int(b.sinks != nullptr), cl_int(Hq),
+                         cl_int(st->group), cl_int(st->n_hblk), cl_long(st->cache.page_stride()),
                          cl_long(st->cache.token_stride()), cl_long(st->cache.head_stride()), cl_int(st->log2_page),
                          cl_int(st->cache.num_pages), cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2),
-                         cl_float(st->inv_cap), cl_float(b.v_scale), ws, cl_int(st->merge_off),
-                         cl_int(st->counter_off), c.faults);
-  } catch (...) {
-    if (zeroed) clReleaseEvent(zeroed);
-    throw;
+                         cl_float(st->inv_cap), cl_float(b.v_scale), st->table, cl_int(st->merge_off),
+                         cl_int(counter_off), c.faults);
+  };
+  cl_event ev1 = nullptr;
+  if (st->sets.per_set > 0) {
+    st->sets.run(q, wl, e.event, launch);
+    return;
   }
-  if (zeroed) clReleaseEvent(zeroed);
+  launch(0, wl.size(), wl.data(), ((merge && !st->fuse) || e.event) ? &ev1 : nullptr);
   if (!merge || st->fuse) {
     if (e.event) *e.event = ev1;
     return;
@@ -588,7 +576,7 @@ std::vector<int64_t> DecodePlan::to_vector() const {
                             tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.early_v,
                             tile.head_blocks, variant == "nv_ptx_shfl", int64_t(st.fuse), int64_t(st.prefetch), st.group, st.log2_page, fbits(st.q_scale),
                             fbits(st.cap_log2), fbits(st.inv_cap), st.lse_off_floats, st.work_off, st.merge_off,
-                            st.counter_off, int64_t(st.host.size())};
+                            st.sets.base, int64_t(st.host.size())};
   v.insert(v.end(), st.host.begin(), st.host.end());
   return v;
 }
@@ -635,8 +623,10 @@ void check_vector_tile(const DecodePlan& p, const KTile& t, const DecodePlanStat
 void check_vector_table(const DecodePlan& p, const DecodePlanState& st) {
   const std::vector<int32_t>& h = st.host;
   if (st.work_off != 0 || int64_t(st.merge_off) != 8 * int64_t(p.num_work) ||
-      int64_t(h.size()) != 8 * int64_t(p.num_work) + 4 * int64_t(p.num_merges))
+      int64_t(h.size()) != int64_t(st.sets.base) + int64_t(ops::CounterSets::kSets) * st.sets.per_set)
     bad_vector("table layout does not match num_work / num_merges");
+  for (size_t k = size_t(st.sets.base); k < h.size(); ++k)
+    if (h[k] != 0) bad_vector("merge counters are not zero");
   const int shift = st.log2_page;
   for (int w = 0; w < p.num_work; ++w) {
     const int32_t* e = &h[size_t(8) * w];
@@ -700,19 +690,20 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   st->q_scale = fval(v[i++]), st->cap_log2 = fval(v[i++]), st->inv_cap = fval(v[i++]);
   const int64_t lse_off = v[i++];
   st->work_off = next_int("work_off"), st->merge_off = next_int("merge_off");
-  const int64_t counter_off = v[i++];
+  const int64_t counter_base = v[i++];
   const int64_t n = v[i++];
   if (i != kHeader || n < 0 || v.size() - kHeader != uint64_t(n)) bad_vector("table length does not match the vector");
   ops::check_paged_kv(p.cache, "plan cache");
   check_vector_tile(p, t, *st);
-  // The workspace layout is recomputed, not trusted.
-  const int64_t counters = st->fuse ? int64_t(p.num_merges) * p.num_kv_heads * t.n_hblk : 0;
-  planner::WorkspaceLayout ws = planner::workspace_layout(p.num_partials, p.num_qo_heads, p.head_dim, counters);
-  if (ws.bytes != p.workspace_bytes || ws.lse_offset_bytes / 4 != lse_off || ws.counter_offset_bytes / 4 != counter_off)
+  // The workspace layout and the counter sets are recomputed, not trusted.
+  planner::WorkspaceLayout ws = planner::workspace_layout(p.num_partials, p.num_qo_heads, p.head_dim);
+  if (ws.bytes != p.workspace_bytes || ws.lse_offset_bytes / 4 != lse_off)
     bad_vector("workspace layout does not match the plan's shape");
   st->lse_off_floats = lse_off;
-  st->counter_off = rt::checked::to_i32(counter_off, "decode workspace (merge counters' offset)");
-  st->counter_bytes = ws.counter_bytes;
+  st->sets.base = rt::checked::to_i32(int64_t(st->merge_off) + 4 * int64_t(p.num_merges), "merge counters' offset");
+  st->sets.per_set =
+      st->fuse ? rt::checked::to_i32(int64_t(p.num_merges) * p.num_kv_heads * t.n_hblk, "merge counters") : 0;
+  if (counter_base != st->sets.base) bad_vector("merge counters' offset does not match the table layout");
   st->host.reserve(size_t(n));
   for (int64_t k = 0; k < n; ++k) st->host.push_back(int32_t(v[kHeader + size_t(k)]));
   check_vector_table(p, *st);

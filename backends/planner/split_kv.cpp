@@ -73,7 +73,7 @@ SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, c
   return p;
 }
 
-WorkspaceLayout workspace_layout(int num_partials, int num_qo_heads, int head_dim, int64_t counters) {
+WorkspaceLayout workspace_layout(int num_partials, int num_qo_heads, int head_dim) {
   namespace ck = rt::checked;
   WorkspaceLayout w;
   if (num_partials <= 0) return w;
@@ -81,11 +81,6 @@ WorkspaceLayout workspace_layout(int num_partials, int num_qo_heads, int head_di
   const int64_t rows = ck::mul(num_partials, num_qo_heads, what);
   w.lse_offset_bytes = round_up(ck::product({rows, head_dim, 4}, what), 256);
   w.bytes = ck::add(w.lse_offset_bytes, ck::mul(rows, 4, what), what);
-  if (counters > 0) {
-    w.counter_offset_bytes = round_up(w.bytes, 256);
-    w.counter_bytes = ck::mul(counters, 4, what);
-    w.bytes = ck::add(w.counter_offset_bytes, w.counter_bytes, what);
-  }
   return w;
 }
 

@@ -50,14 +50,11 @@ SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, c
 int64_t count_work_items(const int32_t* begin, const int32_t* end, int batch, int chunk);
 
 // Workspace layout of the partial states: o [P, Hq, D] f32, then lse [P, Hq] f32 at a
-// 256-byte aligned offset, then `counters` int32 (the fused merge's per-run counters,
-// zeroed by each run) at a 256-byte aligned offset. Sizes are checked (InvalidArgument).
+// 256-byte aligned offset. Sizes are checked (InvalidArgument).
 struct WorkspaceLayout {
   int64_t lse_offset_bytes = 0;
-  int64_t counter_offset_bytes = 0;
-  int64_t counter_bytes = 0;
   int64_t bytes = 0;
 };
-WorkspaceLayout workspace_layout(int num_partials, int num_qo_heads, int head_dim, int64_t counters = 0);
+WorkspaceLayout workspace_layout(int num_partials, int num_qo_heads, int head_dim);
 
 }  // namespace clattn::planner
