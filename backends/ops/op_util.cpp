@@ -122,8 +122,10 @@ void enqueue_marker(cl_command_queue q, cl_uint num_wait, const cl_event* wait, 
 }
 
 CounterSets::~CounterSets() {
-  for (cl_event e : last_)
-    if (e) clReleaseEvent(e);
+  for (const Last& l : last_) {
+    if (l.event) clReleaseEvent(l.event);
+    if (l.queue) clReleaseCommandQueue(l.queue);
+  }
 }
 
 void CounterSets::run(cl_command_queue q, const WaitList& wl, cl_event* event,
@@ -131,21 +133,41 @@ void CounterSets::run(cl_command_queue q, const WaitList& wl, cl_event* event,
   std::lock_guard<std::mutex> lock(mu_);
   const int s = next_;
   next_ = (next_ + 1) % kSets;
+  Last& last = last_[s];
+  cl_command_queue_properties props = 0;
+  clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
+  const bool in_order = (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) == 0;
   std::vector<cl_event> wait(wl.ev);
-  if (cl_event prev = last_[s]) {
-    wait.push_back(prev);
-    // A wait on another queue's command needs that queue flushed to make progress.
-    cl_command_queue pq = nullptr;
-    if (clGetEventInfo(prev, CL_EVENT_COMMAND_QUEUE, sizeof pq, &pq, nullptr) == CL_SUCCESS && pq && pq != q)
-      clFlush(pq);
+  cl_event marker = nullptr;
+  if (last.event) {
+    wait.push_back(last.event);  // the set's previous run, from an out-of-order queue
+  } else if (last.queue && last.queue != q) {
+    // Everything so far on the previous run's in-order queue; flushed so it makes progress.
+    rt::check_cl(clEnqueueMarkerWithWaitList(last.queue, 0, nullptr, &marker), "clEnqueueMarkerWithWaitList",
+                 "ordering a shared plan's counter set across queues");
+    clFlush(last.queue);
+    wait.push_back(marker);
   }
   cl_event ev = nullptr;
-  launch(base + s * per_set, cl_uint(wait.size()), wait.empty() ? nullptr : wait.data(), &ev);
-  if (last_[s]) clReleaseEvent(last_[s]);
-  last_[s] = ev;  // the set's reference
-  if (event) {
-    clRetainEvent(ev);
-    *event = ev;
+  try {
+    launch(base + s * per_set, cl_uint(wait.size()), wait.empty() ? nullptr : wait.data(),
+           (event || !in_order) ? &ev : nullptr);
+  } catch (...) {
+    if (marker) clReleaseEvent(marker);
+    throw;
+  }
+  if (marker) clReleaseEvent(marker);
+  if (last.event) clReleaseEvent(last.event);
+  last.event = nullptr;
+  if (!in_order) {
+    last.event = ev;  // the set's reference
+    if (event) clRetainEvent(ev);
+  }
+  if (event) *event = ev;
+  if (last.queue != q) {
+    clRetainCommandQueue(q);
+    if (last.queue) clReleaseCommandQueue(last.queue);
+    last.queue = q;
   }
 }
 
