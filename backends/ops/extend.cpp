@@ -632,6 +632,8 @@ ExtendPlan prefill_plan(const Context& ctx, const std::vector<int32_t>& qo_indpt
   check_options(kv, opt);
   if (kv.num_kv_heads > 1 && kv.stride_head < kv.head_dim)
     rt::invalid("kv.stride_head = " + to_string(kv.stride_head) + " < head_dim " + to_string(kv.head_dim));
+  for (int64_t s : {kv.stride_token, kv.stride_head})  // byte strides used by the alignment checks and the kernels
+    (void)rt::checked::mul(s, int64_t(dtype_size(kv.dtype)), "kv stride bytes");
   if (qo_indptr.empty()) rt::invalid("qo_indptr: empty, needs batch_size + 1 entries");
   const int B = int(qo_indptr.size()) - 1;
   if (kv_indptr.size() != qo_indptr.size())

@@ -138,6 +138,10 @@ void check_cache(const MlaCache& c, const std::string& what) {
     rt::invalid(what + ".kpe_offset = " + to_string(c.kpe_base()) + ": kpe would overlap ckv (single buffer)");
   try {
     (void)c.ckv_required_bytes(), (void)c.kpe_required_bytes();  // geometry whose byte size overflows
+    const int64_t es = int64_t(dtype_size(c.dtype));
+    for (int64_t s : {c.ckv_page_stride(), c.ckv_token_stride(), c.kpe_page_stride(), c.kpe_token_stride(),
+                      c.kpe_base()})
+      (void)rt::checked::mul(s, es, "stride bytes");
   } catch (const Error& e) {
     rt::invalid(what + ": " + e.what());
   }

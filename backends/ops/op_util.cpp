@@ -81,7 +81,11 @@ void check_paged_kv(const PagedKV& c, const std::string& what) {
   if (c.stride_page < 0 || c.stride_token < 0 || c.stride_head < 0)
     rt::invalid(what + ": negative stride");
   try {
-    (void)c.required_bytes();  // throws when the geometry's byte size overflows int64
+    // The geometry's byte size, and each stride in bytes (kernels and alignment checks
+    // use them even where a single page never steps over one), must fit int64.
+    (void)c.required_bytes();
+    const int64_t es = int64_t(dtype_size(c.dtype));
+    for (int64_t s : {c.page_stride(), c.token_stride(), c.head_stride()}) (void)rt::checked::mul(s, es, "stride bytes");
   } catch (const Error& e) {
     rt::invalid(what + ": " + e.what());
   }
