@@ -54,6 +54,18 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t salt, bool bf16) {
   return b;
 }
 
+// Per-run buffers of slot 0 (the run made alone) and of each thread.
+struct Slots {
+  std::vector<DeviceBuffer> out, ws;
+  Slots(size_t out_bytes, int64_t ws_bytes) {
+    for (int s = 0; s <= kThreads; ++s) {
+      out.emplace_back(ctx(), out_bytes);
+      ws.emplace_back(ctx(), size_t(std::max<int64_t>(16, ws_bytes)));
+    }
+  }
+  std::vector<uint8_t> read(int s) const { return test::download<uint8_t>(out[size_t(s)], out[size_t(s)].bytes()); }
+};
+
 // Runs `run(queue, slot)` once alone, then kThreads x kRuns times concurrently on separate
 // queues; `out(slot)` reads a slot's output. Every concurrent output must equal the first.
 template <class Run, class Out>
@@ -96,20 +108,15 @@ TEST(SharedPlans, SplitDecodeOnManyQueues) {
   test::Rng r3(3);
   for (auto& x : qf) x = float(r3.uniform());
   DeviceBuffer ids = test::upload(csr.kv_indices), q = test::upload(qf);
-  const size_t obytes = size_t(B) * Hq * D * 4;
-  std::vector<DeviceBuffer> outs, wss;
-  for (int s = 0; s <= kThreads; ++s) {
-    outs.emplace_back(ctx(), obytes);
-    wss.emplace_back(ctx(), size_t(std::max<int64_t>(16, plan.workspace_bytes)));
-  }
+  Slots sl(size_t(B) * Hq * D * 4, plan.workspace_bytes);
   expect_shareable(
       [&](cl_command_queue qu, int s) {
         DecodeBuffers b;
-        b.q = q.get(), b.k_cache = k.get(), b.v_cache = v.get(), b.page_ids = ids.get(), b.o = outs[size_t(s)].get();
-        b.workspace = wss[size_t(s)].get();
+        b.q = q.get(), b.k_cache = k.get(), b.v_cache = v.get(), b.page_ids = ids.get(), b.o = sl.out[size_t(s)].get();
+        b.workspace = sl.ws[size_t(s)].get();
         decode_run(ctx(), plan, b, Enqueue{qu, 0, nullptr, nullptr});
       },
-      [&](int s) { return test::download<uint8_t>(outs[size_t(s)], obytes); });
+      [&](int s) { return sl.read(s); });
 }
 
 TEST(SharedPlans, SplitMlaDecodeOnManyQueues) {
@@ -129,20 +136,15 @@ TEST(SharedPlans, SplitMlaDecodeOnManyQueues) {
   for (auto& x : qn) x = float(r6.uniform());
   for (auto& x : qp) x = float(r6.uniform());
   DeviceBuffer qnb = test::upload(qn), qpb = test::upload(qp), ids = test::upload(csr.kv_indices);
-  const size_t obytes = size_t(B) * H * kMlaCkvDim * 4;
-  std::vector<DeviceBuffer> outs, wss;
-  for (int s = 0; s <= kThreads; ++s) {
-    outs.emplace_back(ctx(), obytes);
-    wss.emplace_back(ctx(), size_t(std::max<int64_t>(16, plan.workspace_bytes)));
-  }
+  Slots sl(size_t(B) * H * kMlaCkvDim * 4, plan.workspace_bytes);
   expect_shareable(
       [&](cl_command_queue qu, int s) {
         MlaBuffers b;
         b.q_nope = qnb.get(), b.q_pe = qpb.get(), b.ckv = ckv.get(), b.kpe = kpe.get(), b.page_ids = ids.get();
-        b.o = outs[size_t(s)].get(), b.workspace = wss[size_t(s)].get();
+        b.o = sl.out[size_t(s)].get(), b.workspace = sl.ws[size_t(s)].get();
         mla_run(ctx(), plan, b, Enqueue{qu, 0, nullptr, nullptr});
       },
-      [&](int s) { return test::download<uint8_t>(outs[size_t(s)], obytes); });
+      [&](int s) { return sl.read(s); });
 }
 
 TEST(SharedPlans, ExtendOnManyQueues) {
@@ -161,20 +163,15 @@ TEST(SharedPlans, ExtendOnManyQueues) {
   const size_t rows = size_t(plan.num_tokens) * Hq;
   auto qb = test::pack(test::Rng(9).vec(rows * D), DType::F16);
   DeviceBuffer q = test::upload(qb), ids = test::upload(csr.kv_indices);
-  const size_t obytes = rows * D * 2;
-  std::vector<DeviceBuffer> outs, wss;
-  for (int s = 0; s <= kThreads; ++s) {
-    outs.emplace_back(ctx(), obytes);
-    wss.emplace_back(ctx(), size_t(std::max<int64_t>(16, plan.workspace_bytes)));
-  }
+  Slots sl(rows * D * 2, plan.workspace_bytes);
   expect_shareable(
       [&](cl_command_queue qu, int s) {
         ExtendBuffers b;
-        b.q = q.get(), b.k = k.get(), b.v = v.get(), b.page_ids = ids.get(), b.o = outs[size_t(s)].get();
-        b.workspace = wss[size_t(s)].get();
+        b.q = q.get(), b.k = k.get(), b.v = v.get(), b.page_ids = ids.get(), b.o = sl.out[size_t(s)].get();
+        b.workspace = sl.ws[size_t(s)].get();
         extend_run(ctx(), plan, b, Enqueue{qu, 0, nullptr, nullptr});
       },
-      [&](int s) { return test::download<uint8_t>(outs[size_t(s)], obytes); });
+      [&](int s) { return sl.read(s); });
 }
 
 }  // namespace
