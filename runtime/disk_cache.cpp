@@ -103,21 +103,24 @@ int open_ancestors(const std::string& real) {
   return -1;
 }
 
-// The cache directory itself must be ours and private. A directory that group or others
-// may write is shared, so it is refused; one that is only readable by them (a mkdir under
+// Why directory `st` cannot be a private directory of ours ("" if it can, once its read
+// and search bits for group and others are cleared).
+std::string dir_problem(const struct stat& st) {
+  if (!S_ISDIR(st.st_mode)) return "is not a directory";
+  if (st.st_uid != ::geteuid())
+    return "is owned by uid " + std::to_string(st.st_uid) + ", not " + std::to_string(::geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return "is writable by group or others";
+  return {};
+}
+
+// The cache directory must be ours and private. A directory that group or others may
+// write is shared, so it is refused; one that is only readable by them (a mkdir under
 // umask 022) is tightened to 0700.
 bool private_dir(int fd, const std::string& dir) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    log().warn("program cache: {} is not a directory; disk cache off", dir);
-    return false;
-  }
-  if (st.st_uid != ::geteuid()) {
-    log().warn("program cache: {} is owned by uid {}, not {}; disk cache off", dir, st.st_uid, ::geteuid());
-    return false;
-  }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    log().warn("program cache: {} is writable by group or others; disk cache off", dir);
+  std::string why = ::fstat(fd, &st) != 0 ? std::strerror(errno) : dir_problem(st);
+  if (!why.empty()) {
+    log().warn("program cache: {} {}; disk cache off", dir, why);
     return false;
   }
   if ((st.st_mode & 07777) != 0700) {
@@ -165,21 +168,21 @@ int open_cache_dir(std::string dir) {
   return private_dir(fd.get(), dir) ? fd.release() : -1;
 }
 
-// Owner-only and owned by us: anything else could be someone else's code.
+// Why file `st` cannot be loaded as code ("" if it can): anything but a regular file owned
+// by us (or, where `root_ok`, by root) that group and others cannot write could be someone
+// else's code.
+std::string file_problem(const struct stat& st, bool root_ok = false) {
+  if (!S_ISREG(st.st_mode)) return "not a regular file";
+  if (st.st_uid != ::geteuid() && !(root_ok && st.st_uid == 0))
+    return "owned by uid " + std::to_string(st.st_uid) + ", not " + std::to_string(::geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return "writable by group or others";
+  return {};
+}
+
 bool trusted(const struct stat& st, const std::string& what) {
-  if (!S_ISREG(st.st_mode)) {
-    log().warn("program cache: ignoring {} (not a regular file)", what);
-    return false;
-  }
-  if (st.st_uid != ::geteuid()) {
-    log().warn("program cache: ignoring {} (owned by uid {}, not {})", what, st.st_uid, ::geteuid());
-    return false;
-  }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    log().warn("program cache: ignoring {} (writable by group or others)", what);
-    return false;
-  }
-  return true;
+  std::string why = file_problem(st);
+  if (!why.empty()) log().warn("program cache: ignoring {} ({})", what, why);
+  return why.empty();
 }
 
 bool read_all(int fd, unsigned char* p, size_t n) {
@@ -205,6 +208,58 @@ bool write_all(int fd, const unsigned char* p, size_t n) {
 }
 
 std::string entry_name(const std::string& key) { return key + ".clbin"; }
+
+// One path component: never a way out of the directory it is looked up in.
+bool plain_name(const std::string& n) {
+  return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\0') == std::string::npos;
+}
+
+// Why openat(dirfd, name, ...O_NOFOLLOW) failed with errno `e`, in words.
+std::string open_error(int dirfd, const std::string& name, int e) {
+  struct stat st {};
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+    return "a symbolic link, which is not followed";
+  return std::strerror(e);
+}
+
+// Writes `name` in the directory `dirfd` (called `dir` in warnings) atomically: an O_EXCL
+// temp file made 0600, renamed over the name (a symlink planted there is replaced, never
+// written through). "" on success, else why not.
+std::string write_atomic(int dirfd, const std::string& dir, const std::string& name, const unsigned char* p,
+                         size_t n) {
+  static std::atomic<unsigned long> seq{0};
+  const std::string tmp = name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq.fetch_add(1));
+  {
+    Fd fd(::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd) return "cannot create " + dir + "/" + tmp + " (" + std::strerror(errno) + ")";
+    if (::fchmod(fd.get(), 0600) != 0 || !write_all(fd.get(), p, n)) {
+      std::string why = "cannot write " + dir + "/" + tmp + " (" + std::strerror(errno) + ")";
+      ::unlinkat(dirfd, tmp.c_str(), 0);
+      return why;
+    }
+  }
+  if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
+    std::string why = "cannot rename " + tmp + " -> " + name + " in " + dir + " (" + std::strerror(errno) + ")";
+    ::unlinkat(dirfd, tmp.c_str(), 0);
+    return why;
+  }
+  return {};
+}
+
+// The whole of the open, checked file `fd` if it is at most `max_bytes`; nullopt (logged).
+std::optional<std::string> read_checked(int fd, const struct stat& st, size_t max_bytes, const char* tag,
+                                        const std::string& path) {
+  if (uint64_t(st.st_size) > max_bytes) {
+    log().warn("{}: ignoring {} (larger than {} bytes)", tag, path, max_bytes);
+    return std::nullopt;
+  }
+  std::string text(size_t(st.st_size), '\0');
+  if (!read_all(fd, reinterpret_cast<unsigned char*>(text.data()), text.size())) {
+    log().warn("{}: cannot read {} (truncated or unreadable)", tag, path);
+    return std::nullopt;
+  }
+  return text;
+}
 
 }  // namespace
 
@@ -278,9 +333,6 @@ std::optional<std::vector<unsigned char>> DiskCache::load(const std::string& key
 
 void DiskCache::store(const std::string& key, const std::vector<unsigned char>& bin) const {
   if (dirfd_ < 0 || bin.empty() || bin.size() > kMaxBinary || !valid_key(key)) return;
-  static std::atomic<unsigned long> seq{0};
-  const std::string name = entry_name(key);
-  const std::string tmp = name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq.fetch_add(1));
   std::vector<unsigned char> file(kHeader);
   const uint32_t format = kFormat;
   const uint64_t size = bin.size();
@@ -291,23 +343,82 @@ void DiskCache::store(const std::string& key, const std::vector<unsigned char>& 
   std::memcpy(file.data() + 12 + kKeyLen, sum.data(), 64);
   std::memcpy(file.data() + 12 + kKeyLen + 64, &size, 8);
   file.insert(file.end(), bin.begin(), bin.end());
-  {
-    // O_EXCL: never write through a name someone else prepared.
-    Fd fd(::openat(dirfd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!fd) {
-      log().warn("program cache: cannot create {}/{} ({})", dir_, tmp, std::strerror(errno));
-      return;
-    }
-    if (::fchmod(fd.get(), 0600) != 0 || !write_all(fd.get(), file.data(), file.size())) {
-      log().warn("program cache: cannot write {}/{} ({})", dir_, tmp, std::strerror(errno));
-      ::unlinkat(dirfd_, tmp.c_str(), 0);
-      return;
-    }
+  std::string why = write_atomic(dirfd_, dir_, entry_name(key), file.data(), file.size());
+  if (!why.empty()) log().warn("program cache: {}", why);
+}
+
+std::optional<std::string> DiskCache::read_file(const std::string& sub, const std::string& name, size_t max_bytes,
+                                                const char* tag) const {
+  if (dirfd_ < 0 || !plain_name(sub) || !plain_name(name)) return std::nullopt;
+  const std::string subdir = dir_ + "/" + sub, path = subdir + "/" + name;
+  Fd d(::openat(dirfd_, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!d) {
+    if (errno != ENOENT) log().warn("{}: ignoring {} ({})", tag, subdir, open_error(dirfd_, sub, errno));
+    return std::nullopt;
   }
-  if (::renameat(dirfd_, tmp.c_str(), dirfd_, name.c_str()) != 0) {
-    log().warn("program cache: cannot rename {} -> {} in {} ({})", tmp, name, dir_, std::strerror(errno));
-    ::unlinkat(dirfd_, tmp.c_str(), 0);
+  struct stat st {};
+  std::string why = ::fstat(d.get(), &st) != 0 ? std::strerror(errno) : dir_problem(st);
+  if (!why.empty()) {
+    log().warn("{}: ignoring {} (the directory {} {})", tag, path, subdir, why);
+    return std::nullopt;
   }
+  // O_NONBLOCK: a FIFO planted under the name must not block the open.
+  Fd fd(::openat(d.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    if (errno != ENOENT) log().warn("{}: ignoring {} ({})", tag, path, open_error(d.get(), name, errno));
+    return std::nullopt;
+  }
+  why = ::fstat(fd.get(), &st) != 0 ? std::strerror(errno) : file_problem(st);
+  if (!why.empty()) {
+    log().warn("{}: ignoring {} ({})", tag, path, why);
+    return std::nullopt;
+  }
+  return read_checked(fd.get(), st, max_bytes, tag, path);
+}
+
+std::string DiskCache::write_file(const std::string& sub, const std::string& name, const std::string& data) const {
+  if (dirfd_ < 0) return "no trusted cache directory";
+  if (!plain_name(sub) || !plain_name(name)) return "'" + sub + "/" + name + "' is not a name inside " + dir_;
+  const std::string subdir = dir_ + "/" + sub;
+  if (::mkdirat(dirfd_, sub.c_str(), 0700) != 0 && errno != EEXIST)
+    return "cannot create " + subdir + " (" + std::strerror(errno) + ")";
+  Fd d(::openat(dirfd_, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!d) return "cannot open " + subdir + " (" + open_error(dirfd_, sub, errno) + ")";
+  struct stat st {};
+  std::string why = ::fstat(d.get(), &st) != 0 ? std::strerror(errno) : dir_problem(st);
+  if (!why.empty()) return subdir + " " + why;
+  if ((st.st_mode & 07777) != 0700 && ::fchmod(d.get(), 0700) != 0)
+    return "cannot make " + subdir + " private (" + std::strerror(errno) + ")";
+  return write_atomic(d.get(), subdir, name, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+}
+
+std::optional<std::string> read_trusted_file(const std::string& path, size_t max_bytes, const char* tag) {
+  // Symlinks followed: the user named this path. O_NONBLOCK: a FIFO must not block.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    if (errno != ENOENT) log().warn("{}: cannot open {} ({})", tag, path, std::strerror(errno));
+    return std::nullopt;
+  }
+  struct stat st {};
+  std::string why = ::fstat(fd.get(), &st) != 0 ? std::strerror(errno) : file_problem(st, /*root_ok=*/true);
+  if (!why.empty()) {
+    log().warn("{}: ignoring {} ({})", tag, path, why);
+    return std::nullopt;
+  }
+  return read_checked(fd.get(), st, max_bytes, tag, path);
+}
+
+std::string write_private_file(const std::string& path, const std::string& data) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+  const std::string name = slash == std::string::npos ? p : p.substr(slash + 1);
+  if (!plain_name(name)) return "'" + path + "' does not name a file";
+  if (!mkdir_p(dir)) return "cannot create " + dir + " (" + std::strerror(errno) + ")";
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d) return "cannot open " + dir + " (" + std::strerror(errno) + ")";
+  return write_atomic(d.get(), dir, name, reinterpret_cast<const unsigned char*>(data.data()), data.size());
 }
 
 }  // namespace clattn::rt

@@ -27,6 +27,18 @@ class DiskCache {
   std::optional<std::vector<unsigned char>> load(const std::string& key) const;
   void store(const std::string& key, const std::vector<unsigned char>& binary) const;
 
+  // Other code-loading input kept in the cache (tuned/<device>.json), under the entries'
+  // rules: `sub` opened without following a link and not writable by group or others, the
+  // file opened without following a link, a regular file of ours that group and others
+  // cannot write, at most `max_bytes`. nullopt when absent (quietly) or refused (logged as
+  // "`tag`: ignoring ...").
+  std::optional<std::string> read_file(const std::string& sub, const std::string& name, size_t max_bytes,
+                                       const char* tag) const;
+  // Writes `sub`/`name` so that read_file trusts it: `sub` created 0700 (or made 0700 when
+  // only readable by others), an O_EXCL temp file 0600 renamed over `name`. "" on
+  // success, else why not.
+  std::string write_file(const std::string& sub, const std::string& name, const std::string& data) const;
+
   // The directory the environment selects ("" when disabled).
   static std::string default_dir();
 
@@ -35,5 +47,15 @@ class DiskCache {
   std::string dir_;
   int dirfd_ = -1;
 };
+
+// A code-loading file the user named (CLATTN_TUNED_FILE): symlinks are followed, since the
+// user chose the path, but the file itself must be a regular file owned by the effective
+// user or root that group and others cannot write, at most `max_bytes`. nullopt when
+// absent (quietly) or refused (logged as "`tag`: ignoring ...").
+std::optional<std::string> read_trusted_file(const std::string& path, size_t max_bytes, const char* tag);
+
+// Writes `path` atomically with mode 0600 (O_EXCL temp file in its directory, renamed over
+// it; missing parent directories are created 0700). "" on success, else why not.
+std::string write_private_file(const std::string& path, const std::string& data);
 
 }  // namespace clattn::rt

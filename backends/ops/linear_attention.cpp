@@ -161,7 +161,7 @@ Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearSta
   v.dec_dvt = std::clamp(pow2_floor(std::max(1, dec.get("DEC_DVT"))), v.dec_vec, DV);
   v.dec_rows = std::min(pow2_floor(std::max(1, dec.get("DEC_ROWS"))), DK);
   shrink_decode(v, maxwg);
-  v.pf_c = pow2_floor(std::max(2, pf.get("PF_C")));
+  v.pf_c = pow2_floor(std::clamp(pf.get("PF_C"), 2, 256));  // bounded: the local-memory estimate squares it
   v.pf_dvt = std::min(pow2_floor(std::max(1, pf.get("PF_DVT"))), DV);
   v.pf_wg = std::min(pow2_floor(std::max(1, pf.get("PF_WG"))), pow2_floor(maxwg));
   v.pf_dkt = std::min(pow2_floor(std::max(1, pf.get_or("PF_DKT", 32))), DK);

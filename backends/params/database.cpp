@@ -5,6 +5,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 
 #include "runtime/disk_cache.hpp"
 #include "runtime/env.hpp"
@@ -12,6 +13,10 @@
 #include "runtime/log.hpp"
 
 namespace clattn::params {
+
+namespace {
+constexpr size_t kMaxTunedBytes = size_t(4) << 20;
+}  // namespace
 
 const char* level_name(Level l) {
   switch (l) {
@@ -111,48 +116,96 @@ void clear_overrides() {
   overrides().clear();
 }
 
-std::string tuned_file_for(const DeviceProfile& p) {
-  std::string f = rt::env("CLATTN_TUNED_FILE");
-  if (!f.empty()) return f;
-  std::string dir = rt::DiskCache::default_dir();
-  if (dir.empty()) return {};
-  return dir + "/tuned/" + safe_name(p.device_name) + ".json";
+TunedLocation tuned_location(const DeviceProfile& p) {
+  TunedLocation at;
+  at.path = rt::env("CLATTN_TUNED_FILE");
+  if (!at.path.empty()) {
+    at.named = true;
+    return at;
+  }
+  at.cache_dir = rt::DiskCache::default_dir();
+  if (at.cache_dir.empty()) return at;
+  at.name = safe_name(p.device_name) + ".json";
+  at.path = at.cache_dir + "/" + kTunedSubdir + "/" + at.name;
+  return at;
 }
 
-std::vector<Row> tuned_rows(const DeviceProfile& p, std::string* file_out) {
+std::string tuned_file_for(const DeviceProfile& p) { return tuned_location(p).path; }
+
+std::optional<std::string> read_tuned_text(const TunedLocation& at) {
+  if (at.path.empty()) return std::nullopt;
+  if (at.named) return rt::read_trusted_file(at.path, kMaxTunedBytes, "tuned parameters");
+  rt::DiskCache cache(at.cache_dir);  // logs why, when the directory is not trusted
+  return cache.read_file(kTunedSubdir, at.name, kMaxTunedBytes, "tuned parameters");
+}
+
+namespace {
+
+// Parameter names are C identifiers: they name -D options and kernel macros.
+bool param_name(const std::string& s) {
+  if (s.empty() || s.size() > 64 || std::isdigit((unsigned char)s[0])) return false;
+  for (char c : s)
+    if (!std::isalnum((unsigned char)c) && c != '_') return false;
+  return true;
+}
+
+// A tuned value must be an integer in [0, kMaxParamValue]: values become build options,
+// work-group and tile sizes and loop counts, and a negative or huge one would reach size
+// arithmetic and local-memory sizing unchecked.
+int param_value(const std::string& op, const std::string& key, const std::string& name,
+                const nlohmann::json& v) {
+  const bool ok = v.is_number_unsigned()  ? v.get<uint64_t>() <= uint64_t(kMaxParamValue)
+                  : v.is_number_integer() ? v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxParamValue
+                                          : false;
+  if (!ok)
+    throw std::invalid_argument(op + " [" + key + "] " + name + " = " + v.dump() + " is not an integer in [0, " +
+                                std::to_string(kMaxParamValue) + "]");
+  return v.get<int>();
+}
+
+// Rows of a tuned file's text; throws (nlohmann or std::invalid_argument) when malformed.
+std::vector<Row> parse_tuned(const std::string& text, const DeviceProfile& p, const std::string& file) {
   std::vector<Row> rows;
-  std::string file = tuned_file_for(p);
-  if (file_out) *file_out = file;
-  if (file.empty()) return rows;
-  std::ifstream in(file);
-  if (!in) return rows;
-  try {
-    nlohmann::json j = nlohmann::json::parse(in);
-    if (j.value("device", std::string()) != p.device_name) {
-      rt::log().warn("tuned parameters {} are for '{}', not '{}': ignored", file, j.value("device", std::string()),
-                     p.device_name);
-      return rows;
-    }
-    for (auto& [op, keys] : j.at("ops").items())
-      for (auto& [key, body] : keys.items()) {
-        std::string origin = "clattn-tune " + j.value("date", std::string("?"));
-        // Optional fields of the tuner's output (docs/tuning.md): the measured figure.
-        if (body.contains("value") && body["value"].is_number() && body.contains("metric"))
-        {
-          char fig[64];
-          std::snprintf(fig, sizeof fig, " (%.4g %s)", body["value"].get<double>(),
-                        body["metric"].get<std::string>().c_str());
-          origin += fig;
-        }
-        Row r{op, Level::Tuned, p.device_name, key, {}, origin};
-        for (auto& [name, v] : body.at("params").items()) r.values[name] = v.get<int>();
-        rows.push_back(std::move(r));
-      }
-  } catch (const std::exception& ex) {
-    rt::log().warn("tuned parameters {} unreadable ({}): ignored", file, ex.what());
-    rows.clear();
+  nlohmann::json j = nlohmann::json::parse(text);
+  if (j.value("device", std::string()) != p.device_name) {
+    rt::log().warn("tuned parameters {} are for '{}', not '{}': ignored", file, j.value("device", std::string()),
+                   p.device_name);
+    return rows;
   }
+  for (auto& [op, keys] : j.at("ops").items())
+    for (auto& [key, body] : keys.items()) {
+      if (!key.empty() && key[0] == '_') continue;  // {"_error": ...}: an op the tuner could not tune
+      std::string origin = "clattn-tune " + j.value("date", std::string("?"));
+      // Optional fields of the tuner's output (docs/tuning.md): the measured figure.
+      if (body.contains("value") && body["value"].is_number() && body.contains("metric")) {
+        char fig[64];
+        std::snprintf(fig, sizeof fig, " (%.4g %s)", body["value"].get<double>(),
+                      body["metric"].get<std::string>().c_str());
+        origin += fig;
+      }
+      Row r{op, Level::Tuned, p.device_name, key, {}, origin};
+      for (auto& [name, v] : body.at("params").items()) {
+        if (!param_name(name)) throw std::invalid_argument(op + " [" + key + "]: '" + name + "' is not a parameter name");
+        r.values[name] = param_value(op, key, name, v);
+      }
+      rows.push_back(std::move(r));
+    }
   return rows;
+}
+
+}  // namespace
+
+std::vector<Row> tuned_rows(const DeviceProfile& p, std::string* file_out) {
+  const TunedLocation at = tuned_location(p);
+  if (file_out) *file_out = at.path;
+  auto text = read_tuned_text(at);
+  if (!text) return {};
+  try {
+    return parse_tuned(*text, p, at.path);
+  } catch (const std::exception& ex) {
+    rt::log().warn("tuned parameters {} ignored: {}", at.path, ex.what());
+    return {};
+  }
 }
 
 Entry lookup(const DeviceProfile& p, const std::string& op, const std::string& key) {

@@ -3,6 +3,7 @@
 // level overriding the values of the one before (CLBlast's Database::GetDefines order).
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,13 +63,33 @@ const std::vector<Row>& rows_mla();
 // Every built-in row (the tables above, concatenated once).
 const std::vector<Row>& builtin_rows();
 
-// Tuned rows for this device, read from $CLATTN_TUNED_FILE or
-// <cache dir>/tuned/<device>.json (written by clattn-tune; format in docs/tuning.md).
-// Empty when absent; a malformed file, or one written for another device, is ignored with
-// a warning (never fatal). lookup() reads each file once per process (per device name
-// and path).
+// Where this device's tuned file is: $CLATTN_TUNED_FILE (`named`: a file the user chose),
+// else `name` (<device name, non-alphanumerics as _>.json) in the subdirectory tuned/ of the
+// cache directory `cache_dir`. `path` is empty when there is none (cache off).
+struct TunedLocation {
+  std::string path;
+  bool named = false;
+  std::string cache_dir, name;
+};
+constexpr const char* kTunedSubdir = "tuned";
+TunedLocation tuned_location(const DeviceProfile& profile);
+std::string tuned_file_for(const DeviceProfile& profile);  // tuned_location().path
+
+// The tuned file's text under the trust rules of docs/runtime.md: in the cache, those of
+// the program cache (no symlinks, ours, not writable by group or others; rt::DiskCache::
+// read_file); a named file must be ours or root's and not writable by group or others
+// (rt::read_trusted_file). nullopt when absent or refused (logged, never fatal).
+std::optional<std::string> read_tuned_text(const TunedLocation& at);
+
+// Tuned parameter values are integers in [0, kMaxParamValue]; names are C identifiers.
+constexpr int kMaxParamValue = 65536;
+
+// Tuned rows for this device (written by clattn-tune; format in docs/tuning.md), read
+// through read_tuned_text. Empty when absent or refused; a malformed file, one with a value
+// outside [0, kMaxParamValue] or one written for another device is ignored with a warning
+// naming the file (and the op, key and parameter), never fatal. lookup() reads each file
+// once per process (per device name and path).
 std::vector<Row> tuned_rows(const DeviceProfile& profile, std::string* file = nullptr);
-std::string tuned_file_for(const DeviceProfile& profile);
 
 // Process-wide overrides applied on top of every level, forced vendor or not (source
 // "override"). For tools and tests that must steer ops without a public per-call override

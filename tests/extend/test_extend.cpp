@@ -240,8 +240,9 @@ Batch build(const Case& c, uint64_t salt) {
   for (int i = 0; i < B; ++i) {
     ro.custom_mask = c.mask != Mask::None ? packed[size_t(i)].data() : nullptr;
     const size_t q0 = size_t(b.qo_indptr[size_t(i)]);
-    ref::attention(&b.q[q0 * Hq * D], kk[size_t(i)].data(), vv[size_t(i)].data(), c.qo[size_t(i)], b.kv_len(i), Hq,
-                   c.Hkv, D, D, ro, &b.o_ref[q0 * Hq * D], &b.lse_ref[q0 * Hq]);
+    // data() + offset: with no query rows at all the vectors are empty and [] would be UB.
+    ref::attention(b.q.data() + q0 * Hq * D, kk[size_t(i)].data(), vv[size_t(i)].data(), c.qo[size_t(i)], b.kv_len(i),
+                   Hq, c.Hkv, D, D, ro, b.o_ref.data() + q0 * Hq * D, b.lse_ref.data() + q0 * Hq);
   }
   return b;
 }

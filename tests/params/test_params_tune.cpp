@@ -2,6 +2,7 @@
 // time budget: valid JSON, picked up by params::lookup as Level::Tuned, wrong candidates
 // rejected, malformed files ignored with a warning.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -113,6 +114,42 @@ TEST(Tune, MalformedTunedFileIsIgnored) {
   EXPECT_TRUE(params::tuned_rows(p).empty());
   unsetenv("CLATTN_TUNED_FILE");
   std::filesystem::remove(file);
+}
+
+TEST(Tune, WritesItsFilePrivatelyAndAtomically) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("clattn-tune-write-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace);
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 ? unsigned(st.st_mode & 07777) : 0u;
+  };
+  const nlohmann::json j = {{"device", "x"}, {"ops", nlohmann::json::object()}};
+  // --out FILE: missing parents created 0700, the file 0600.
+  const fs::path named = root / "a" / "b" / "tuned.json";
+  tune::write_json(j, named.string());
+  EXPECT_EQ(mode(named), 0600u);
+  EXPECT_EQ(mode(root / "a"), 0700u);
+  EXPECT_EQ(mode(root / "a" / "b"), 0700u);
+  // A symlink planted at the name is replaced, never written through.
+  const fs::path victim = root / "victim";
+  std::ofstream(victim) << "keep";
+  fs::remove(named);
+  fs::create_symlink(victim, named);
+  tune::write_json(j, named.string());
+  EXPECT_FALSE(fs::is_symlink(named));
+  EXPECT_EQ(std::ifstream(victim).rdbuf()->sgetc(), 'k');
+  // The default location: <cache>/tuned/ private, and what is written there is read back.
+  params::TunedLocation at{(root / "cache" / "tuned" / "dev.json").string(), false, (root / "cache").string(), "dev.json"};
+  tune::write_json(j, at);
+  EXPECT_EQ(mode(root / "cache" / "tuned"), 0700u);
+  EXPECT_EQ(mode(root / "cache" / "tuned" / "dev.json"), 0600u);
+  auto back = params::read_tuned_text(at);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(nlohmann::json::parse(*back), j);
+  fs::remove_all(root);
 }
 
 TEST(Tune, UnknownOpIsAnError) {

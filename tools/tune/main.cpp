@@ -53,22 +53,23 @@ int main(int argc, char** argv) {
       h.device = device;
       rep = clattn::tune::run(h, opt, stderr);
       if (!dry) {
-        if (out.empty()) out = clattn::params::tuned_file_for(h.ctx().profile());
-        if (out.empty()) throw clattn::Error(clattn::Status::InvalidArgument, "--out: no cache directory; give --out");
-        // Ops tuned earlier and not re-tuned now are kept (same device only).
+        clattn::params::TunedLocation at = clattn::params::tuned_location(h.ctx().profile());
+        if (!out.empty()) at = {out, /*named=*/true, "", ""};
+        // Ops tuned earlier and not re-tuned now are kept (same device only), from a file the
+        // runtime itself would trust: a distrusted one is not laundered into ours.
         nlohmann::json j = clattn::tune::to_json(rep);
-        std::ifstream old(out);
-        if (old) {
+        if (auto old = clattn::params::read_tuned_text(at)) {
           try {
-            nlohmann::json prev = nlohmann::json::parse(old);
+            nlohmann::json prev = nlohmann::json::parse(*old);
             if (prev.value("device", std::string()) == rep.device)
               for (auto& [op, body] : prev.at("ops").items())
                 if (!j["ops"].contains(op)) j["ops"][op] = body;
           } catch (const std::exception& e) {
-            std::fprintf(stderr, "clattn-tune: previous %s unreadable (%s): replaced\n", out.c_str(), e.what());
+            std::fprintf(stderr, "clattn-tune: previous %s unreadable (%s): replaced\n", at.path.c_str(), e.what());
           }
         }
-        clattn::tune::write_json(j, out);
+        clattn::tune::write_json(j, at);
+        out = at.path;
         std::fprintf(stderr, "clattn-tune: wrote %s (the runtime reads it at its next start)\n", out.c_str());
         if (!h.ctx().profile().vendor_forced.empty())
           std::fprintf(stderr, "clattn-tune: note: CLATTN_FORCE_VENDOR=%s is set; the runtime ignores tuned rows while it is\n",

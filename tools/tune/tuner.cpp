@@ -9,14 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 
 #include "backends/params/database.hpp"
 #include "bench/bench.hpp"
+#include "runtime/disk_cache.hpp"
 
 namespace clattn::tune {
 namespace {
@@ -444,25 +442,16 @@ std::string emit_rows(const Report& r) {
 }
 
 void write_json(const nlohmann::json& j, const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path p(path);
-  if (p.has_parent_path() && !fs::exists(p.parent_path())) {
-    fs::create_directories(p.parent_path());
-    fs::permissions(p.parent_path(), fs::perms::owner_all, fs::perm_options::replace);
-  }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) throw Error(Status::InvalidArgument, "--out: cannot write '" + tmp + "'");
-    out << j.dump(2) << "\n";
-    if (!out) throw Error(Status::InvalidArgument, "--out: write to '" + tmp + "' failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, p, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(Status::InvalidArgument, "--out: cannot rename onto '" + path + "'");
-  }
+  std::string why = rt::write_private_file(path, j.dump(2) + "\n");
+  if (!why.empty()) throw Error(Status::InvalidArgument, "--out: " + why);
+}
+
+void write_json(const nlohmann::json& j, const params::TunedLocation& at) {
+  if (at.path.empty()) throw Error(Status::InvalidArgument, "--out: no cache directory; give --out");
+  if (at.named) return write_json(j, at.path);
+  rt::DiskCache cache(at.cache_dir);
+  std::string why = cache.write_file(params::kTunedSubdir, at.name, j.dump(2) + "\n");
+  if (!why.empty()) throw Error(Status::InvalidArgument, "--out: cannot write " + at.path + ": " + why);
 }
 
 }  // namespace clattn::tune

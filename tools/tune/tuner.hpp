@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/params/database.hpp"
 #include "clattn/clattn.hpp"
 
 namespace clattn::bench { struct Harness; }
@@ -95,7 +96,12 @@ nlohmann::json to_json(const Report& r);
 Report from_json(const nlohmann::json& j);  // for --from (table / rows from a written file)
 std::string table(const Report& r);
 std::string emit_rows(const Report& r);
-// Writes `j` to `path` atomically (temp + rename), creating owner-only parent directories.
+// Writes `j` to `path` atomically (O_EXCL temp file + rename), mode 0600, creating missing
+// parent directories 0700 (rt::write_private_file). Throws InvalidArgument naming --out.
 void write_json(const nlohmann::json& j, const std::string& path);
+// Writes `j` where the runtime reads it: a named file as above, or the cache's tuned/
+// directory (private, 0700) through rt::DiskCache::write_file, so that the runtime's trust
+// rules accept what the tuner wrote.
+void write_json(const nlohmann::json& j, const params::TunedLocation& at);
 
 }  // namespace clattn::tune
