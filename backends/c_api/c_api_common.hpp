@@ -133,9 +133,6 @@ inline PageTable to_cpp(const clattn_page_table* t, const char* what, bool with_
   pt.max_pages = t->max_pages;
   pt.page_table = copy(t->page_table, int64_t(t->batch_size) * t->max_pages, (w + ".page_table").c_str());
   pt.seq_lens = copy(t->seq_lens, t->batch_size, (w + ".seq_lens").c_str());
-  pt.cu_seqlens_k.assign(size_t(t->batch_size) + 1, 0);
-  for (int i = 0; i < t->batch_size; ++i)
-    pt.cu_seqlens_k[size_t(i) + 1] = pt.cu_seqlens_k[size_t(i)] + pt.seq_lens[size_t(i)];
   if (with_qo && (t->cu_seqlens_q || !qo_optional))
     pt.cu_seqlens_q = copy(need(t->cu_seqlens_q, (w + ".cu_seqlens_q").c_str()), int64_t(t->batch_size) + 1,
                            (w + ".cu_seqlens_q").c_str());

@@ -2,6 +2,7 @@
 // choice with fallback, one non-blocking upload) and run (buffer-size checks, enqueue).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "backends/ops/op_util.hpp"
@@ -69,6 +70,9 @@ using detail::ExtendPlanState;
 using std::to_string;
 
 bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
+
+// Work items of one plan: its table is 8 int32 per item (512 MiB at this bound).
+constexpr int64_t kMaxWorkItems = int64_t(1) << 24;
 
 // What the kernel sees of the KV source, whatever its form.
 struct KVDesc {
@@ -498,15 +502,29 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
     int req, row0;
     int64_t cost;
   };
-  std::vector<Item> items;
+  // A request's packed rows (query tokens x GQA group) are int in the kernels, and the
+  // work list is bounded before it is built.
+  int64_t num_items = 0;
   for (int i = 0; i < B; ++i) {
-    const int qo = r.qo_len[size_t(i)], kvl = r.kv_len[size_t(i)];
-    const int rows = qo * group;
-    for (int row0 = 0; row0 < rows; row0 += tile.rows) {
-      const int last_tok = (std::min(row0 + tile.rows, rows) - 1) / group;
-      int end = opt.causal ? std::min(kvl, kvl - qo + last_tok + 1) : kvl;
-      int begin = opt.window_left >= 0 ? std::max(0, kvl - qo + row0 / group - opt.window_left) : 0;
-      items.push_back({i, row0, std::max(0, end - begin) + 1});
+    const int64_t rows = int64_t(r.qo_len[size_t(i)]) * group;
+    if (rows > std::numeric_limits<int32_t>::max())
+      rt::invalid("request " + to_string(i) + ": qo_len x (num_qo_heads / num_kv_heads) = " + to_string(rows) +
+                  " packed rows, more than 2^31 - 1");
+    num_items += rt::checked::ceil_div(rows, tile.rows);
+  }
+  if (num_items > kMaxWorkItems)
+    rt::invalid("extend: " + to_string(num_items) + " work items (query rows x group / " + to_string(tile.rows) +
+                ") exceed " + to_string(kMaxWorkItems) + "; split the batch");
+  std::vector<Item> items;
+  items.reserve(size_t(num_items));
+  for (int i = 0; i < B; ++i) {
+    const int64_t qo = r.qo_len[size_t(i)], kvl = r.kv_len[size_t(i)];
+    const int rows = int(qo * group);
+    for (int row0 = 0; row0 < rows; row0 += std::min(tile.rows, rows - row0)) {
+      const int64_t last_tok = (std::min<int64_t>(int64_t(row0) + tile.rows, rows) - 1) / group;
+      const int64_t end = opt.causal ? std::min(kvl, kvl - qo + last_tok + 1) : kvl;
+      const int64_t begin = opt.window_left >= 0 ? std::max<int64_t>(0, kvl - qo + row0 / group - opt.window_left) : 0;
+      items.push_back({i, row0, std::max<int64_t>(0, end - begin) + 1});
     }
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });

@@ -173,7 +173,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   if (over_f != over.end()) t.fp8_fast = over_f->second ? 1 : 0;
   auto over_g = over.find("GMAX");
   if (over_g != over.end()) t.gmax = std::clamp(over_g->second, 1, 16);
-  t.n_hblk = (group + t.gmax - 1) / t.gmax;
+  t.n_hblk = int(rt::checked::ceil_div(group, t.gmax));
   // The final merge keeps one head row per token slot in local memory: widen the slots
   // (fewer of them) until the tile fits the device's local memory (at most 32 KiB, so
   // several groups still share a compute unit).
