@@ -28,10 +28,11 @@ size_t mem_bytes(cl_mem m, const std::string& field) {
 // A non-null buffer holding at least `elems` int32.
 void need(cl_mem m, int64_t elems, const std::string& field) {
   if (!m) bad_field(field, "null buffer (needs " + num(elems) + " int32)");
-  size_t have = mem_bytes(m, field);
-  if (int64_t(have) < elems * 4)
+  const int64_t bytes = rt::checked::mul(elems, 4, field.c_str());
+  const size_t have = mem_bytes(m, field);
+  if (uint64_t(have) < uint64_t(bytes))
     bad_field(field,
-              "buffer has " + num(int64_t(have)) + " bytes, needs " + num(elems * 4) + " (" + num(elems) + " int32)");
+              "buffer has " + num(int64_t(have)) + " bytes, needs " + num(bytes) + " (" + num(elems) + " int32)");
 }
 
 // Capacity in int32 entries, clamped to int for the kernel.
@@ -51,6 +52,14 @@ void check_device_batch(const DeviceEngineBatch& b, int page_size) {
   int64_t table = int64_t(b.pool_size) * b.max_ctx;
   if (table > 0) need(b.req_to_token, table, "req_to_token");
   if (b.extend_lens) need(b.extend_lens, b.batch_size, "extend_lens");
+}
+
+// The kernels compute ceil(seq / page_size) as (seq + page_size - 1) / page_size in int
+// with seq <= max_ctx: that sum must not overflow.
+void check_kernel_page_size(const DeviceEngineBatch& b, int page_size) {
+  if (int64_t(std::max(b.max_ctx, 0)) + page_size - 1 > std::numeric_limits<int32_t>::max())
+    bad_value("page_size", page_size,
+              "with max_ctx = " + num(b.max_ctx) + ", max_ctx + page_size - 1 overflows int32 (device builders)");
 }
 
 struct Launch {
@@ -84,17 +93,18 @@ cl_mem or_dummy(cl_mem m, cl_mem dummy) { return m ? m : dummy; }
 
 int64_t max_csr_pages(int batch_size, int max_ctx, int page_size) {
   if (page_size < 1) bad_value("page_size", page_size, "must be >= 1");
-  return int64_t(std::max(batch_size, 0)) * ((int64_t(std::max(max_ctx, 0)) + page_size - 1) / page_size);
+  return int64_t(std::max(batch_size, 0)) * rt::checked::ceil_div(std::max(max_ctx, 0), page_size);
 }
 
 int max_table_pages(int max_ctx, int page_size) {
   if (page_size < 1) bad_value("page_size", page_size, "must be >= 1");
-  return std::max(1, (std::max(max_ctx, 0) + page_size - 1) / page_size);
+  return int(std::max<int64_t>(1, rt::checked::ceil_div(std::max(max_ctx, 0), page_size)));
 }
 
 void build_csr_device(const Context& ctx, const DeviceEngineBatch& b, int page_size, int window_left,
                       const DeviceCsr& out, cl_command_queue queue) {
   check_device_batch(b, page_size);
+  check_kernel_page_size(b, page_size);
   if (window_left < -1) bad_value("window_left", window_left, "must be >= -1");
   const int B = b.batch_size;
   need(out.kv_indptr, int64_t(B) + 1, "kv_indptr");
@@ -127,6 +137,7 @@ void build_csr_device(const Context& ctx, const DeviceEngineBatch& b, int page_s
 void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int page_size, int max_pages,
                              const DevicePageTable& out, cl_command_queue queue) {
   check_device_batch(b, page_size);
+  check_kernel_page_size(b, page_size);
   if (max_pages < 1) bad_value("max_pages", max_pages, "must be >= 1");
   const int B = b.batch_size;
   const bool want_seq = out.seq_lens != nullptr, want_q = out.cu_seqlens_q != nullptr,
@@ -140,6 +151,7 @@ void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int
     if (want_k) zero_first(q, out.cu_seqlens_k);
     return;
   }
+  meta::check_table_entries(B, max_pages, "page_table");
   need(out.page_table, int64_t(B) * max_pages, "page_table");
   if (want_seq) need(out.seq_lens, B, "seq_lens (output)");
 
@@ -181,13 +193,13 @@ void build_slot_mapping_device(const Context& ctx, const DeviceEngineBatch& b, c
 
 namespace {
 
+// The buffer's size is checked before the host copy is allocated.
 std::vector<int32_t> read_ints(cl_command_queue q, cl_mem m, int64_t n, const std::string& field) {
-  std::vector<int32_t> v(size_t(std::max<int64_t>(n, 0)));
-  if (n > 0) {
-    need(m, n, field);
-    rt::check_cl(clEnqueueReadBuffer(q, m, CL_TRUE, 0, size_t(n) * 4, v.data(), 0, nullptr, nullptr),
-                 "clEnqueueReadBuffer", field);
-  }
+  if (n <= 0) return {};
+  need(m, n, field);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  rt::check_cl(clEnqueueReadBuffer(q, m, CL_TRUE, 0, size_t(n) * 4, v.data(), 0, nullptr, nullptr),
+               "clEnqueueReadBuffer", field);
   return v;
 }
 

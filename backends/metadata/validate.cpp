@@ -26,6 +26,12 @@ void check_page_size(int page_size, const CacheShape* cache) {
   if (cache->num_pages < 0) bad_value("cache.num_pages", cache->num_pages, "must be >= 0");
 }
 
+// Page ids must be below this: the cache's page count, or (structure checks without a
+// cache) anything an int32 holds.
+int64_t page_id_end(const CacheShape* cache) {
+  return cache ? cache->num_pages : int64_t(std::numeric_limits<int32_t>::max()) + 1;
+}
+
 // An indptr-like array: n+1 entries, starts at 0, never decreases.
 void check_indptr(const std::vector<int32_t>& v, const char* field, int B) {
   if (v.size() != size_t(B) + 1)
@@ -35,6 +41,17 @@ void check_indptr(const std::vector<int32_t>& v, const char* field, int B) {
     if (v[size_t(i) + 1] < v[size_t(i)])
       bad(field, i + 1, v[size_t(i) + 1], req(i),
           "decreases from " + std::string(field) + "[" + num(i) + "] = " + num(v[size_t(i)]));
+}
+
+// PagedCsr::kv_len() computes (pages - 1) * page_size + kv_last_page_len in int: that
+// must fit (seq_lens are int32 too) before anything calls it. A huge page_size overflows.
+void check_kv_len(const PagedCsr& c, int i) {
+  const int n = c.num_pages(i);
+  if (n == 0) return;
+  const int64_t span = int64_t(n - 1) * c.page_size + c.kv_last_page_len[size_t(i)];
+  if (span > std::numeric_limits<int32_t>::max())
+    bad("kv_indptr", i + 1, c.kv_indptr[size_t(i) + 1], req(i),
+        "(pages - 1) * page_size + kv_last_page_len = " + num(span) + " tokens does not fit int32");
 }
 
 void csr_impl(const PagedCsr& c, const CacheShape* cache, const int32_t* seq_lens) {
@@ -54,6 +71,7 @@ void csr_impl(const PagedCsr& c, const CacheShape* cache, const int32_t* seq_len
   for (int i = 0; i < B; ++i) {
     const int n = c.num_pages(i);
     const int last = c.kv_last_page_len[size_t(i)];
+    check_kv_len(c, i);
     if (n == 0) {
       if (last != 0) bad("kv_last_page_len", i, last, req(i), "must be 0 for a request with no pages");
     } else if (last < 1 || last > P) {
@@ -66,7 +84,7 @@ void csr_impl(const PagedCsr& c, const CacheShape* cache, const int32_t* seq_len
       if (n > 0 && c.kv_len(i) < 1)
         bad("kv_start_offset", i, off, req(i), "leaves no keys (one page whose kv_last_page_len = " + num(last) + ")");
     }
-    const int32_t id_end = cache ? cache->num_pages : std::numeric_limits<int32_t>::max();
+    const int64_t id_end = page_id_end(cache);
     for (int64_t k = c.kv_indptr[size_t(i)]; k < c.kv_indptr[size_t(i) + 1]; ++k) {
       const int32_t id = c.kv_indices[size_t(k)];
       if (id >= 0 && id < id_end) continue;
@@ -104,6 +122,7 @@ void table_impl(const PageTable& t, const CacheShape* cache) {
   check_page_size(P, cache);
   if (t.max_pages < 0) bad_value("max_pages", t.max_pages, "must be >= 0");
   const int B = t.batch_size();
+  meta::check_table_entries(B, t.max_pages, "page_table");
   if (t.page_table.size() != size_t(B) * size_t(t.max_pages))
     bad_field("page_table", "has " + num(int64_t(t.page_table.size())) +
                                 " entries, must be batch_size * max_pages = " + num(int64_t(B) * t.max_pages));
@@ -112,11 +131,11 @@ void table_impl(const PageTable& t, const CacheShape* cache) {
   for (int i = 0; i < B; ++i) {
     const int s = t.seq_lens[size_t(i)];
     if (s < 0) bad("seq_lens", i, s, req(i), "negative");
-    const int n = (s + P - 1) / P;
+    const int64_t n = rt::checked::ceil_div(s, P);
     if (n > t.max_pages)
       bad("seq_lens", i, s, req(i), "needs " + num(n) + " pages but max_pages = " + num(t.max_pages));
     const int32_t* row = t.page_table.data() + size_t(i) * size_t(t.max_pages);
-    const int32_t id_end = cache ? cache->num_pages : std::numeric_limits<int32_t>::max();
+    const int64_t id_end = page_id_end(cache);
     for (int p = 0; p < n; ++p) {
       if (row[p] >= 0 && row[p] < id_end) continue;
       const std::string field = "page_table[" + num(i) + "]";
@@ -182,8 +201,8 @@ void engine_impl(const EngineBatch& b, int P, int64_t num_slots) {
       const int cnt = int(std::min<int64_t>(P, g.seq - p0));
       const int32_t base = row[p0];
       bool ok = base >= 0 && base % P == 0 && int64_t(base) + cnt <= num_slots;
-      int diff = 0;
-      for (int k = 1; k < cnt; ++k) diff |= row[p0 + k] ^ (base + k);
+      int64_t diff = 0;  // int64: base + k overflows int for a slot near INT_MAX
+      for (int k = 1; k < cnt; ++k) diff |= int64_t(row[p0 + k]) ^ (int64_t(base) + k);
       if (ok && diff == 0) continue;
       for (int64_t t = p0; t < p0 + cnt; ++t)
         if (!token_ok(row, t, P, num_slots)) bad_token(b, i, row, t, P, num_slots);

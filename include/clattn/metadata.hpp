@@ -44,6 +44,7 @@ struct PagedCsr {
   int batch_size() const { return int(kv_last_page_len.size()); }
   int num_pages(int i) const { return kv_indptr[size_t(i) + 1] - kv_indptr[size_t(i)]; }
   // Keys covered by request i: (pages-1)*P + last_page_len - start_offset (0 with no pages).
+  // Computed in int: call it on a CSR that passed validate(), which checks that it fits.
   int kv_len(int i) const {
     int n = num_pages(i);
     if (n <= 0) return 0;

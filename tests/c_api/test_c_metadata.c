@@ -36,6 +36,113 @@ static int all(const int32_t* a, int n, int32_t v) {
   return 1;
 }
 
+#if defined(__linux__)
+#include <sys/resource.h>
+/* Peak and current resident set, MiB. */
+static long peak_rss_mib(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024;
+}
+static long rss_mib(void) {
+  long pages = 0, resident = 0;
+  FILE* f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * 4 / 1024;
+}
+#endif
+
+/* Hostile sizes (docs/metadata.md, "Overflow rules"). Three requests of 2, 1 and 1 tokens
+ * at page_size INT_MAX have one page each (page 0); (seq + P - 1) / P once gave -1 pages:
+ * kv_indptr {0,-1,0,1} with a write before the indices, and a crash converting the table. */
+static void hostile_sizes(void) {
+  static const int32_t r2t_h[4] = {0, 1, 2, 3}, rpi_h[3] = {0, 0, 0}, seq_h[3] = {2, 1, 1};
+  const int HP = 2147483647;
+  clattn_engine_batch hb = {r2t_h, 1, 4, rpi_h, seq_h, 3, NULL, NULL};
+  static const int32_t e_ip[4] = {0, 1, 2, 3}, e_ix[3] = {0, 0, 0}, e_la[3] = {2, 1, 1};
+  int32_t buf[8], ip[4], la[3];
+  for (int i = 0; i < 8; ++i) buf[i] = -77;
+  clattn_csr_out co = {ip, buf + 1, 4, la, NULL, NULL};
+  int64_t n = 0;
+  CHECK(clattn_build_csr(&hb, HP, -1, &co, &n) == CLATTN_SUCCESS);
+  CHECK(n == 3 && eq(ip, e_ip, 4) && eq(buf + 1, e_ix, 3) && eq(la, e_la, 3) && buf[0] == -77 && buf[5] == -77);
+
+  clattn_metadata_sizes sz;
+  CHECK(clattn_metadata_sizes_get(&hb, HP, -1, &sz) == CLATTN_SUCCESS); /* was CLATTN_INTERNAL */
+  CHECK(sz.csr_indices == 3 && sz.table_width == 1 && sz.num_slots == 3 && sz.num_qo_rows == 3);
+  int w = 0;
+  CHECK(clattn_max_table_pages(2147483647, 16, &w) == CLATTN_SUCCESS && w == 134217728); /* was 1 */
+
+  int32_t tb[3];
+  clattn_page_table_out to = {tb, 3, NULL, NULL, NULL};
+  CHECK(clattn_build_page_table(&hb, HP, 0, &to, &w) == CLATTN_SUCCESS);
+  CHECK(w == 1 && eq(tb, e_ix, 3)); /* was {-1, 0, 0} */
+
+  clattn_page_table pt = {3, HP, 1, e_ix, seq_h, NULL};
+  CHECK(clattn_validate_page_table(&pt, 1) == CLATTN_SUCCESS);
+  for (int i = 0; i < 4; ++i) ip[i] = -77;
+  clattn_csr_out co2 = {ip, buf + 1, 4, la, NULL, NULL};
+  CHECK(clattn_page_table_to_csr(&pt, &co2, &n) == CLATTN_SUCCESS); /* was a crash */
+  CHECK(n == 3 && eq(ip, e_ip, 4) && eq(buf + 1, e_ix, 3) && eq(la, e_la, 3));
+  static const int32_t unset[3] = {-1, 0, 0}; /* request 0's one page is used: -1 is no page id */
+  pt.page_table = unset;
+  CHECK_FAILS(clattn_validate_page_table(&pt, 1), CLATTN_INVALID_ARGUMENT, "page_table[0][0] = -1");
+  CHECK_FAILS(clattn_page_table_to_csr(&pt, &co2, &n), CLATTN_INVALID_ARGUMENT, "page_table[0][0]");
+
+  /* two requests of INT_MAX tokens (2 pages of 2^30): cu_seqlens_k would pass int32 */
+  static const int32_t l_ip[3] = {0, 2, 4}, l_ix[4] = {0, 0, 0, 0}, l_la[2] = {(1 << 30) - 1, (1 << 30) - 1};
+  clattn_csr lc = {2, 1 << 30, l_ip, l_ix, l_la, NULL, NULL};
+  int32_t cuk[3] = {-77, -77, -77};
+  clattn_page_table_out lo = {tb, 3, NULL, cuk, NULL};
+  CHECK_FAILS(clattn_csr_to_page_table(&lc, &lo, &w), CLATTN_INVALID_ARGUMENT, "cu_seqlens_k");
+  CHECK(all(cuk, 3, -77));
+}
+
+/* A rejected call allocates nothing for the output, and a large successful one does not
+ * keep its scratch: max_pages = 2^26 once took 256 MiB (per thread, kept) before the
+ * capacity check failed. */
+static void no_huge_scratch(void) {
+#if defined(__linux__)
+  static const int32_t r2t_h[4] = {0, 1, 2, 3}, rpi_h[1] = {0}, seq_h[1] = {2};
+  clattn_engine_batch hb = {r2t_h, 1, 4, rpi_h, seq_h, 1, NULL, NULL};
+  int32_t tb[16];
+  for (int i = 0; i < 16; ++i) tb[i] = -77;
+  int w = 0;
+  const long peak0 = peak_rss_mib(), rss0 = rss_mib();
+  clattn_page_table_out to = {tb, 16, NULL, NULL, NULL};
+  CHECK_FAILS(clattn_build_page_table(&hb, 1, 1 << 26, &to, &w), CLATTN_INVALID_ARGUMENT, "page_table_capacity");
+  CHECK(w == (1 << 26) && all(tb, 16, -77));
+  CHECK_FAILS(clattn_build_block_table(&hb, 1, 1 << 26, tb, 16, &w), CLATTN_INVALID_ARGUMENT, "capacity");
+  /* csr -> table: 4096 requests, the first with 65536 pages: a 2^28-entry table */
+  {
+    enum { NB = 4096, NP = 65536 };
+    int32_t* ip = (int32_t*)calloc(NB + 1, sizeof(int32_t));
+    int32_t* ix = (int32_t*)calloc(NP, sizeof(int32_t));
+    int32_t* la = (int32_t*)calloc(NB, sizeof(int32_t));
+    for (int i = 1; i <= NB; ++i) ip[i] = NP;
+    la[0] = 1;
+    clattn_csr wide = {NB, 1, ip, ix, la, NULL, NULL};
+    CHECK_FAILS(clattn_csr_to_page_table(&wide, &to, &w), CLATTN_INVALID_ARGUMENT, "page_table_capacity");
+    CHECK(w == NP && all(tb, 16, -77));
+    free(ip);
+    free(ix);
+    free(la);
+  }
+  CHECK(peak_rss_mib() - peak0 < 64);
+
+  /* a successful 2^23-entry table: its scratch is released after the copy */
+  int32_t* out = (int32_t*)malloc(sizeof(int32_t) << 23);
+  clattn_page_table_out big = {out, (int64_t)1 << 23, NULL, NULL, NULL};
+  CHECK(clattn_build_page_table(&hb, 1, 1 << 23, &big, &w) == CLATTN_SUCCESS);
+  CHECK(w == (1 << 23) && out[0] == 0 && out[1] == 1 && out[2] == -1 && out[(1 << 23) - 1] == -1);
+  free(out);
+  CHECK(rss_mib() - rss0 < 16); /* nothing above kept resident by the calls */
+#endif
+}
+
 int main(void) {
   fill_rows();
   static const int32_t pool_idx[B] = {2, 0}, seq[B] = {10, 5}, prefix[B] = {6, 3}, ext[B] = {4, 2};
@@ -141,6 +248,9 @@ int main(void) {
   CHECK_FAILS(clattn_build_slot_mapping(&ex, slots, 5, &ns), CLATTN_INVALID_ARGUMENT, "capacity");
   CHECK(ns == 6 && all(slots, 8, -77));
   CHECK_FAILS(clattn_build_slot_mapping(&ex, NULL, 8, &ns), CLATTN_INVALID_ARGUMENT, "slots");
+
+  hostile_sizes();
+  no_huge_scratch();
 
   /* ---- block table at block size 8: row 2 -> blocks of slots 4.. -> slot/8 of position 0, 8 */
   {
