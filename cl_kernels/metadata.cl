@@ -49,8 +49,10 @@ inline int req_pages(ReqInfo r, int page_size) {
   return (r.seq + page_size - 1) / page_size - r.start / page_size;
 }
 
-// Sum of v over the work-group, returned to every work-item. `scratch` holds local-size ints.
-inline int wg_sum(__local int* scratch, int v) {
+// Sum of v over the work-group, returned to every work-item. `scratch` holds local-size
+// longs: totals over a batch of huge device tables may pass 2^31, and an output offset
+// that wrapped negative would pass the `< cap` check.
+inline long wg_sum(__local long* scratch, long v) {
   int lid = (int)get_local_id(0);
   barrier(CLK_LOCAL_MEM_FENCE);  // previous readers of scratch[0] are done
   scratch[lid] = v;
@@ -69,11 +71,11 @@ __kernel void build_csr(__global const int* req_to_token, int pool_size, int max
                         __global const int* extend_lens, int is_extend, int page_size, int window_left,
                         __global int* kv_indptr, __global int* kv_indices, int kv_indices_cap,
                         __global int* kv_last_page_len, __global int* qo_indptr, int want_qo,
-                        __global int* kv_start_offset, int want_offset, __local int* scratch) {
+                        __global int* kv_start_offset, int want_offset, __local long* scratch) {
   const int i = (int)get_group_id(0);
   const int lid = (int)get_local_id(0), lsz = (int)get_local_size(0);
 
-  int pages_before = 0, qo_before = 0;
+  long pages_before = 0, qo_before = 0;
   for (int j = lid; j < i; j += lsz) {
     ReqInfo rj = req_info(req_pool_indices, seq_lens, extend_lens, is_extend, pool_size, max_ctx, window_left, j);
     pages_before += req_pages(rj, page_size);
@@ -89,14 +91,14 @@ __kernel void build_csr(__global const int* req_to_token, int pool_size, int max
       kv_indptr[0] = 0;
       if (want_qo) qo_indptr[0] = 0;
     }
-    kv_indptr[i + 1] = pages_before + n;
+    kv_indptr[i + 1] = (int)(pages_before + n);
     kv_last_page_len[i] = n > 0 ? r.seq - ((r.seq + page_size - 1) / page_size - 1) * page_size : 0;
-    if (want_qo) qo_indptr[i + 1] = qo_before + r.qo;
+    if (want_qo) qo_indptr[i + 1] = (int)(qo_before + r.qo);
     if (want_offset) kv_start_offset[i] = n > 0 ? r.start % page_size : 0;
   }
   const int first_page = r.start / page_size;
   for (int p = lid; p < n; p += lsz) {
-    int o = pages_before + p;
+    const long o = pages_before + p;
     if (o < kv_indices_cap) kv_indices[o] = req_to_token[r.base + (long)(first_page + p) * page_size] / page_size;
   }
 }
@@ -108,11 +110,11 @@ __kernel void build_page_table(__global const int* req_to_token, int pool_size, 
                                __global const int* extend_lens, int is_extend, int page_size, int max_pages,
                                __global int* page_table, __global int* seq_out, int want_seq,
                                __global int* cu_seqlens_q, int want_q, __global int* cu_seqlens_k, int want_k,
-                               __local int* scratch) {
+                               __local long* scratch) {
   const int i = (int)get_group_id(0);
   const int lid = (int)get_local_id(0), lsz = (int)get_local_size(0);
 
-  int q_before = 0, k_before = 0;
+  long q_before = 0, k_before = 0;
   if (want_q || want_k) {
     for (int j = lid; j < i; j += lsz) {
       ReqInfo rj = req_info(req_pool_indices, seq_lens, extend_lens, is_extend, pool_size, max_ctx, -1, j);
@@ -128,8 +130,8 @@ __kernel void build_page_table(__global const int* req_to_token, int pool_size, 
       if (want_q) cu_seqlens_q[0] = 0;
       if (want_k) cu_seqlens_k[0] = 0;
     }
-    if (want_q) cu_seqlens_q[i + 1] = q_before + r.qo;
-    if (want_k) cu_seqlens_k[i + 1] = k_before + r.seq;
+    if (want_q) cu_seqlens_q[i + 1] = (int)(q_before + r.qo);
+    if (want_k) cu_seqlens_k[i + 1] = (int)(k_before + r.seq);
     if (want_seq) seq_out[i] = r.seq;
   }
   const int n = req_pages(r, page_size);
@@ -143,7 +145,7 @@ __kernel void build_page_table(__global const int* req_to_token, int pool_size, 
 __kernel void build_slot_mapping(__global const int* req_to_token, int pool_size, int max_ctx,
                                  __global const int* req_pool_indices, __global const int* seq_lens,
                                  __global const int* extend_lens, int is_extend, __global int* slot_mapping,
-                                 int cap, __local int* scratch) {
+                                 int cap, __local long* scratch) {
   const int i = (int)get_group_id(0);
   const int lid = (int)get_local_id(0), lsz = (int)get_local_size(0);
   if (!is_extend) {
@@ -153,14 +155,14 @@ __kernel void build_slot_mapping(__global const int* req_to_token, int pool_size
     }
     return;
   }
-  int before = 0;
+  long before = 0;
   for (int j = lid; j < i; j += lsz)
     before += req_info(req_pool_indices, seq_lens, extend_lens, 1, pool_size, max_ctx, -1, j).qo;
   before = wg_sum(scratch, before);
   ReqInfo r = req_info(req_pool_indices, seq_lens, extend_lens, 1, pool_size, max_ctx, -1, i);
   const int prefix = r.seq - r.qo;
   for (int t = lid; t < r.qo; t += lsz) {
-    int o = before + t;
+    const long o = before + t;
     if (o < cap) slot_mapping[o] = req_to_token[r.base + prefix + t];
   }
 }

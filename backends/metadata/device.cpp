@@ -131,7 +131,7 @@ void build_csr_device(const Context& ctx, const DeviceEngineBatch& b, int page_s
              cl_int(page_size), cl_int(window_left), out.kv_indptr, out.kv_indices, cl_int(cap), out.kv_last_page_len,
              or_dummy(out.qo_indptr, out.kv_indptr), cl_int(want_qo),
              or_dummy(want_off ? out.kv_start_offset : nullptr, out.kv_indptr), cl_int(want_off),
-             rt::LocalMem{L.wg * sizeof(cl_int)});
+             rt::LocalMem{L.wg * sizeof(cl_long)});
 }
 
 void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int page_size, int max_pages,
@@ -163,7 +163,7 @@ void build_page_table_device(const Context& ctx, const DeviceEngineBatch& b, int
              cl_int(b.max_ctx), b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend,
              cl_int(page_size), cl_int(max_pages), out.page_table, or_dummy(out.seq_lens, dummy), cl_int(want_seq),
              or_dummy(out.cu_seqlens_q, dummy), cl_int(want_q), or_dummy(out.cu_seqlens_k, dummy), cl_int(want_k),
-             rt::LocalMem{L.wg * sizeof(cl_int)});
+             rt::LocalMem{L.wg * sizeof(cl_long)});
 }
 
 void build_block_table_device(const Context& ctx, const DeviceEngineBatch& b, int block_size, int max_blocks,
@@ -186,7 +186,7 @@ void build_slot_mapping_device(const Context& ctx, const DeviceEngineBatch& b, c
   size_t gws = size_t(B) * lws;
   L.k.launch(L.q, 1, &gws, &lws, 0, nullptr, nullptr, or_dummy(b.req_to_token, b.seq_lens), cl_int(b.pool_size),
              cl_int(b.max_ctx), b.req_pool_indices, b.seq_lens, or_dummy(b.extend_lens, b.seq_lens), is_extend,
-             slot_mapping, cl_int(cap), rt::LocalMem{lws * sizeof(cl_int)});
+             slot_mapping, cl_int(cap), rt::LocalMem{lws * sizeof(cl_long)});
 }
 
 // ---- debug paths (blocking) ----

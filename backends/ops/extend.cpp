@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backends/metadata/requests.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
@@ -111,27 +112,13 @@ void check_options(const KVDesc& kv, const ExtendOptions& opt) {
     rt::invalid("variant = '" + opt.variant + "' unknown (\"\", \"generic\", \"nv_mma_sync\", \"nv_wgmma\")");
 }
 
-// qo_indptr shape, monotonicity and qo_len <= kv_len; fills qo_start / qo_len.
-void fill_queries(Requests& r, const std::vector<int32_t>& qo_indptr, const char* name, bool allow_long_q = false) {
-  const int B = int(r.kv_len.size());
-  if (qo_indptr.size() != size_t(B) + 1)
-    rt::invalid(std::string(name) + ": " + to_string(qo_indptr.size()) + " entries, needs batch_size + 1 = " +
-                to_string(B + 1));
-  if (qo_indptr[0] != 0) rt::invalid(std::string(name) + "[0] = " + to_string(qo_indptr[0]) + ", must be 0");
-  r.qo_start.resize(size_t(B));
-  r.qo_len.resize(size_t(B));
-  for (int i = 0; i < B; ++i) {
-    const int qo = qo_indptr[size_t(i) + 1] - qo_indptr[size_t(i)];
-    if (qo < 0)
-      rt::invalid(std::string(name) + "[" + to_string(i + 1) + "] = " + to_string(qo_indptr[size_t(i) + 1]) + " < " +
-                  name + "[" + to_string(i) + "] (request " + to_string(i) + ")");
-    if (qo > r.kv_len[size_t(i)] && !allow_long_q)
-      rt::invalid(std::string(name) + ": request " + to_string(i) + " has qo_len = " + to_string(qo) +
-                  " > kv_len = " + to_string(r.kv_len[size_t(i)]));
-    r.qo_start[size_t(i)] = qo_indptr[size_t(i)];
-    r.qo_len[size_t(i)] = qo;
-  }
-  r.num_tokens = qo_indptr[size_t(B)];
+// The shared request view (backends/metadata/requests.hpp) as the work list reads it.
+Requests from_kv(meta::KVRequests&& kv) {
+  Requests r;
+  r.qo_start = std::move(kv.qo_start), r.qo_len = std::move(kv.qo_len), r.kv_len = std::move(kv.kv_len);
+  r.base = std::move(kv.page_base), r.tok_off = std::move(kv.tok_off);
+  r.num_tokens = kv.num_tokens, r.page_ids_needed = kv.page_ids_needed;
+  return r;
 }
 
 // mask_indptr (bytes, FlashInfer segment_packbits layout) against the batch's shapes.
@@ -157,73 +144,21 @@ void fill_mask(Requests& r, const ExtendOptions& opt) {
   r.mask_bytes = std::max<int64_t>(1, opt.mask_indptr[size_t(B)]);
 }
 
-// allow_long_q: the cascade's shared level (one non-causal request whose rows may
-// outnumber its keys); the CSR's qo_indptr is then ignored in favour of `qo`.
+// qo: the cascade's shared level (one non-causal request whose rows may outnumber its
+// keys); the CSR's qo_indptr is then ignored in favour of `qo`.
 Requests requests_from_csr(const PagedCsr& csr, const PagedKV& cache, const ExtendOptions& opt,
                            const std::vector<int32_t>* qo = nullptr) {
-  if (csr.page_size != cache.page_size)
-    rt::invalid("csr.page_size = " + to_string(csr.page_size) + " != cache.page_size = " + to_string(cache.page_size));
-  const int B = csr.batch_size();
-  if (csr.kv_indptr.size() != size_t(B) + 1)
-    rt::invalid("kv_indptr: " + to_string(csr.kv_indptr.size()) + " entries, needs batch_size + 1 = " +
-                to_string(B + 1) + " (batch_size from kv_last_page_len)");
-  if (!qo && csr.qo_indptr.empty()) rt::invalid("qo_indptr: empty; extend needs [batch_size + 1] query offsets");
-  if (!csr.kv_start_offset.empty() && csr.kv_start_offset.size() != size_t(B))
-    rt::invalid("kv_start_offset: " + to_string(csr.kv_start_offset.size()) + " entries, needs " + to_string(B));
-  if (opt.validate && qo) {
-    PagedCsr kv_only = csr;
-    kv_only.qo_indptr.clear();
-    validate(kv_only, CacheShape{cache.num_pages, cache.page_size}, nullptr);
-  } else if (opt.validate) {
-    validate(csr, CacheShape{cache.num_pages, cache.page_size}, nullptr);
-  } else {  // O(B) checks that keep the host and the kernel's page-id reads in bounds
-    if (B > 0 && csr.kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + to_string(csr.kv_indptr[0]) + ", must be 0");
-    for (int i = 0; i < B; ++i) {
-      if (csr.kv_indptr[size_t(i) + 1] < csr.kv_indptr[size_t(i)])
-        rt::invalid("kv_indptr[" + to_string(i + 1) + "] < kv_indptr[" + to_string(i) + "] (request " +
-                    to_string(i) + ")");
-      if (csr.num_pages(i) > 0 &&
-          (csr.kv_last_page_len[size_t(i)] < 1 || csr.kv_last_page_len[size_t(i)] > csr.page_size))
-        rt::invalid("kv_last_page_len[" + to_string(i) + "] = " + to_string(csr.kv_last_page_len[size_t(i)]) +
-                    ", must be in 1.." + to_string(csr.page_size));
-      if (csr.kv_len(i) < 0) rt::invalid("request " + to_string(i) + ": kv_start_offset past its keys");
-    }
-  }
-  Requests r;
-  r.kv_len.resize(size_t(B)), r.base.resize(size_t(B)), r.tok_off.resize(size_t(B));
-  for (int i = 0; i < B; ++i) {
-    r.kv_len[size_t(i)] = csr.kv_len(i);
-    r.base[size_t(i)] = csr.kv_indptr[size_t(i)];
-    r.tok_off[size_t(i)] = csr.kv_start_offset.empty() || csr.num_pages(i) <= 0 ? 0 : csr.kv_start_offset[size_t(i)];
-  }
-  r.page_ids_needed = B ? csr.kv_indptr[size_t(B)] : 0;
-  fill_queries(r, qo ? *qo : csr.qo_indptr, "qo_indptr", qo != nullptr);
+  meta::RequestOptions o;
+  o.queries = qo ? meta::Queries::Given : meta::Queries::Extend, o.validate = opt.validate, o.rows = qo;
+  Requests r = from_kv(meta::requests_from_csr(csr, {cache.num_pages, cache.page_size}, o));
   fill_mask(r, opt);
   return r;
 }
 
 Requests requests_from_table(const PageTable& t, const PagedKV& cache, const ExtendOptions& opt) {
-  ops::check_page_table_shape(t, cache.page_size);
-  const int B = t.batch_size();
-  if (t.cu_seqlens_q.empty()) rt::invalid("cu_seqlens_q: empty; extend needs [batch_size + 1] query offsets");
-  if (opt.validate) {
-    validate(t, CacheShape{cache.num_pages, cache.page_size});
-  } else {
-    for (int i = 0; i < B; ++i) {
-      if (t.seq_lens[size_t(i)] < 0) rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[size_t(i)]));
-      if ((int64_t(t.seq_lens[size_t(i)]) + t.page_size - 1) / t.page_size > t.max_pages)
-        rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[size_t(i)]) + " needs more than " +
-                    to_string(t.max_pages) + " pages (max_pages)");
-    }
-  }
-  Requests r;
-  r.kv_len.resize(size_t(B)), r.base.resize(size_t(B)), r.tok_off.assign(size_t(B), 0);
-  for (int i = 0; i < B; ++i) {
-    r.kv_len[size_t(i)] = t.seq_lens[size_t(i)];
-    r.base[size_t(i)] = int32_t(int64_t(i) * t.max_pages);
-  }
-  r.page_ids_needed = int64_t(B) * t.max_pages;
-  fill_queries(r, t.cu_seqlens_q, "cu_seqlens_q");
+  meta::RequestOptions o;
+  o.queries = meta::Queries::Extend, o.validate = opt.validate;
+  Requests r = from_kv(meta::requests_from_table(t, {cache.num_pages, cache.page_size}, o));
   fill_mask(r, opt);
   return r;
 }
@@ -419,12 +354,6 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   auto& c = rt::impl(ctx);
   const int B = r.size();
   const int group = opt.num_qo_heads / kv.num_kv_heads;
-  // Keys need pages: an empty cache would leave nothing for the kernels' reads.
-  if (kv.paged && kv.num_pages == 0)
-    for (int i = 0; i < B; ++i)
-      if (r.kv_len[size_t(i)] > 0)
-        rt::invalid("cache.num_pages = 0 but request " + to_string(i) + " has " + to_string(r.kv_len[size_t(i)]) +
-                    " keys");
 
   std::string why_not_mma;
   std::vector<Tile> cands = candidates(c.profile, kv, opt, tma_unfit(kv, r.tok_off), &why_not_mma);
@@ -654,29 +583,21 @@ ExtendPlan prefill_plan(const Context& ctx, const std::vector<int32_t>& qo_indpt
     (void)rt::checked::mul(s, int64_t(dtype_size(kv.dtype)), "kv stride bytes");
   if (qo_indptr.empty()) rt::invalid("qo_indptr: empty, needs batch_size + 1 entries");
   const int B = int(qo_indptr.size()) - 1;
-  if (kv_indptr.size() != qo_indptr.size())
-    rt::invalid("kv_indptr: " + to_string(kv_indptr.size()) + " entries, needs batch_size + 1 = " + to_string(B + 1) +
-                " (batch_size from qo_indptr)");
-  if (kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + to_string(kv_indptr[0]) + ", must be 0");
-  Requests r;
-  r.kv_len.resize(size_t(B)), r.base.resize(size_t(B)), r.tok_off.assign(size_t(B), 0);
-  for (int i = 0; i < B; ++i) {
-    const int len = kv_indptr[size_t(i) + 1] - kv_indptr[size_t(i)];
-    if (len < 0)
-      rt::invalid("kv_indptr[" + to_string(i + 1) + "] = " + to_string(kv_indptr[size_t(i) + 1]) + " < kv_indptr[" +
-                  to_string(i) + "] (request " + to_string(i) + ")");
-    r.kv_len[size_t(i)] = len;
-    r.base[size_t(i)] = kv_indptr[size_t(i)];
-  }
+  meta::KVRequests kr;
+  kr.kv_len = meta::indptr_lengths(kv_indptr, B, "kv_indptr");
   if (B > 0 && kv_indptr[size_t(B)] > kvr.num_tokens)
     rt::invalid("kv_indptr[" + to_string(B) + "] = " + to_string(kv_indptr[size_t(B)]) + " exceeds kv.num_tokens = " +
                 to_string(kvr.num_tokens));
-  fill_queries(r, qo_indptr, "qo_indptr");
+  kr.page_base.assign(kv_indptr.begin(), kv_indptr.end() - 1);
+  kr.tok_off.assign(size_t(B), 0);
+  meta::fill_queries(kr, qo_indptr, "qo_indptr", meta::Queries::Extend);
+  Requests r = from_kv(std::move(kr));
   fill_mask(r, opt);
   ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::Ragged, kv, opt, queue);
   p.ragged = kvr;
   p.ragged.stride_token = kv.stride_token, p.ragged.stride_head = kv.stride_head;
-  return finish(std::move(p), ragged_required_bytes(p.ragged));
+  const int64_t kv_bytes = ragged_required_bytes(p.ragged);
+  return finish(std::move(p), kv_bytes);
 }
 
 void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers& b, const Enqueue& e) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backends/ops/merge_state.hpp"
+#include "backends/metadata/requests.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
@@ -158,98 +159,21 @@ void check_options(const MlaCache& cache, const MlaOptions& opt) {
   if (opt.max_splits < 0) rt::invalid("max_splits = " + to_string(opt.max_splits) + ", must be >= 0");
 }
 
-// Per-request query rows and key counts, and where their page ids start.
-struct Requests {
-  std::vector<int32_t> qo_start, qo_len, kv_len, page_base;
-  int64_t page_ids_needed = 0;
-  int num_tokens = 0;
-};
+// Per-request query rows and key counts, and where their page ids start: the shared
+// request view (backends/metadata/requests.hpp); a windowed CSR is unsupported.
+using Requests = meta::KVRequests;
 
-void check_rows(const std::vector<int32_t>& indptr, int B, bool extend, const char* name, Requests& r) {
-  r.qo_start.resize(size_t(B)), r.qo_len.resize(size_t(B));
-  if (!extend) {
-    if (!indptr.empty()) {
-      if (indptr.size() != size_t(B) + 1)
-        rt::invalid(std::string(name) + ": " + to_string(indptr.size()) + " entries, needs " + to_string(B + 1));
-      for (int i = 0; i < B; ++i)
-        if (indptr[i + 1] - indptr[i] != 1)
-          rt::invalid(std::string(name) + ": request " + to_string(i) + " has " + to_string(indptr[i + 1] - indptr[i]) +
-                      " query rows; MLA decode takes exactly one per request (use mla_extend_plan)");
-    }
-    for (int i = 0; i < B; ++i) r.qo_start[i] = i, r.qo_len[i] = 1;
-    r.num_tokens = B;
-    return;
-  }
-  if (indptr.size() != size_t(B) + 1)
-    rt::invalid(std::string(name) + ": " + to_string(indptr.size()) + " entries, needs batch_size + 1 = " +
-                to_string(B + 1) + " (extend needs query rows)");
-  if (indptr[0] != 0) rt::invalid(std::string(name) + "[0] = " + to_string(indptr[0]) + ", must be 0");
-  for (int i = 0; i < B; ++i) {
-    if (indptr[i + 1] < indptr[i])
-      rt::invalid(std::string(name) + "[" + to_string(i + 1) + "] = " + to_string(indptr[i + 1]) + " < " + name + "[" +
-                  to_string(i) + "] = " + to_string(indptr[i]));
-    r.qo_start[i] = indptr[i], r.qo_len[i] = indptr[i + 1] - indptr[i];
-  }
-  r.num_tokens = B ? indptr[size_t(B)] : 0;
+meta::RequestOptions request_options(const MlaOptions& opt, bool extend) {
+  meta::RequestOptions o;
+  o.queries = extend ? meta::Queries::Extend : meta::Queries::Decode, o.validate = opt.validate;
+  o.allow_window = false;
+  return o;
 }
-
-void check_qo_le_kv(const Requests& r) {
-  for (size_t i = 0; i < r.kv_len.size(); ++i)
-    if (r.qo_len[i] > r.kv_len[i])
-      rt::invalid("request " + to_string(i) + ": qo_len = " + to_string(r.qo_len[i]) + " > kv_len = " +
-                  to_string(r.kv_len[i]) + " (the new rows must be in the cache)");
-}
-
 Requests requests_from_csr(const PagedCsr& csr, const MlaCache& cache, const MlaOptions& opt, bool extend) {
-  if (csr.page_size != cache.page_size)
-    rt::invalid("csr.page_size = " + to_string(csr.page_size) + " != cache.page_size = " + to_string(cache.page_size));
-  const int B = csr.batch_size();
-  if (csr.kv_indptr.size() != size_t(B) + 1)
-    rt::invalid("kv_indptr: " + to_string(csr.kv_indptr.size()) + " entries, needs batch_size + 1 = " + to_string(B + 1) +
-                " (batch_size from kv_last_page_len)");
-  if (csr.windowed()) throw Error(Status::Unsupported, "kv_start_offset: windowed CSR unsupported for MLA");
-  Requests r;
-  check_rows(csr.qo_indptr, B, extend, "qo_indptr", r);
-  if (opt.validate) {
-    validate(csr, CacheShape{cache.num_pages, cache.page_size}, nullptr);
-  } else {
-    if (B > 0 && csr.kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + to_string(csr.kv_indptr[0]) + ", must be 0");
-    for (int i = 0; i < B; ++i) {
-      if (csr.kv_indptr[i + 1] < csr.kv_indptr[i])
-        rt::invalid("kv_indptr[" + to_string(i + 1) + "] = " + to_string(csr.kv_indptr[i + 1]) + " < kv_indptr[" +
-                    to_string(i) + "]");
-      if (csr.num_pages(i) > 0 && (csr.kv_last_page_len[i] < 1 || csr.kv_last_page_len[i] > csr.page_size))
-        rt::invalid("kv_last_page_len[" + to_string(i) + "] = " + to_string(csr.kv_last_page_len[i]) +
-                    ", must be in 1.." + to_string(csr.page_size));
-    }
-  }
-  r.kv_len.resize(size_t(B)), r.page_base.resize(size_t(B));
-  for (int i = 0; i < B; ++i) r.kv_len[i] = csr.kv_len(i), r.page_base[i] = csr.kv_indptr[i];
-  r.page_ids_needed = B ? csr.kv_indptr[size_t(B)] : 0;
-  if (extend) check_qo_le_kv(r);
-  return r;
+  return meta::requests_from_csr(csr, {cache.num_pages, cache.page_size}, request_options(opt, extend));
 }
-
 Requests requests_from_table(const PageTable& t, const MlaCache& cache, const MlaOptions& opt, bool extend) {
-  ops::check_page_table_shape(t, cache.page_size);
-  const int B = t.batch_size();
-  Requests r;
-  check_rows(t.cu_seqlens_q, B, extend, "cu_seqlens_q", r);
-  if (opt.validate) {
-    validate(t, CacheShape{cache.num_pages, cache.page_size});
-  } else {
-    for (int i = 0; i < B; ++i) {
-      if (t.seq_lens[i] < 0) rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[i]));
-      if ((int64_t(t.seq_lens[i]) + t.page_size - 1) / t.page_size > t.max_pages)
-        rt::invalid("seq_lens[" + to_string(i) + "] = " + to_string(t.seq_lens[i]) + " needs more than " +
-                    to_string(t.max_pages) + " pages (max_pages)");
-    }
-  }
-  r.kv_len.resize(size_t(B)), r.page_base.resize(size_t(B));
-  for (int i = 0; i < B; ++i) r.kv_len[i] = t.seq_lens[i], r.page_base[i] = int32_t(int64_t(i) * t.max_pages);
-  r.page_ids_needed = int64_t(B) * t.max_pages;
-  if (extend) check_qo_le_kv(r);
-  return r;
+  return meta::requests_from_table(t, {cache.num_pages, cache.page_size}, request_options(opt, extend));
 }
 
 struct Tile {
@@ -353,12 +277,6 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
                   const MlaOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
   const int B = int(r.kv_len.size()), H = opt.num_heads;
-  // Keys need pages: an empty cache would leave nothing for the kernels' reads.
-  if (cache.num_pages == 0)
-    for (int i = 0; i < B; ++i)
-      if (r.kv_len[size_t(i)] > 0)
-        rt::invalid("cache.num_pages = 0 but request " + to_string(i) + " has " + to_string(r.kv_len[size_t(i)]) +
-                    " keys");
   Tile tile = choose_tile(c.profile, cache, opt, extend);
   auto st = std::make_shared<MlaPlanState>();
   MlaPlan plan;

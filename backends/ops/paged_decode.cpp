@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backends/metadata/requests.hpp"
 #include "backends/ops/merge_state.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
@@ -205,92 +206,26 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
   return rt::make_options(d);
 }
 
-// Per-request key ranges in list coordinates, and where their page ids start.
+// Per-request key ranges in list coordinates (the window applied), and where their page
+// ids start.
 struct Requests {
   std::vector<int32_t> begin, end, page_base, tok_off;
   int64_t page_ids_needed = 0;
 };
 
-void apply_window(Requests& r, int window_left) {
-  for (size_t i = 0; i < r.end.size(); ++i)
-    r.begin[i] = window_left >= 0 ? std::max(0, r.end[i] - 1 - window_left) : 0;
-}
-
-Requests requests_from_csr(const PagedCsr& csr, const PagedKV& cache, const DecodeOptions& opt) {
-  if (csr.page_size != cache.page_size)
-    rt::invalid("csr.page_size = " + std::to_string(csr.page_size) + " != cache.page_size = " +
-                std::to_string(cache.page_size));
-  const int B = csr.batch_size();
-  if (csr.kv_indptr.size() != size_t(B) + 1)
-    rt::invalid("kv_indptr: " + std::to_string(csr.kv_indptr.size()) + " entries, needs batch_size + 1 = " +
-                std::to_string(B + 1) + " (batch_size from kv_last_page_len)");
-  if (!csr.kv_start_offset.empty() && csr.kv_start_offset.size() != size_t(B))
-    rt::invalid("kv_start_offset: " + std::to_string(csr.kv_start_offset.size()) + " entries, needs " +
-                std::to_string(B));
-  if (!csr.qo_indptr.empty()) {
-    if (csr.qo_indptr.size() != size_t(B) + 1)
-      rt::invalid("qo_indptr: " + std::to_string(csr.qo_indptr.size()) + " entries, needs " + std::to_string(B + 1));
-    for (int i = 0; i < B; ++i)
-      if (csr.qo_indptr[i + 1] - csr.qo_indptr[i] != 1)
-        rt::invalid("qo_indptr: request " + std::to_string(i) + " has " +
-                    std::to_string(csr.qo_indptr[i + 1] - csr.qo_indptr[i]) +
-                    " query rows; decode takes exactly one per request");
-  }
-  if (opt.validate) {
-    validate(csr, CacheShape{cache.num_pages, cache.page_size}, nullptr);
-  } else {  // O(B) shape checks that keep the host and the kernel's page-id reads in bounds
-    if (B > 0 && csr.kv_indptr[0] != 0) rt::invalid("kv_indptr[0] = " + std::to_string(csr.kv_indptr[0]) + ", must be 0");
-    for (int i = 0; i < B; ++i) {
-      if (csr.kv_indptr[i + 1] < csr.kv_indptr[i])
-        rt::invalid("kv_indptr[" + std::to_string(i + 1) + "] = " + std::to_string(csr.kv_indptr[i + 1]) +
-                    " < kv_indptr[" + std::to_string(i) + "]");
-      if (csr.num_pages(i) > 0 && (csr.kv_last_page_len[i] < 1 || csr.kv_last_page_len[i] > csr.page_size))
-        rt::invalid("kv_last_page_len[" + std::to_string(i) + "] = " + std::to_string(csr.kv_last_page_len[i]) +
-                    ", must be in 1.." + std::to_string(csr.page_size));
-      if (csr.kv_len(i) < 0) rt::invalid("request " + std::to_string(i) + ": kv_start_offset past its keys");
-    }
-  }
+Requests key_ranges(meta::KVRequests&& kv, int window_left) {
   Requests r;
-  r.begin.resize(B), r.end.resize(B), r.page_base.resize(B), r.tok_off.resize(B);
-  for (int i = 0; i < B; ++i) {
-    r.end[i] = csr.kv_len(i);
-    r.page_base[i] = csr.kv_indptr[i];
-    r.tok_off[i] = csr.kv_start_offset.empty() || csr.num_pages(i) <= 0 ? 0 : csr.kv_start_offset[i];
-  }
-  r.page_ids_needed = B ? csr.kv_indptr[B] : 0;
-  apply_window(r, opt.window_left);
+  r.end = std::move(kv.kv_len), r.page_base = std::move(kv.page_base), r.tok_off = std::move(kv.tok_off);
+  r.page_ids_needed = kv.page_ids_needed;
+  r.begin.resize(r.end.size());
+  for (size_t i = 0; i < r.end.size(); ++i) r.begin[i] = window_left >= 0 ? std::max(0, r.end[i] - 1 - window_left) : 0;
   return r;
 }
 
-Requests requests_from_table(const PageTable& t, const PagedKV& cache, const DecodeOptions& opt) {
-  ops::check_page_table_shape(t, cache.page_size);
-  const int B = t.batch_size();
-  if (opt.validate) {
-    validate(t, CacheShape{cache.num_pages, cache.page_size});
-  } else {
-    for (int i = 0; i < B; ++i) {
-      if (t.seq_lens[i] < 0) rt::invalid("seq_lens[" + std::to_string(i) + "] = " + std::to_string(t.seq_lens[i]));
-      if ((int64_t(t.seq_lens[i]) + t.page_size - 1) / t.page_size > t.max_pages)
-        rt::invalid("seq_lens[" + std::to_string(i) + "] = " + std::to_string(t.seq_lens[i]) + " needs more than " +
-                    std::to_string(t.max_pages) + " pages (max_pages)");
-    }
-  }
-  if (!t.cu_seqlens_q.empty()) {
-    for (int i = 0; i < B && size_t(i) + 1 < t.cu_seqlens_q.size(); ++i)
-      if (t.cu_seqlens_q[i + 1] - t.cu_seqlens_q[i] != 1)
-        rt::invalid("cu_seqlens_q: request " + std::to_string(i) + " has " +
-                    std::to_string(t.cu_seqlens_q[i + 1] - t.cu_seqlens_q[i]) +
-                    " query rows; decode takes exactly one per request");
-  }
-  Requests r;
-  r.begin.resize(B), r.end.resize(B), r.page_base.resize(B), r.tok_off.assign(B, 0);
-  for (int i = 0; i < B; ++i) {
-    r.end[i] = t.seq_lens[i];
-    r.page_base[i] = int32_t(int64_t(i) * t.max_pages);
-  }
-  r.page_ids_needed = int64_t(B) * t.max_pages;
-  apply_window(r, opt.window_left);
-  return r;
+meta::RequestOptions request_options(const DecodeOptions& opt) {
+  meta::RequestOptions o;
+  o.queries = meta::Queries::Decode, o.validate = opt.validate;
+  return o;
 }
 
 void check_options(const PagedKV& cache, const DecodeOptions& opt) {
@@ -376,12 +311,6 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   auto& c = rt::impl(ctx);
   const int B = int(r.end.size());
   const int group = opt.num_qo_heads / cache.num_kv_heads;
-  // Keys need pages: an empty cache would leave the kernel's masked loads nothing to read.
-  if (cache.num_pages == 0)
-    for (int i = 0; i < B; ++i)
-      if (r.end[size_t(i)] > r.begin[size_t(i)])
-        rt::invalid("cache.num_pages = 0 but request " + std::to_string(i) + " has " +
-                    std::to_string(r.end[size_t(i)] - r.begin[size_t(i)]) + " keys");
   SplitParams sp;
   KTile tile = choose_tile(c.profile, cache, group, opt.params, &sp);
 
@@ -472,14 +401,16 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
 DecodePlan decode_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& cache, const DecodeOptions& opt,
                        cl_command_queue queue) {
   check_options(cache, opt);
-  Requests r = requests_from_csr(csr, cache, opt);
+  Requests r = key_ranges(meta::requests_from_csr(csr, {cache.num_pages, cache.page_size}, request_options(opt)),
+                          opt.window_left);
   return make_plan(ctx, r, false, cache, opt, queue);
 }
 
 DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const DecodeOptions& opt,
                        cl_command_queue queue) {
   check_options(cache, opt);
-  Requests r = requests_from_table(table, cache, opt);
+  Requests r = key_ranges(meta::requests_from_table(table, {cache.num_pages, cache.page_size}, request_options(opt)),
+                          opt.window_left);
   return make_plan(ctx, r, true, cache, opt, queue);
 }
 

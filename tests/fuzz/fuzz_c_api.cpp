@@ -633,40 +633,6 @@ std::string str(const clattn_paged_kv& k) {
          std::to_string(k.stride_head) + "}";
 }
 
-// Known bugs outside the metadata code, reported in crashes-to-triage/README.md (the
-// numbers are its items): inputs that reach one are skipped so that a run finds new ones.
-// CLATTN_FUZZ_NO_SKIP=1 reaches them (to replay the reproducers there).
-namespace known {
-const bool kSkip = [] {
-  const char* e = std::getenv("CLATTN_FUZZ_NO_SKIP");
-  return !(e && *e == '1');
-}();
-// (1) a running sum of seq_lens leaves int32
-bool sum_overflows(const std::vector<int32_t>& v) {
-  int64_t sum = 0;
-  for (int32_t x : v)
-    if ((sum += x) > INT_MAX || sum < INT_MIN) return kSkip;
-  return false;
-}
-// (5) (6) (7) a difference of neighbours leaves int32
-bool diff_overflows(const std::vector<int32_t>& v) {
-  for (size_t i = 1; i < v.size(); ++i)
-    if (int64_t(v[i]) - v[i - 1] > INT_MAX || int64_t(v[i]) - v[i - 1] < INT_MIN) return kSkip;
-  return false;
-}
-// (4) (9) (10) a GQA group near INT_MAX
-bool huge_group(int hq, int hkv) { return hkv > 0 && hq / hkv > (1 << 16) && kSkip; }
-// (8) a request of about INT_MAX keys
-bool huge_tokens(int64_t kv) { return kv >= (int64_t(1) << 30) && kSkip; }
-bool huge_tokens(const Csr& c) {
-  for (int i = 0; i < c.batch; ++i)
-    if (huge_tokens(c.tokens(i))) return true;
-  return false;
-}
-bool huge_tokens(const std::vector<int32_t>& lens) {
-  return std::any_of(lens.begin(), lens.end(), [](int32_t x) { return huge_tokens(x); });
-}
-}  // namespace known
 
 struct Device {
   clattn_context ctx = nullptr;
@@ -817,7 +783,6 @@ void call_decode(Input& in, State& st, Device& d) {
     else if (!make_table(in, t, page_size(in), false))
       return;
     P = t.page_size;
-    if (known::sum_overflows(t.seq)) return;
   }
   clattn_paged_kv cache = make_cache(in, in.rare(16) ? page_size(in) : P);
   clattn_decode_options o;
@@ -831,7 +796,6 @@ void call_decode(Input& in, State& st, Device& d) {
   o.deterministic = in.byte() % 2;
   if (in.rare(32)) o.split_tokens = in.edge();
   if (in.rare(32)) o.max_splits = in.edge();
-  if (known::huge_group(o.num_qo_heads, cache.num_kv_heads)) return;
   clattn_decode_plan plan = nullptr;
   const clattn_csr cv = c.view();
   const clattn_page_table tv = t.view();
@@ -929,7 +893,6 @@ void call_extend(Input& in, State& st, Device& d) {
     perturb(in, mask);
     o.mask_indptr = mask.data();
   };
-  if (known::huge_group(o.num_qo_heads, cache.num_kv_heads)) return;
   clattn_status s = CLATTN_SUCCESS;
   std::string what;
   if (kind == 0) {
@@ -938,7 +901,6 @@ void call_extend(Input& in, State& st, Device& d) {
       c = st.csr;
     else if (!make_csr(in, c, cache.page_size, true))
       return;
-    if (known::diff_overflows(c.qo) || known::huge_tokens(c)) return;
     with_mask(c.batch);
     const clattn_csr v = c.view();
     s = clattn_extend_plan_csr(d.ctx, &v, &cache, &o, &plan);
@@ -949,7 +911,6 @@ void call_extend(Input& in, State& st, Device& d) {
       t = st.table;
     else if (!make_table(in, t, cache.page_size, true))
       return;
-    if (known::sum_overflows(t.seq) || known::diff_overflows(t.cuq) || known::huge_tokens(t.seq)) return;
     with_mask(t.batch);
     const clattn_page_table v = t.view();
     s = clattn_extend_plan_page_table(d.ctx, &v, &cache, &o, &plan);
@@ -970,9 +931,6 @@ void call_extend(Input& in, State& st, Device& d) {
     r.dtype = in.one_of(kActDtypes, 6);
     if (in.rare(24)) r.stride_token = in.edge64();
     if (in.rare(24)) r.stride_head = in.edge64();
-    if (known::diff_overflows(qo) || known::diff_overflows(kv)) return;
-    for (size_t i = 1; i < kv.size(); ++i)
-      if (known::huge_tokens(int64_t(kv[i]) - kv[i - 1])) return;
     with_mask(B);
     s = clattn_prefill_plan_ragged(d.ctx, B, B >= 0 ? qo.data() : nullptr, B >= 0 ? kv.data() : nullptr, &r, &o, &plan);
     if (tracing())
@@ -1023,7 +981,6 @@ void call_mla(Input& in, State& st, Device& d) {
       c = st.csr;
     else if (!make_csr(in, c, cache.page_size, extend))
       return;
-    if (known::diff_overflows(c.qo)) return;
     const clattn_csr v = c.view();
     s = extend ? clattn_mla_extend_plan_csr(d.ctx, &v, &cache, &o, &plan)
                : clattn_mla_decode_plan_csr(d.ctx, &v, &cache, &o, &plan);
@@ -1031,7 +988,6 @@ void call_mla(Input& in, State& st, Device& d) {
   } else {
     Table t;
     if (!make_table(in, t, cache.page_size, extend)) return;
-    if (known::sum_overflows(t.seq) || known::diff_overflows(t.cuq)) return;
     const clattn_page_table v = t.view();
     s = extend ? clattn_mla_extend_plan_page_table(d.ctx, &v, &cache, &o, &plan)
                : clattn_mla_decode_plan_page_table(d.ctx, &v, &cache, &o, &plan);
