@@ -40,19 +40,21 @@ class Kernel {
     std::lock_guard<std::mutex> lock(mu_);
     cl_uint idx = 0;
     (set_arg(idx++, args), ...);
-    check_cl(clEnqueueNDRangeKernel(q, k_, dims, nullptr, global, local, num_wait, wait, ev), "clEnqueueNDRangeKernel",
-             "launching " + name_);
+    const cl_int err = clEnqueueNDRangeKernel(q, k_, dims, nullptr, global, local, num_wait, wait, ev);
+    if (err != CL_SUCCESS) throw_cl(err, "clEnqueueNDRangeKernel", "launching " + name_);  // formatted only on failure
   }
 
  private:
   template <class T>
   void set_arg(cl_uint i, const T& v) {
+    cl_int err;
     if constexpr (std::is_same_v<T, LocalMem>) {
-      check_cl(clSetKernelArg(k_, i, v.bytes, nullptr), "clSetKernelArg", name_ + " arg " + std::to_string(i));
+      err = clSetKernelArg(k_, i, v.bytes, nullptr);
     } else {
       static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are plain values");
-      check_cl(clSetKernelArg(k_, i, sizeof(T), &v), "clSetKernelArg", name_ + " arg " + std::to_string(i));
+      err = clSetKernelArg(k_, i, sizeof(T), &v);
     }
+    if (err != CL_SUCCESS) throw_cl(err, "clSetKernelArg", name_ + " arg " + std::to_string(i));
   }
   cl_kernel k_;
   std::string name_;

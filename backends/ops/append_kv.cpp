@@ -31,16 +31,14 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   const size_t src_bytes = size_t(ck::mul(
       ck::add(ck::add(ck::mul(N - 1, st, what), ck::mul(int64_t(Hkv) - 1, sh, what), what), D, what),
       int64_t(dtype_size(a.src_dtype)), what));
-  const std::string src_shape = ops::shape_str({N, Hkv, D}) + " " + dtype_name(a.src_dtype);
-  ops::require_buffer(a.k, src_bytes, "k", src_shape);
-  ops::require_buffer(a.v, src_bytes, "v", src_shape);
-  ops::require_buffer(a.slot_mapping, size_t(ck::mul(N, int64_t(dtype_size(a.slot_dtype)), "slot_mapping bytes")),
-                      "slot_mapping",
-                      ops::shape_str({N}) + " " + dtype_name(a.slot_dtype));
-  const std::string cshape = "paged cache " + ops::shape_str({a.cache.num_pages, a.cache.page_size, Hkv, D}) + " " +
-                             dtype_name(a.cache.dtype);
-  ops::require_buffer(a.k_cache, size_t(a.cache.required_bytes()), "k_cache", cshape);
-  ops::require_buffer(a.v_cache, size_t(a.cache.required_bytes()), "v_cache", cshape);
+  const ops::Shape src{{N, Hkv, D}, dtype_name(a.src_dtype)};
+  ops::require_buffer(a.k, int64_t(src_bytes), "k", src);
+  ops::require_buffer(a.v, int64_t(src_bytes), "v", src);
+  ops::require_buffer(a.slot_mapping, ck::mul(N, int64_t(dtype_size(a.slot_dtype)), "slot_mapping bytes"),
+                      "slot_mapping", {{N}, dtype_name(a.slot_dtype)});
+  const ops::Shape cache{{a.cache.num_pages, a.cache.page_size, Hkv, D}, dtype_name(a.cache.dtype), "paged cache "};
+  ops::require_buffer(a.k_cache, a.cache.required_bytes(), "k_cache", cache);
+  ops::require_buffer(a.v_cache, a.cache.required_bytes(), "v_cache", cache);
   if (a.slot_mapping_host) {
     CacheShape cs{a.cache.num_pages, a.cache.page_size};
     if (a.slot_dtype == DType::I32) validate_slot_mapping(static_cast<const int32_t*>(a.slot_mapping_host), N, cs);

@@ -52,19 +52,18 @@ void cascade_run(const Context& ctx, const CascadePlan& p, const CascadeBuffers&
                e);
     return;
   }
-  ops::require_buffer(b.tmp_o, size_t(p.tmp_o_bytes), "tmp_o", ops::shape_str({T, Hq, D}) + " o dtype");
-  ops::require_buffer(b.tmp_lse_shared, size_t(p.tmp_lse_bytes), "tmp_lse_shared", ops::shape_str({T, Hq}) + " f32");
+  ops::require_buffer(b.tmp_o, p.tmp_o_bytes, "tmp_o", {{T, Hq, D}, "o dtype"});
+  ops::require_buffer(b.tmp_lse_shared, p.tmp_lse_bytes, "tmp_lse_shared", {{T, Hq}, "f32"});
   if (!b.lse)
-    ops::require_buffer(b.tmp_lse_unique, size_t(p.tmp_lse_bytes), "tmp_lse_unique",
-                        ops::shape_str({T, Hq}) + " f32 (lse is null)");
+    ops::require_buffer(b.tmp_lse_unique, p.tmp_lse_bytes, "tmp_lse_unique", {{T, Hq}, "f32 (lse is null)"});
   cl_mem lse_u = b.lse ? b.lse : b.tmp_lse_unique;
   // The second level's own checks run after the first is enqueued: check its buffers here.
   if (p.shared.page_ids_needed > 0)
-    ops::require_buffer(b.shared_page_ids, size_t(p.shared.page_ids_needed) * 4, "shared_page_ids",
-                        ops::shape_str({p.shared.page_ids_needed}) + " i32");
-  ops::require_buffer(b.o, size_t(p.tmp_o_bytes), "o", ops::shape_str({T, Hq, D}));
+    ops::require_buffer(b.shared_page_ids, p.shared.page_ids_needed * 4, "shared_page_ids",
+                        {{p.shared.page_ids_needed}, "i32"});
+  ops::require_buffer(b.o, p.tmp_o_bytes, "o", {{T, Hq, D}, "o dtype"});
   if (p.workspace_bytes > 0)
-    ops::require_buffer(b.workspace, size_t(p.workspace_bytes), "workspace", "TMA tensor maps (workspace_bytes)");
+    ops::require_buffer(b.workspace, p.workspace_bytes, "workspace", {{p.workspace_bytes}, "bytes (TMA tensor maps)"});
   cl_event ev_u = nullptr, ev_s = nullptr;
   try {
     extend_run(ctx, p.unique,

@@ -611,28 +611,25 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   const bool paged = st->source != ExtendPlan::Source::Ragged;
   cl_command_queue q = ops::queue_of(ctx, e);
   if (T > 0) {
-    ops::require_buffer(b.q, size_t(st->q_bytes), "q", ops::shape_str({T, Hq, D}) + " " + dtype_name(st->q_dtype));
-    ops::require_buffer(b.o, size_t(st->o_bytes), "o", ops::shape_str({T, Hq, D}) + " " + dtype_name(st->o_dtype));
-    if (b.lse) ops::require_buffer(b.lse, size_t(st->lse_bytes), "lse", ops::shape_str({T, Hq}) + " f32");
-    if (b.sinks) ops::require_buffer(b.sinks, size_t(st->sinks_bytes), "sinks", ops::shape_str({Hq}) + " f32");
+    ops::require_buffer(b.q, st->q_bytes, "q", {{T, Hq, D}, dtype_name(st->q_dtype)});
+    ops::require_buffer(b.o, st->o_bytes, "o", {{T, Hq, D}, dtype_name(st->o_dtype)});
+    if (b.lse) ops::require_buffer(b.lse, st->lse_bytes, "lse", {{T, Hq}, "f32"});
+    if (b.sinks) ops::require_buffer(b.sinks, st->sinks_bytes, "sinks", {{Hq}, "f32"});
     if (st->kv_bytes > 0) {
-      const std::string kshape =
-          std::string(paged ? "paged cache " : "ragged K/V ") + to_string(st->kv_bytes) + " bytes, " +
-          ops::shape_str({paged ? int64_t(st->num_pages) : plan.ragged.num_tokens, st->Hkv, D}) + " " +
-          dtype_name(st->kv_dtype);
-      ops::require_buffer(b.k, size_t(st->kv_bytes), "k", kshape);
-      ops::require_buffer(b.v, size_t(st->kv_bytes), "v", kshape);
+      const ops::Shape kv = paged ? ops::Shape{{st->num_pages, st->Hkv, D}, dtype_name(st->kv_dtype), "paged cache "}
+                                  : ops::Shape{{st->Hkv, D}, dtype_name(st->kv_dtype), "ragged K/V rows of "};
+      ops::require_buffer(b.k, st->kv_bytes, "k", kv);
+      ops::require_buffer(b.v, st->kv_bytes, "v", kv);
     }
     if (paged && st->page_id_bytes > 0)
-      ops::require_buffer(b.page_ids, size_t(st->page_id_bytes), "page_ids",
-                          std::string(st->source == ExtendPlan::Source::PageTable ? "page_table " : "kv_indices ") +
-                              ops::shape_str({st->page_id_bytes / 4}) + " i32");
+      ops::require_buffer(b.page_ids, st->page_id_bytes, "page_ids",
+                          {{st->page_id_bytes / 4}, "i32",
+                           st->source == ExtendPlan::Source::PageTable ? "page_table " : "kv_indices "});
     if (st->has_mask)
-      ops::require_buffer(b.custom_mask, size_t(st->mask_bytes), "custom_mask",
-                          ops::shape_str({st->mask_bytes}) + " packed bytes (mask_indptr[B])");
+      ops::require_buffer(b.custom_mask, st->mask_bytes, "custom_mask", {{st->mask_bytes}, "packed bytes (mask_indptr[B])"});
     if (st->workspace_bytes > 0)
-      ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
-                          "the nv_wgmma TMA tensor maps of k and v (ExtendPlan::workspace_bytes)");
+      ops::require_buffer(b.workspace, st->workspace_bytes, "workspace",
+                          {{st->workspace_bytes}, "bytes (nv_wgmma TMA tensor maps, ExtendPlan::workspace_bytes)"});
   }
   ops::WaitList wl(e, st->upload);
   if (st->num_tiles == 0) {

@@ -45,10 +45,10 @@ void merge_state(const Context& ctx, const MergeStateArgs& a, const Enqueue& e) 
   namespace ck = rt::checked;
   const int64_t rows64 = ck::mul(a.num_tokens, a.num_heads, "merge_state rows (num_tokens x num_heads)");
   const size_t rows = size_t(rows64);
-  const std::string vshape = ops::shape_str({a.num_tokens, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype);
-  const std::string sshape = ops::shape_str({a.num_tokens, a.num_heads}) + " f32";
-  const size_t vbytes = size_t(ck::product({rows64, a.head_dim, int64_t(dtype_size(a.dtype))}, "merge_state v bytes"));
-  const size_t sbytes = size_t(ck::mul(rows64, 4, "merge_state s bytes"));
+  const ops::Shape vshape{{a.num_tokens, a.num_heads, a.head_dim}, dtype_name(a.dtype)};
+  const ops::Shape sshape{{a.num_tokens, a.num_heads}, "f32"};
+  const int64_t vbytes = ck::product({rows64, a.head_dim, int64_t(dtype_size(a.dtype))}, "merge_state v bytes");
+  const int64_t sbytes = ck::mul(rows64, 4, "merge_state s bytes");
   cl_command_queue q = ops::queue_of(ctx, e);
   if (rows == 0) return ops::marker_if_needed(q, e);
   ops::require_buffer(a.v_a, vbytes, "v_a", vshape);
@@ -78,16 +78,16 @@ void merge_states(const Context& ctx, const MergeStatesArgs& a, const Enqueue& e
   if (rows == 0) return ops::marker_if_needed(q, e);
   const int64_t parts = ck::mul(rows64, a.num_states, "merge_states parts");
   if (a.num_states > 0) {
-    ops::require_buffer(a.v, size_t(ck::product({parts, a.head_dim, es}, "merge_states v bytes")), "v",
-                        ops::shape_str({a.num_tokens, a.num_states, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype));
-    ops::require_buffer(a.s, size_t(ck::mul(parts, 4, "merge_states s bytes")), "s",
-                        ops::shape_str({a.num_tokens, a.num_states, a.num_heads}) + " f32");
+    ops::require_buffer(a.v, ck::product({parts, a.head_dim, es}, "merge_states v bytes"), "v",
+                        {{a.num_tokens, a.num_states, a.num_heads, a.head_dim}, dtype_name(a.dtype)});
+    ops::require_buffer(a.s, ck::mul(parts, 4, "merge_states s bytes"), "s",
+                        {{a.num_tokens, a.num_states, a.num_heads}, "f32"});
   }
-  ops::require_buffer(a.v_out, size_t(ck::product({rows64, a.head_dim, es}, "merge_states v_out bytes")), "v_out",
-                      ops::shape_str({a.num_tokens, a.num_heads, a.head_dim}) + " " + dtype_name(a.dtype));
+  ops::require_buffer(a.v_out, ck::product({rows64, a.head_dim, es}, "merge_states v_out bytes"), "v_out",
+                      {{a.num_tokens, a.num_heads, a.head_dim}, dtype_name(a.dtype)});
   if (a.s_out)
-    ops::require_buffer(a.s_out, size_t(ck::mul(rows64, 4, "merge_states s_out bytes")), "s_out",
-                        ops::shape_str({a.num_tokens, a.num_heads}) + " f32");
+    ops::require_buffer(a.s_out, ck::mul(rows64, 4, "merge_states s_out bytes"), "s_out",
+                        {{a.num_tokens, a.num_heads}, "f32"});
   auto& c = rt::impl(ctx);
   auto mp = ops::merge_program(c);
   rt::Kernel& k = mp.program->kernel("merge_states");

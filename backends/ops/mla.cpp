@@ -464,28 +464,25 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
   const int T = st->T, H = st->H;
   cl_command_queue q = ops::queue_of(ctx, e);
   if (T > 0) {
-    const std::string qs = " " + std::string(dtype_name(st->q_dtype));
-    ops::require_buffer(b.q_nope, size_t(st->q_nope_bytes), "q_nope", ops::shape_str({T, H, kMlaCkvDim}) + qs);
-    ops::require_buffer(b.q_pe, size_t(st->q_pe_bytes), "q_pe", ops::shape_str({T, H, kMlaKpeDim}) + qs);
-    ops::require_buffer(b.o, size_t(st->o_bytes), "o",
-                        ops::shape_str({T, H, kMlaCkvDim}) + " " + dtype_name(st->o_dtype));
-    if (b.lse) ops::require_buffer(b.lse, size_t(st->lse_bytes), "lse", ops::shape_str({T, H}) + " f32");
+    ops::require_buffer(b.q_nope, st->q_nope_bytes, "q_nope", {{T, H, kMlaCkvDim}, dtype_name(st->q_dtype)});
+    ops::require_buffer(b.q_pe, st->q_pe_bytes, "q_pe", {{T, H, kMlaKpeDim}, dtype_name(st->q_dtype)});
+    ops::require_buffer(b.o, st->o_bytes, "o", {{T, H, kMlaCkvDim}, dtype_name(st->o_dtype)});
+    if (b.lse) ops::require_buffer(b.lse, st->lse_bytes, "lse", {{T, H}, "f32"});
   }
   if (st->num_work > 0) {
-    const std::string cs = ops::shape_str({st->cache.num_pages, st->cache.page_size}) + " " +
-                           dtype_name(st->cache.dtype);
     if (st->cache.num_pages > 0) {
-      ops::require_buffer(b.ckv, size_t(st->ckv_bytes), "ckv", "latent cache " + cs);
-      if (!st->cache.single_buffer) ops::require_buffer(b.kpe, size_t(st->kpe_bytes), "kpe", "kpe cache " + cs);
+      ops::require_buffer(b.ckv, st->ckv_bytes, "ckv",
+                          {{st->cache.num_pages, st->cache.page_size}, dtype_name(st->cache.dtype), "latent cache "});
+      if (!st->cache.single_buffer)
+        ops::require_buffer(b.kpe, st->kpe_bytes, "kpe",
+                            {{st->cache.num_pages, st->cache.page_size}, dtype_name(st->cache.dtype), "kpe cache "});
     }
     if (st->page_id_bytes > 0)
-      ops::require_buffer(b.page_ids, size_t(st->page_id_bytes), "page_ids",
-                          std::string(st->page_table ? "page_table " : "kv_indices ") +
-                              ops::shape_str({st->page_id_bytes / 4}) + " i32");
+      ops::require_buffer(b.page_ids, st->page_id_bytes, "page_ids",
+                          {{st->page_id_bytes / 4}, "i32", st->page_table ? "page_table " : "kv_indices "});
     if (st->workspace_bytes > 0)
-      ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
-                          to_string(st->num_partials) + " partial states of " + ops::shape_str({H, kMlaCkvDim}) +
-                              " f32");
+      ops::require_buffer(b.workspace, st->workspace_bytes, "workspace",
+                          {{st->num_partials, H, kMlaCkvDim}, "f32 partial states and their lse"});
   }
   ops::WaitList wl(e, st->upload);
   if (st->num_work == 0) {
@@ -568,17 +565,14 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
     const int64_t ss = int64_t(dtype_size(a.src_dtype)), n = a.num_tokens;
     const int64_t ckv_bytes = ck::mul(ck::mul_add(n - 1, s_ckv, kMlaCkvDim, "ckv rows"), ss, "ckv bytes");
     const int64_t kpe_bytes = ck::mul(ck::mul_add(n - 1, s_kpe, kMlaKpeDim, "kpe rows"), ss, "kpe bytes");
-    ops::require_buffer(a.ckv, size_t(ckv_bytes), "ckv",
-                        ops::shape_str({a.num_tokens, kMlaCkvDim}) + " " + dtype_name(a.src_dtype));
-    ops::require_buffer(a.kpe, size_t(kpe_bytes), "kpe",
-                        ops::shape_str({a.num_tokens, kMlaKpeDim}) + " " + dtype_name(a.src_dtype));
-    ops::require_buffer(a.slot_mapping, size_t(ck::mul(n, int64_t(dtype_size(a.slot_dtype)), "slot_mapping bytes")),
-                        "slot_mapping",
-                        ops::shape_str({a.num_tokens}) + " " + dtype_name(a.slot_dtype));
+    ops::require_buffer(a.ckv, ckv_bytes, "ckv", {{a.num_tokens, kMlaCkvDim}, dtype_name(a.src_dtype)});
+    ops::require_buffer(a.kpe, kpe_bytes, "kpe", {{a.num_tokens, kMlaKpeDim}, dtype_name(a.src_dtype)});
+    ops::require_buffer(a.slot_mapping, ck::mul(n, int64_t(dtype_size(a.slot_dtype)), "slot_mapping bytes"),
+                        "slot_mapping", {{a.num_tokens}, dtype_name(a.slot_dtype)});
     if (a.cache.num_pages > 0) {
-      ops::require_buffer(a.ckv_cache, size_t(a.cache.ckv_required_bytes()), "ckv_cache", "latent cache");
-      if (!a.cache.single_buffer)
-        ops::require_buffer(a.kpe_cache, size_t(a.cache.kpe_required_bytes()), "kpe_cache", "kpe cache");
+      const ops::Shape cache{{a.cache.num_pages, a.cache.page_size}, dtype_name(a.cache.dtype), "latent cache "};
+      ops::require_buffer(a.ckv_cache, a.cache.ckv_required_bytes(), "ckv_cache", cache);
+      if (!a.cache.single_buffer) ops::require_buffer(a.kpe_cache, a.cache.kpe_required_bytes(), "kpe_cache", cache);
     }
   }
   ops::WaitList wl(e, nullptr);

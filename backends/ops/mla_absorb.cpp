@@ -58,16 +58,19 @@ void mla_absorb(const Context& ctx, const AbsorbArgs& a, const Enqueue& e) {
   if (a.dtype == DType::F16 && !prof.fp16)
     throw Error(Status::Unsupported, "absorb: f16 GEMM needs cl_khr_fp16, which " + prof.device_name + " lacks");
   const int64_t H = a.num_heads, T = a.num_tokens;
-  const int64_t ldx = a.x_row_stride ? a.x_row_stride : H * a.in_dim;
-  const int64_t ldy = a.y_row_stride ? a.y_row_stride : H * a.out_dim;
-  const size_t es = dtype_size(a.dtype);
+  namespace ck = rt::checked;
+  const int64_t ldx = a.x_row_stride ? a.x_row_stride : ck::mul(H, a.in_dim, "absorb x row");
+  const int64_t ldy = a.y_row_stride ? a.y_row_stride : ck::mul(H, a.out_dim, "absorb y row");
+  const int64_t es = int64_t(dtype_size(a.dtype));
   if (T > 0) {
-    ops::require_buffer(a.x, size_t((T - 1) * ldx + H * a.in_dim) * es, "absorb x",
-                        ops::shape_str({T, H, a.in_dim}) + " " + dtype_name(a.dtype));
-    ops::require_buffer(a.w, size_t(H * a.in_dim * a.out_dim) * es, "absorb w",
-                        ops::shape_str({H, a.in_dim, a.out_dim}) + " " + dtype_name(a.dtype));
-    ops::require_buffer(a.y, size_t((T - 1) * ldy + H * a.out_dim) * es, "absorb y",
-                        ops::shape_str({T, H, a.out_dim}) + " " + dtype_name(a.dtype));
+    // Bytes up to the end of the last row: (T - 1) rows of stride ld, then H x dim values.
+    auto rows = [&](int64_t ld, int64_t dim, const char* what) {
+      return ck::mul(ck::add(ck::mul(T - 1, ld, what), ck::mul(H, dim, what), what), es, what);
+    };
+    ops::require_buffer(a.x, rows(ldx, a.in_dim, "absorb x bytes"), "absorb x", {{T, H, a.in_dim}, dtype_name(a.dtype)});
+    ops::require_buffer(a.w, ck::product({H, a.in_dim, a.out_dim, es}, "absorb w bytes"), "absorb w",
+                        {{H, a.in_dim, a.out_dim}, dtype_name(a.dtype)});
+    ops::require_buffer(a.y, rows(ldy, a.out_dim, "absorb y bytes"), "absorb y", {{T, H, a.out_dim}, dtype_name(a.dtype)});
   }
   cl_command_queue q = ops::queue_of(ctx, e);
   // CLBlast takes no wait list: a barrier makes its commands wait for the caller's events.

@@ -1,6 +1,5 @@
 #include "backends/ops/op_util.hpp"
 
-#include <sstream>
 
 #include "runtime/log.hpp"
 
@@ -34,19 +33,33 @@ int64_t PagedKV::required_bytes() const {
 
 namespace ops {
 
-std::size_t buffer_bytes(cl_mem m, const std::string& what) {
-  if (!m) rt::invalid(what + ": null buffer");
+std::size_t buffer_bytes(cl_mem m, const char* what) {
+  if (!m) rt::invalid(std::string(what) + ": null buffer");
   std::size_t n = 0;
-  rt::check_cl(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof n, &n, nullptr), "clGetMemObjectInfo", what);
+  const cl_int err = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof n, &n, nullptr);
+  if (err != CL_SUCCESS) rt::throw_cl(err, "clGetMemObjectInfo", what);
   return n;
 }
 
-void require_buffer(cl_mem m, std::size_t need, const std::string& what, const std::string& shape) {
-  if (!m) rt::invalid(what + ": null buffer (needs " + std::to_string(need) + " bytes for " + shape + ")");
-  std::size_t have = buffer_bytes(m, what);
-  if (have < need)
-    rt::invalid(what + ": buffer holds " + std::to_string(have) + " bytes, needs " + std::to_string(need) + " (" +
-                shape + ")");
+Shape::Shape(std::initializer_list<int64_t> d, const char* unit_, const char* prefix_) : unit(unit_), prefix(prefix_) {
+  for (int64_t x : d)
+    if (rank < 4) dims[rank++] = x;
+}
+
+std::string Shape::str() const {
+  std::string s = std::string(prefix) + "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  s += "]";
+  if (*unit) s += std::string(" ") + unit;
+  return s;
+}
+
+void require_buffer(cl_mem m, int64_t need, const char* what, const Shape& shape) {
+  if (!m) rt::invalid(std::string(what) + ": null buffer (needs " + std::to_string(need) + " bytes for " + shape.str() + ")");
+  const std::size_t have = buffer_bytes(m, what);
+  if (need > 0 && have < uint64_t(need))
+    rt::invalid(std::string(what) + ": buffer holds " + std::to_string(have) + " bytes, needs " +
+                std::to_string(need) + " (" + shape.str() + ")");
 }
 
 bool is_float_io(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
@@ -57,18 +70,6 @@ void require_io_dtype(DType t, const std::string& what) {
     throw Error(Status::Unsupported, what + ": dtype " + std::string(dtype_name(t)) + " unsupported (f32, f16, bf16)");
 }
 
-std::string shape_str(std::initializer_list<int64_t> dims) {
-  std::ostringstream s;
-  s << '[';
-  bool first = true;
-  for (auto d : dims) {
-    if (!first) s << ", ";
-    s << d;
-    first = false;
-  }
-  s << ']';
-  return s.str();
-}
 
 void check_paged_kv(const PagedKV& c, const std::string& what) {
   if (c.num_pages < 0) rt::invalid(what + ".num_pages = " + std::to_string(c.num_pages) + ", must be >= 0");
@@ -132,38 +133,32 @@ CounterSets::~CounterSets() {
   }
 }
 
-void CounterSets::run(cl_command_queue q, const WaitList& wl, cl_event* event,
-                      const std::function<void(int, cl_uint, const cl_event*, cl_event*)>& launch) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int s = next_;
+CounterSets::Turn CounterSets::begin(cl_command_queue q, WaitList& wl) const {
+  Turn t{next_, true, nullptr};
   next_ = (next_ + 1) % kSets;
-  Last& last = last_[s];
+  const Last& last = last_[t.set];
   cl_command_queue_properties props = 0;
   clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
-  const bool in_order = (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) == 0;
-  std::vector<cl_event> wait(wl.ev);
-  cl_event marker = nullptr;
+  t.in_order = (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) == 0;
   if (last.event) {
-    wait.push_back(last.event);  // the set's previous run, from an out-of-order queue
+    wl.push(last.event);  // the set's previous run, from an out-of-order queue
   } else if (last.queue && last.queue != q) {
     // Everything so far on the previous run's in-order queue; flushed so it makes progress.
-    rt::check_cl(clEnqueueMarkerWithWaitList(last.queue, 0, nullptr, &marker), "clEnqueueMarkerWithWaitList",
+    rt::check_cl(clEnqueueMarkerWithWaitList(last.queue, 0, nullptr, &t.marker), "clEnqueueMarkerWithWaitList",
                  "ordering a shared plan's counter set across queues");
     clFlush(last.queue);
-    wait.push_back(marker);
+    wl.push(t.marker);
   }
-  cl_event ev = nullptr;
-  try {
-    launch(base + s * per_set, cl_uint(wait.size()), wait.empty() ? nullptr : wait.data(),
-           (event || !in_order) ? &ev : nullptr);
-  } catch (...) {
-    if (marker) clReleaseEvent(marker);
-    throw;
-  }
-  if (marker) clReleaseEvent(marker);
+  return t;
+}
+
+void CounterSets::end(const Turn& t, cl_command_queue q, bool launched, cl_event ev, cl_event* event) const {
+  Last& last = last_[t.set];
+  if (t.marker) clReleaseEvent(t.marker);
+  if (!launched) return;
   if (last.event) clReleaseEvent(last.event);
   last.event = nullptr;
-  if (!in_order) {
+  if (!t.in_order) {
     last.event = ev;  // the set's reference
     if (event) clRetainEvent(ev);
   }

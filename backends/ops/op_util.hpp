@@ -39,9 +39,21 @@ inline int log2_int(int x) {  // ceil(log2(x)) for 1 <= x <= 2^30
 inline cl_command_queue queue_of(const Context& ctx, const Enqueue& e) { return e.queue ? e.queue : ctx.cl_queue(); }
 
 // Bytes a cl_mem holds (non-blocking query). A null buffer is rejected naming `what`.
-std::size_t buffer_bytes(cl_mem m, const std::string& what);
-// Throws InvalidArgument "<what>: buffer holds N bytes, needs M (<shape>)" when too small.
-void require_buffer(cl_mem m, std::size_t need, const std::string& what, const std::string& shape);
+std::size_t buffer_bytes(cl_mem m, const char* what);
+
+// What a buffer must hold, for messages: "<prefix>[d0, d1, ...] <unit>". Formatted only when
+// a check fails, so the run path builds no string on success.
+struct Shape {
+  Shape(std::initializer_list<int64_t> d, const char* unit_ = "", const char* prefix_ = "");
+  std::string str() const;
+  int64_t dims[4] = {0, 0, 0, 0};
+  int rank = 0;
+  const char* unit;
+  const char* prefix;
+};
+// Throws InvalidArgument "<what>: buffer holds N bytes, needs M (<shape>)" when m is null or
+// holds fewer than `need` bytes.
+void require_buffer(cl_mem m, int64_t need, const char* what, const Shape& shape);
 
 bool is_float_io(DType t);  // f32 f16 bf16
 bool is_kv_dtype(DType t);  // f32 f16 bf16 fp8
@@ -52,22 +64,37 @@ void require_io_dtype(DType t, const std::string& what);
 // fit) and returns nothing; `what` names the argument in messages.
 void check_paged_kv(const PagedKV& c, const std::string& what);
 
-std::string shape_str(std::initializer_list<int64_t> dims);
 
 // A page table's own shape: page size equal to the cache's, max_pages >= 0, enough
 // entries for batch_size x max_pages. Messages name page_table's fields.
 void check_page_table_shape(const PageTable& t, int cache_page_size);
 
 // The wait list of an op's first command: the caller's events plus `extra` (may be null).
-struct WaitList {
-  std::vector<cl_event> ev;
+// Up to kInline events live in the object (the run path allocates nothing); more spill to
+// the heap.
+class WaitList {
+ public:
   WaitList(const Enqueue& e, cl_event extra) {
-    ev.reserve(e.num_wait + 1);
-    for (cl_uint i = 0; i < e.num_wait; ++i) ev.push_back(e.wait[i]);
-    if (extra) ev.push_back(extra);
+    for (cl_uint i = 0; i < e.num_wait; ++i) push(e.wait[i]);
+    if (extra) push(extra);
   }
-  cl_uint size() const { return cl_uint(ev.size()); }
-  const cl_event* data() const { return ev.empty() ? nullptr : ev.data(); }
+  void push(cl_event ev) {
+    if (n_ < kInline) {
+      inline_[n_++] = ev;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(inline_, inline_ + n_);
+    heap_.push_back(ev);
+    ++n_;
+  }
+  cl_uint size() const { return cl_uint(n_); }
+  const cl_event* data() const { return n_ == 0 ? nullptr : n_ <= kInline ? inline_ : heap_.data(); }
+
+ private:
+  static constexpr size_t kInline = 8;
+  cl_event inline_[kInline] = {};
+  std::vector<cl_event> heap_;
+  size_t n_ = 0;
 };
 
 // A marker after `wait` standing for an op with no work, so callers can still order on it;
@@ -114,10 +141,29 @@ struct CounterSets {
   // Runs launch(first_counter, num_wait, wait, event) with the next set, the wait list
   // extended by what orders it after that set's previous run; `event` (nullable) receives
   // the launch's event.
-  void run(cl_command_queue q, const WaitList& wl, cl_event* event,
-           const std::function<void(int, cl_uint, const cl_event*, cl_event*)>& launch) const;
+  template <class Launch>
+  void run(cl_command_queue q, WaitList wl, cl_event* event, Launch&& launch) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Turn t = begin(q, wl);
+    cl_event ev = nullptr;
+    try {
+      launch(base + t.set * per_set, wl.size(), wl.data(), (event || !t.in_order) ? &ev : nullptr);
+    } catch (...) {
+      end(t, q, false, nullptr, nullptr);
+      throw;
+    }
+    end(t, q, true, ev, event);
+  }
 
  private:
+  struct Turn {
+    int set;
+    bool in_order;
+    cl_event marker;  // ordering on another queue (released by end)
+  };
+  Turn begin(cl_command_queue q, WaitList& wl) const;  // under mu_
+  // `launched` false: the launch failed and the set keeps its previous run.
+  void end(const Turn& t, cl_command_queue q, bool launched, cl_event ev, cl_event* event) const;
   struct Last {
     cl_command_queue queue = nullptr;  // retained: a later run on another queue waits on it
     cl_event event = nullptr;          // the run's kernel, kept only for out-of-order queues

@@ -423,25 +423,22 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
   const int B = st->B, Hq = st->Hq, D = st->D;
   cl_command_queue q = ops::queue_of(ctx, e);
   if (B > 0) {
-    ops::require_buffer(b.q, size_t(st->q_bytes), "q", ops::shape_str({B, Hq, D}) + " " + dtype_name(st->q_dtype));
-    ops::require_buffer(b.o, size_t(st->o_bytes), "o", ops::shape_str({B, Hq, D}) + " " + dtype_name(st->o_dtype));
-    if (b.lse) ops::require_buffer(b.lse, size_t(st->lse_bytes), "lse", ops::shape_str({B, Hq}) + " f32");
-    const std::string cshape = "paged cache " +
-                               ops::shape_str({st->cache.num_pages, st->cache.page_size, st->Hkv, D}) + " " +
-                               dtype_name(st->cache.dtype);
+    ops::require_buffer(b.q, st->q_bytes, "q", {{B, Hq, D}, dtype_name(st->q_dtype)});
+    ops::require_buffer(b.o, st->o_bytes, "o", {{B, Hq, D}, dtype_name(st->o_dtype)});
+    if (b.lse) ops::require_buffer(b.lse, st->lse_bytes, "lse", {{B, Hq}, "f32"});
+    const ops::Shape cache{{st->cache.num_pages, st->cache.page_size, st->Hkv, D}, dtype_name(st->cache.dtype),
+                           "paged cache "};
     if (st->cache.num_pages > 0) {
-      ops::require_buffer(b.k_cache, size_t(st->kv_bytes), "k_cache", cshape);
-      ops::require_buffer(b.v_cache, size_t(st->kv_bytes), "v_cache", cshape);
+      ops::require_buffer(b.k_cache, st->kv_bytes, "k_cache", cache);
+      ops::require_buffer(b.v_cache, st->kv_bytes, "v_cache", cache);
     }
     if (st->page_id_bytes > 0)
-      ops::require_buffer(b.page_ids, size_t(st->page_id_bytes), "page_ids",
-                          std::string(st->page_table ? "page_table " : "kv_indices ") +
-                              ops::shape_str({st->page_id_bytes / 4}) + " i32");
+      ops::require_buffer(b.page_ids, st->page_id_bytes, "page_ids",
+                          {{st->page_id_bytes / 4}, "i32", st->page_table ? "page_table " : "kv_indices "});
     if (st->workspace_bytes > 0)
-      ops::require_buffer(b.workspace, size_t(st->workspace_bytes), "workspace",
-                          std::to_string(st->num_partials) + " partial states of " + ops::shape_str({Hq, D}) +
-                              " f32");
-    if (b.sinks) ops::require_buffer(b.sinks, size_t(st->sinks_bytes), "sinks", ops::shape_str({Hq}) + " f32");
+      ops::require_buffer(b.workspace, st->workspace_bytes, "workspace",
+                          {{st->num_partials, Hq, D}, "f32 partial states and their lse"});
+    if (b.sinks) ops::require_buffer(b.sinks, st->sinks_bytes, "sinks", {{Hq}, "f32"});
   }
   ops::WaitList wl(e, st->upload);
   if (st->num_work == 0) {
