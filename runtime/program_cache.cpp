@@ -53,6 +53,13 @@ size_t Kernel::max_work_group_size(cl_device_id dev) const {
   return n;
 }
 
+uint64_t Kernel::local_mem_size(cl_device_id dev) const {
+  cl_ulong n = 0;
+  check_cl(clGetKernelWorkGroupInfo(k_, dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof n, &n, nullptr),
+           "clGetKernelWorkGroupInfo", name_);
+  return n;
+}
+
 Program::~Program() {
   kernels_.clear();
   if (p_) clReleaseProgram(p_);

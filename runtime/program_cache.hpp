@@ -32,6 +32,8 @@ class Kernel {
 
   const std::string& name() const { return name_; }
   size_t max_work_group_size(cl_device_id dev) const;
+  // Local memory the compiled kernel uses (its __local arrays and any local arguments set).
+  uint64_t local_mem_size(cl_device_id dev) const;
 
   // Sets all arguments and enqueues, under this kernel's lock. dims = 1..3.
   template <class... Args>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/ops/op_util.hpp"
+#include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "clattn/linear.hpp"
@@ -241,21 +242,17 @@ MmaPrefill mma_prefill(detail::ContextImpl& c, const LinearConfig& cfg, const Li
       {"DK", num(cfg.head_dim_k)}, {"DV", num(DV)},      {"IO_DT", num(dt_code(cfg.dtype))},
       {"ST_DT", num(dt_code(pool.dtype))}, {"LIN_GDN", gdn ? "1" : "0"}, {"MC", num(mc)},
       {"MDVT", num(dvt)}, {"S_SPLIT", pf.get_or("PF_MMA_SPLIT", 1) ? "1" : "0"}};
+  ops::Variant v;
+  v.name = "nv_mma_sync", v.file = "linear_prefill_mma_nv.cl", v.kernel = "lin_prefill_mma";
+  v.options = rt::make_options(d), v.wg = size_t(2 * dvt), v.local_bytes = mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn);
   try {
-    m.prog = ops::build_first(c, "linear_prefill_mma_nv.cl", {{"nv_mma_sync", rt::make_options(d)}}, op).program;
+    m.prog = ops::select_and_build(c, op, {v}).program;  // the f32 prefill (another program) is the fallback
   } catch (const Error& e) {
-    if (e.status() != Status::BuildFailed) throw;
-    *why = std::string("build failed: ") + e.what();
-    rt::log().warn("{}: nv_mma_sync prefill failed to build, using the f32 kernel: {}", op, e.what());
+    if (e.status() != Status::BuildFailed && e.status() != Status::Unsupported) throw;
+    *why = e.what();
     return m;
   }
   m.mc = mc, m.dvt = dvt;
-  const size_t lim = m.prog->kernel("lin_prefill_mma").max_work_group_size(c.device);
-  if (lim < size_t(m.wg())) {
-    *why = "compiled kernel allows " + num(int64_t(lim)) + " work-items, needs " + num(m.wg());
-    rt::log().warn("{}: nv_mma_sync prefill not used: {}", op, *why);
-    m.prog = nullptr;
-  }
   return m;
 }
 

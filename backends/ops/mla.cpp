@@ -9,6 +9,7 @@
 #include "backends/ops/merge_state.hpp"
 #include "backends/metadata/requests.hpp"
 #include "backends/ops/op_util.hpp"
+#include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/planner/split_kv.hpp"
@@ -290,62 +291,30 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.page_table = page_table;
   plan.page_ids_needed = r.page_ids_needed;
 
-  // Kernel: the tensor-core variant first when chosen, then the portable kernel. A variant
-  // that fails to build or allows fewer work-items than its group is logged and skipped.
-  // Both take the same arguments and work entries (mla_run does not care which).
+  // Kernel: the tensor-core variant first when chosen, then the portable kernel (both take
+  // the same arguments and work entries: mla_run does not care which).
   const std::string op = extend ? "mla_extend" : "mla_decode";
-  if (!tile.why_not_mma.empty())
-    rt::log().info("{}: nv_mma_sync not used ({}); using the generic kernel", op, tile.why_not_mma);
-  struct Cand {
-    const char* file;
-    const char* kernel;
-    ops::Candidate cand;
-    size_t wg;
-  };
-  std::vector<Cand> cands;
-  bool mma = false;
   const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
-  if (tile.mma)
-    cands.push_back({"mla_mma_nv.cl", "mla_mma",
-                     {"nv_mma_sync", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
-                                                       {"WARPS", to_string(tile.mma_warps)},
-                                                       {"KEYS", to_string(tile.mma_keys)},
-                                                       {"FUSE_MERGE", fuse ? "1" : "0"}})},
-                     size_t(32 * tile.mma_warps)});
-  cands.push_back({"mla.cl", "mla_attn",
-                   {"generic", rt::make_options({{"KV_DT", to_string(int(cache.dtype))},
-                                                 {"QB", to_string(tile.qb)},
-                                                 {"LANES", to_string(tile.lanes)},
-                                                 {"LOAD_BYTES", to_string(tile.load_bytes)}})},
-                   size_t(tile.qb) * tile.lanes});
-  for (size_t i = 0; i < cands.size(); ++i) {
-    const bool last = i + 1 == cands.size();
-    try {
-      ops::Chosen ch = ops::build_first(c, cands[i].file, {cands[i].cand}, op);
-      rt::Kernel* k = &ch.program->kernel(cands[i].kernel);
-      const size_t kmax = k->max_work_group_size(c.device);
-      if (kmax < cands[i].wg) {
-        if (last)
-          throw Error(Status::Unsupported, "mla kernel allows " + to_string(kmax) +
-                                               " work-items per group, tile needs " + to_string(cands[i].wg));
-        rt::log().warn("{}: variant {} allows only {} work-items per group (needs {}); trying {}", op,
-                       cands[i].cand.variant, kmax, cands[i].wg, cands[i + 1].cand.variant);
-        continue;
-      }
-      st->prog = ch.program;
-      st->attn_k = k;
-      st->wg = cands[i].wg;
-      plan.variant = ch.variant;
-      plan.kernel_options = ch.options;
-      mma = cands[i].cand.variant == "nv_mma_sync";
-      st->fuse_kernel = mma && fuse;
-      break;
-    } catch (const Error& e) {
-      if (e.status() != Status::BuildFailed || last) throw;
-      rt::log().warn("{}: variant {} failed to build, using {}: {}", op, cands[i].cand.variant,
-                     cands[i + 1].cand.variant, e.what());
-    }
-  }
+  std::vector<ops::Variant> cands(2);
+  ops::Variant& mv = cands[0];
+  mv.name = "nv_mma_sync", mv.file = "mla_mma_nv.cl", mv.kernel = "mla_mma";
+  mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
+  mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
+  mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
+                                 {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"}});
+  ops::Variant& gv = cands[1];
+  gv.name = "generic", gv.file = "mla.cl", gv.kernel = "mla_attn";
+  gv.wg = size_t(tile.qb) * tile.lanes, gv.local_bytes = local_bytes(tile, cache.dtype);
+  gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.qb)},
+                                 {"LANES", to_string(tile.lanes)}, {"LOAD_BYTES", to_string(tile.load_bytes)}});
+  ops::BuiltVariant built = ops::select_and_build(c, op, cands);
+  st->prog = built.program;
+  st->attn_k = built.kernel;
+  st->wg = built.variant.wg;
+  plan.variant = built.variant.name;
+  plan.kernel_options = built.variant.options;
+  const bool mma = plan.variant == "nv_mma_sync";
+  st->fuse_kernel = mma && fuse;
 
   std::vector<int32_t>& h = st->host;
   auto push = [&h](int32_t kb, int32_t ke, int32_t part, int32_t pb, int32_t row0, int32_t nrows, int32_t vbeg,

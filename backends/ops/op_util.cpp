@@ -95,20 +95,6 @@ void check_paged_kv(const PagedKV& c, const std::string& what) {
     rt::invalid(what + ".stride_head = " + std::to_string(c.head_stride()) + " < head_dim " + std::to_string(c.head_dim));
 }
 
-Chosen build_first(detail::ContextImpl& c, const std::string& file, const std::vector<Candidate>& cands,
-                   const std::string& op) {
-  for (size_t i = 0; i < cands.size(); ++i) {
-    try {
-      auto prog = c.programs.get(file, cands[i].options);
-      return Chosen{cands[i].variant, cands[i].options, prog};
-    } catch (const Error& e) {
-      if (e.status() != Status::BuildFailed || i + 1 == cands.size()) throw;
-      rt::log().warn("{}: variant {} failed to build, trying {}: {}", op, cands[i].variant, cands[i + 1].variant,
-                     e.what());
-    }
-  }
-  throw Error(Status::Internal, op + ": no kernel candidates");
-}
 
 void check_page_table_shape(const PageTable& t, int cache_page_size) {
   if (t.page_size != cache_page_size)

@@ -173,17 +173,5 @@ struct CounterSets {
   mutable Last last_[kSets];
 };
 
-// Builds the first candidate (file, options) that compiles; a failed build is logged with
-// its build log and the next candidate is tried. Throws the last failure if none builds.
-struct Candidate {
-  std::string variant;
-  std::string options;
-};
-struct Chosen {
-  std::string variant, options;
-  std::shared_ptr<rt::Program> program;
-};
-Chosen build_first(detail::ContextImpl& c, const std::string& file, const std::vector<Candidate>& cands,
-                   const std::string& op);
 
 }  // namespace clattn::ops

@@ -8,6 +8,7 @@
 #include "backends/metadata/requests.hpp"
 #include "backends/ops/merge_state.hpp"
 #include "backends/ops/op_util.hpp"
+#include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/planner/split_kv.hpp"
@@ -253,38 +254,33 @@ void check_options(const PagedKV& cache, const DecodeOptions& opt) {
 
 // Builds the kernels of `tile` (NVIDIA shfl variant first when the parameters ask for it
 // and the device can run it; the local-memory butterfly otherwise or if it fails to build).
+// The decode kernel's variants, best first: the NVIDIA shfl butterfly where the parameters
+// ask for it, the local-memory butterfly everywhere.
+std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile, const PagedKV& cache, bool denorms) {
+  std::vector<ops::Variant> v;
+  for (bool shfl : {true, false}) {
+    ops::Variant x;
+    x.name = shfl ? "nv_ptx_shfl" : "generic";
+    x.file = "paged_decode.cl", x.kernel = "paged_decode";
+    x.wg = size_t(tile.wg), x.local_bytes = local_bytes(tile, cache.head_dim, shfl);
+    if (shfl && !(tile.ptx_shfl && tile.tpt > 1)) x.why_not = "PTX_SHFL = 0 or one lane per token";
+    else if (shfl) x.why_not = params::why_unavailable(prof, x.name);
+    if (x.why_not.empty()) x.options = build_options(tile, cache, shfl, prof.is_cpu, denorms);
+    v.push_back(std::move(x));
+  }
+  return v;
+}
+
 void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cache, DecodePlanState& st,
                    DecodePlan& plan) {
   cl_device_fp_config fp = 0;
   clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
   const bool denorms = (fp & CL_FP_DENORM) != 0;
-  std::vector<ops::Candidate> cands;
-  if (tile.ptx_shfl && tile.tpt > 1) {
-    std::string why;
-    if (params::variant_available(c.profile, "nv_ptx_shfl", &why))
-      cands.push_back({"nv_ptx_shfl", build_options(tile, cache, true, c.profile.is_cpu, denorms)});
-    else
-      rt::log().debug("decode: nv_ptx_shfl not available ({}); using the generic local-memory butterfly", why);
-  }
-  cands.push_back({"generic", build_options(tile, cache, false, c.profile.is_cpu, denorms)});
-  for (size_t i = 0; i < cands.size(); ++i) {
-    bool shfl = cands[i].variant == "nv_ptx_shfl";
-    size_t lb = local_bytes(tile, cache.head_dim, shfl);
-    if (c.profile.local_mem_bytes && lb > c.profile.local_mem_bytes)
-      throw Error(Status::Unsupported, "decode tile (WG " + std::to_string(tile.wg) + ", TPT " +
-                                           std::to_string(tile.tpt) + ", GMAX " + std::to_string(tile.gmax) +
-                                           ") needs " + std::to_string(lb) + " bytes of local memory, device has " +
-                                           std::to_string(c.profile.local_mem_bytes));
-  }
-  ops::Chosen ch = ops::build_first(c, "paged_decode.cl", cands, "decode");
-  st.decode_prog = ch.program;
-  st.decode_k = &ch.program->kernel("paged_decode");
-  size_t kmax = st.decode_k->max_work_group_size(c.device);
-  if (kmax < size_t(tile.wg))
-    throw Error(Status::Unsupported, "decode kernel allows " + std::to_string(kmax) + " work-items per group, tile needs " +
-                                         std::to_string(tile.wg));
-  plan.variant = ch.variant;
-  plan.kernel_options = ch.options;
+  ops::BuiltVariant b = ops::select_and_build(c, "decode", variants(c.profile, tile, cache, denorms));
+  st.decode_prog = b.program;
+  st.decode_k = b.kernel;
+  plan.variant = b.variant.name;
+  plan.kernel_options = b.variant.options;
   auto mp = ops::merge_program(c);
   st.merge_prog = mp.program;
   st.merge_wg = mp.wg;
@@ -323,13 +319,13 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   cfg.deterministic = opt.deterministic;
   cfg.fixed_chunk = opt.split_tokens ? opt.split_tokens : sp.det_chunk;
   planner::SplitKVPlan sk = planner::plan_split_kv(r.begin.data(), r.end.data(), B, cfg);
-  // The fused merge only for plans that split: its code costs the unsplit kernel ~20%
-  // on the H100 (B=64 S=4096: 92% -> 71% of stream-read), and a plan without merges
-  // never uses it. A separate program, cached like any other.
+  // The fused merge only for plans that split: its code slows the unsplit kernel
+  // (docs/results-h100.md), and a plan without merges never uses it. A separate program,
+  // cached like any other.
   if (sk.merges.empty()) tile.fuse_merge = 0;
   // PREFETCH doubles the K/V registers: it pays where the planner sized a split grid to
   // one wave (each work-group's latency is the time), not for big unsplit batches, which
-  // need the occupancy (H100: B=64 S=4096 0.40 -> 0.54 ms with it, B=8 S=16384 0.23 -> 0.21).
+  // need the occupancy (docs/results-h100.md).
   if (sk.merges.empty()) tile.prefetch = 0;
   planner::WorkspaceLayout ws = planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim);
 

@@ -8,19 +8,22 @@
 namespace clattn::params {
 const std::vector<Row>& rows_append_kv() {
   static const std::vector<Row> rows = {
-      {"append_kv", Level::Generic, "", "*", {{"APPEND_WG", 64}},
-       "64 work-items: one AMD wavefront or two NVIDIA warps, under every driver's work-group limit"},
+      // 64 work-items: one AMD wavefront or two NVIDIA warps, under every driver's work-group limit.
+      {"append_kv", Level::Generic, "", "*", {{"APPEND_WG", 64}}, "portable default (by design; not tuned)"},
+      // 4 warps per block, one head row of D=128 per block.
       {"append_kv", Level::Vendor, "nvidia", "*", {{"APPEND_WG", 128}},
-       "4 warps per block, one head row of D=128 per block (CUDA Best Practices, execution configuration)"},
+       "vendor guide: CUDA C++ Best Practices Guide, execution configuration"},
+      // One wave64.
       {"append_kv", Level::Vendor, "amd", "*", {{"APPEND_WG", 64}},
-       "one wave64 (AMD GCN/CDNA ISA guide, wavefront size 64)"},
+       "vendor guide: AMD GCN/CDNA ISA guide, wavefront size 64"},
+      // Two wave32: the same 64 work-items as GCN, listed so that the RDNA choice is explicit.
       {"append_kv", Level::Arch, "rdna", "*", {{"APPEND_WG", 64}},
-       "two wave32 (AMD RDNA3 ISA reference guide, wave32 native); the same 64 work-items as GCN, listed so the "
-       "RDNA choice is explicit; not tuned on hardware"},
+       "vendor guide: AMD RDNA3 ISA reference guide, wave32 native; not tuned on hardware"},
+      // Four SIMD16 sub-groups.
       {"append_kv", Level::Vendor, "intel", "*", {{"APPEND_WG", 64}},
-       "four SIMD16 sub-groups (Intel oneAPI GPU optimization guide, thread mapping)"},
-      {"append_kv", Level::Vendor, "cpu", "*", {{"APPEND_WG", 16}},
-       "one AVX-512 vector of work-items per PoCL work-group loop (PoCL pthread device docs)"},
+       "vendor guide: Intel oneAPI GPU optimization guide, thread mapping"},
+      // One AVX-512 vector of work-items per PoCL work-group loop.
+      {"append_kv", Level::Vendor, "cpu", "*", {{"APPEND_WG", 16}}, "vendor docs: PoCL pthread device"},
   };
   return rows;
 }

@@ -25,57 +25,58 @@
 namespace clattn::params {
 const std::vector<Row>& rows_decode() {
   static const std::vector<Row> rows = {
+      // 128 work-items (4 warps / 2 wave64), 16-byte loads, <= 2x64 live floats of q/acc per
+      // work-item, local-memory butterflies; split-K from 4 groups per CU, merged by the last
+      // work-group of each request (global atomics + fences, OpenCL 1.2: no merge launch).
       {"decode", Level::Generic, "", "*",
        {{"WG", 128}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024},
         {"FUSE_MERGE", 1}},
-       "portable defaults: 128 work-items (4 warps / 2 wave64), 16-byte loads, <= 2x64 live floats of q/acc "
-       "per work-item, local-memory butterflies; split-K from 4 groups per CU, merged by the last work-group "
-       "of each request (global atomics + fences, OpenCL 1.2: saves the merge launch; H100 B=1 S=32768: 93 -> 86 us)"},
+       "portable default (by design; not tuned)"},
+      // QREGS 32 = 16 lanes per token, one 16-byte load per lane per row; UNROLL 4 with V
+      // loads issued with K; 4 blocks of 128 threads per SM. MAX_SPLITS 32: the fused merge
+      // runs in one work-group per request and head block, so fewer parts win. The sweep's
+      // figures: docs/results-h100.md.
       {"decode", Level::Vendor, "nvidia", "*",
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 1},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},
-       "H100 (clattn-bench decode --grid, 2026-11-22, bf16 B=64 S=4096 Hq=32 Hkv=8 D=128 P=16): QREGS 32 "
-       "(16 lanes per token, one 16-byte load per lane per row) UNROLL 4 EARLY_V 1 = 2673 GB/s, 89.7% of "
-       "stream-read; QREGS 64 (8 lanes) 79%, QREGS 128 (4 lanes) 37%; UNROLL 2 and EARLY_V 0 slower. "
-       "4 blocks of 128 threads per SM (CUDA occupancy calculator, sm_90); DEVICE.md: 32 KV splits + merge "
-       "took B=1 S=32768 from 46 GB/s to 1.35 TB/s. MAX_SPLITS 32: the fused merge runs in one work-group per "
-       "request and head block, so fewer parts win (B=1 S=32768 grid: 32 splits 86 us, 64-128 splits 107 us; "
-       "unfused best 93 us)"},
-      // Tuned on the machine itself (clattn-tune --ops decode --time-budget 180 --emit-rows).
+       "clattn-bench decode --grid, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; WGS_PER_CU: CUDA "
+       "occupancy calculator (sm_90)"},
+      // Tuned on the machine itself (clattn-tune --ops decode --time-budget 180 --emit-rows; the
+      // tables: docs/results-h100.md). PREFETCH, added by hand, is used by split plans only.
       {"decode", Level::Device, "NVIDIA H100 80GB HBM3", "bf16",
        {{"DET_CHUNK", 1024}, {"EARLY_V", 1}, {"FUSE_MERGE", 1}, {"GMAX_CAP", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 32},
         {"MIN_CHUNK", 256}, {"PTX_SHFL", 1}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"WG", 128},
         {"WGS_PER_CU", 2}, {"PREFETCH", 1}},
-       "clattn-tune 2026-11-22 (driver 580.159.04): 2043 GB/s = 69% of stream-read 2982 GB/s; vendor default "
-       "1809, generic 1683 (geomean over B=1 S=32768, B=64 S=4096, B=8 S=16384; Hq=32 Hkv=8 D=128 P=16 bf16, "
-       "random page order); 31 candidates, 0 rejected as wrong. PREFETCH 1 added by hand from clattn-bench decode "
-       "--grid (same day): B=8 S=16384 0.231 -> 0.216 ms, B=1 S=32768 unchanged (0.086 ms); used by split plans "
-       "only (unsplit B=64 S=4096 would drop 0.40 -> 0.54 ms)"},
+       "clattn-tune, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; PREFETCH: clattn-bench decode --grid, "
+       "same day"},
+      // 16-byte loads and UNROLL 4 with the denormal-path decode (FP8_FAST). fp8 decode is
+      // ALU-bound at GQA-4 with f32 math (2 FMAs per element and head): a tensor-core variant
+      // is the way past it.
       {"decode", Level::Vendor, "nvidia", "fp8",
        {{"LOAD_BYTES", 16}, {"UNROLL", 4}},
-       "H100 fp8 e4m3 B=64 S=4096 grid (2026-11-22): 16-byte loads + UNROLL 4 + the denormal-path decode "
-       "(FP8_FAST) = 1529 GB/s (51%); 8-byte loads 37-45%, exact decode 31-35%. ALU-bound at GQA-4 with f32 "
-       "math (2 FMAs per element and head): a tensor-core variant is the way past it"},
+       "clattn-bench decode --grid (fp8 e4m3), NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"},
+      // 4 x wave64 per group (one per SIMD of a CU); 128 VGPRs per lane keep 4 waves per SIMD;
+      // dwordx4 global loads; split-K thresholds as the generic row.
       {"decode", Level::Vendor, "amd", "*",
        {{"WG", 256}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
-       "AMD CDNA/RDNA: 4 x wave64 per group (one per SIMD of a CU), 128 VGPRs per lane keeps 4 waves per SIMD "
-       "(AMD Instinct MI200/MI300 ISA and CDNA3 tuning guide, occupancy tables); dwordx4 global loads; "
-       "split-K thresholds as the generic row; not tuned on hardware"},
+       "vendor guide: AMD Instinct MI200/MI300 ISA and CDNA3 tuning guide, occupancy tables; not tuned on "
+       "hardware"},
+      // Xe: 128 GRF x 32 bytes per EU thread at SIMD16 leave ~48 floats per lane for q/acc after
+      // addressing; sub-groups of 8/16/32 through cl_intel_required_subgroup_size, 16 the
+      // compiler's usual choice; 16-byte block loads; split-K thresholds as the generic row.
       {"decode", Level::Vendor, "intel", "*",
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
-       "Intel Xe: 128 GRF x 32 bytes per EU thread at SIMD16 leaves ~48 floats per lane for q/acc after "
-       "addressing (oneAPI GPU optimization guide, GRF and occupancy; sub-groups of 8/16/32 through "
-       "cl_intel_required_subgroup_size, 16 the compiler's usual choice); 16-byte block loads; split-K thresholds "
-       "as the generic row; not tuned on hardware"},
+       "vendor guide: Intel oneAPI GPU optimization guide, GRF and occupancy; not tuned on hardware"},
+      // PoCL pthread device: a work-group is one loop on one core thread vectorised over
+      // work-items, so a token per work-item (TPT 1, no butterfly barriers) up to 512 floats of
+      // q per work-item; 2 groups per core.
       {"decode", Level::Vendor, "cpu", "*",
        {{"WG", 32}, {"QREGS", 512}, {"QREGS_MAX", 4096}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},
-       "PoCL pthread device: a work-group is one loop on one core thread vectorised over work-items, so a token "
-       "per work-item (TPT 1, no butterfly barriers) up to 512 floats of q per work-item; 2 groups per core "
-       "(PoCL docs; measured with clattn-bench decode --quick on the CI host)"},
+       "vendor docs: PoCL pthread device; clattn-bench decode --quick, PoCL on the 2-core CI host, 2026-11-22"},
   };
   return rows;
 }

@@ -28,51 +28,59 @@
 namespace clattn::params {
 const std::vector<Row>& rows_mla() {
   static const std::vector<Row> rows = {
+      // 256 work-items (16 heads x 16 lanes), 16-token tiles, 128-bit loads; ~38 KB local memory
+      // for a bf16 tile (fits the 48 KB OpenCL minimum of GPUs); 2 groups per CU.
       {"mla_decode", Level::Generic, "", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
-       "portable default: 256 work-items (16 heads x 16 lanes), 16-token tiles, 128-bit loads; ~38 KB local "
-       "memory for a bf16 tile (fits the 48 KB OpenCL minimum of GPUs); 2 groups per CU; not tuned"},
+       "portable default (by design; not tuned)"},
+      // Generic kernel: 256 threads at <= 128 registers (2 groups per SM by the register file);
+      // 18 KB of bf16 latent in flight per group through the register prefetch; split-K
+      // thresholds as the generic row. MMA=1: mla_mma_nv.cl where nv_inline_ptx and sm_80+ (4
+      // warps, 16-token tiles, 24 KB local, merge fused; docs/mla.md). H100 figures:
+      // docs/results-h100.md.
       {"mla_decode", Level::Vendor, "nvidia", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
         {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
-       "H100 by design, not measured yet: 256 threads at <= 128 registers (2 groups per SM by the register file, "
-       "CUDA occupancy calculator sm_90); 18 KB of bf16 latent in flight per group through the register "
-       "prefetch; 32 splits + merge took GQA decode at B=1 S=32k from 46 GB/s to 1.35 TB/s (DEVICE.md). "
-       "MMA=1: mla_mma_nv.cl where nv_inline_ptx and sm_80+ (4 warps, 16-token tiles, 24 KB local, merge fused; "
-       "docs/mla.md; H100 2026-11-22, fifth session: H=16 0.125 ms = 82% of stream-read, H=128 128 TFLOP/s)"},
+       "by design: CUDA occupancy calculator (sm_90); the MMA tile by docs/mla.md's arithmetic"},
+      // 4 x wave64 per group; 64 KB LDS per CU holds one bf16 group plus change; dwordx4 loads;
+      // split-K thresholds as the generic row.
       {"mla_decode", Level::Vendor, "amd", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
-       "4 x wave64 per group, 64 KB LDS per CU holds one bf16 group plus change (AMD CDNA3 ISA / tuning guide, "
-       "LDS and occupancy); dwordx4 loads; split-K thresholds as the generic row; not tuned on hardware"},
+       "vendor guide: AMD CDNA3 ISA / tuning guide, LDS and occupancy; not tuned on hardware"},
+      // Xe: 256 work-items per group is the common maximum, 64 KB SLM per Xe-core; 16 lanes = one
+      // SIMD16 sub-group per query vector (cl_intel_required_subgroup_size offers 8/16/32);
+      // split-K thresholds as the generic row.
       {"mla_decode", Level::Vendor, "intel", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
-       "Xe: 256 work-items per group is the common maximum, 64 KB SLM per Xe-core (oneAPI GPU optimization guide, "
-       "SLM); 16 lanes = one SIMD16 sub-group per query vector (cl_intel_required_subgroup_size offers 8/16/32); "
-       "split-K thresholds as the generic row; not tuned on hardware"},
+       "vendor guide: Intel oneAPI GPU optimization guide, SLM; not tuned on hardware"},
+      // PoCL pthread device: a group is one vectorised loop per core; 64 work-items keep the
+      // per-barrier work-item loops short; 2 groups per core; small so the CI suite stays fast.
       {"mla_decode", Level::Vendor, "cpu", "*",
        {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 16}},
-       "PoCL pthread device: a group is one vectorised loop per core; 64 work-items keep the per-barrier "
-       "work-item loops short (PoCL docs); 2 groups per core; chosen so the CI suite stays fast"},
+       "vendor docs: PoCL pthread device; sized for CI speed"},
+      // The same tile as mla_decode: query vectors are (row, head) pairs of one request.
       {"mla_extend", Level::Generic, "", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
-       "same tile as mla_decode: query vectors are (row, head) pairs of one request"},
+       "portable default (by design, as mla_decode; not tuned)"},
       {"mla_extend", Level::Vendor, "nvidia", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
-       "as mla_decode (by design, not measured)"},
+       "by design, as mla_decode"},
       {"mla_extend", Level::Vendor, "amd", "*", {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
-       "as mla_decode (vendor docs, not tuned)"},
+       "vendor guide, as mla_decode; not tuned on hardware"},
       {"mla_extend", Level::Vendor, "intel", "*", {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
-       "as mla_decode (vendor docs, not tuned)"},
+       "vendor guide, as mla_decode; not tuned on hardware"},
       {"mla_extend", Level::Vendor, "cpu", "*", {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}},
-       "as mla_decode's cpu row (PoCL docs; CI speed)"},
-      // Tuned on the machine itself (clattn-tune, docs/tuning.md).
+       "vendor docs: PoCL pthread device, as mla_decode; sized for CI speed"},
+      // Tuned on the machine itself with the tensor-core kernel (clattn-tune --time-budget 240,
+      // docs/tuning.md; the figures: docs/results-h100.md).
       {"mla_decode", Level::Device, "NVIDIA H100 80GB HBM3", "*",
        {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 128}, {"MIN_CHUNK", 256}, {"MMA", 1}, {"MMA_KEYS", 16}, {"MMA_WARPS", 4}, {"QB", 16}, {"WGS_PER_CU", 2}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 240): 604.2 GB/s = 20% of stream-read 2982 GB/s; vendor default 584.7, generic 581.4 (geomean over B=64 S=4096 H=16 P=64 bf16; B=1 S=32768 H=16 P=64 bf16; B=64 S=4096 H=128 P=64 bf16); 18 candidates, 0 rejected as wrong"},
-      // Tuned on the machine itself (clattn-tune, docs/tuning.md).
+       "clattn-tune, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"},
+      // Tuned on the machine itself with the tensor-core kernel (clattn-tune --time-budget 240,
+      // docs/tuning.md; the figures: docs/results-h100.md).
       {"mla_extend", Level::Device, "NVIDIA H100 80GB HBM3", "*",
        {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_KEYS", 32}, {"MMA_WARPS", 4}, {"QB", 16}},
-       "clattn-tune 2026-11-22 (driver 580.159.04, clattn-tune --time-budget 240): 84.05 TFLOP/s; vendor default 77.42, generic 77.39 (geomean over B=4 qo=512 kv=2048 H=16 P=64 bf16 causal); 13 candidates, 0 rejected as wrong"},
+       "clattn-tune, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"},
   };
   return rows;
 }

@@ -3,8 +3,7 @@
 namespace clattn::params {
 
 const std::vector<std::string>& all_variants() {
-  static const std::vector<std::string> v = {"generic", "khr_subgroups", "intel_subgroups", "nv_ptx_shfl",
-                                             "nv_mma_sync", "nv_wgmma"};
+  static const std::vector<std::string> v = {"generic", "nv_ptx_shfl", "nv_mma_sync", "nv_wgmma"};
   return v;
 }
 
@@ -14,12 +13,6 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
     return ok;
   };
   if (v == "generic") return say(true, "OpenCL C 1.2 and local memory");
-  if (v == "khr_subgroups")
-    return p.subgroups ? say(true, "device reports sub-groups") : say(false, "no cl_khr_subgroups / sub-groups");
-  if (v == "intel_subgroups")
-    return (p.intel_subgroups && p.intel_required_subgroup_size)
-               ? say(true, "cl_intel_subgroups + cl_intel_required_subgroup_size")
-               : say(false, "needs cl_intel_subgroups and cl_intel_required_subgroup_size");
   if (v == "nv_ptx_shfl")
     return p.nv_inline_ptx ? say(true, "NVIDIA inline PTX, sm_" + std::to_string(p.nv_compute_capability))
                            : say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");
@@ -38,6 +31,11 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
     return say(true, "wgmma.mma_async f16/bf16 on sm_90a (PTX retargeted from sm_90)");
   }
   return say(false, "unknown variant");
+}
+
+std::string why_unavailable(const DeviceProfile& p, const std::string& variant) {
+  std::string why;
+  return variant_available(p, variant, &why) ? std::string() : why;
 }
 
 }  // namespace clattn::params
