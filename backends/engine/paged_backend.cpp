@@ -6,13 +6,12 @@
 
 #include "backends/engine/backends.hpp"
 #include "backends/engine/engine_common.hpp"
+#include "backends/ops/op_util.hpp"
 #include "clattn/extend.hpp"
 #include "runtime/error.hpp"
 
 namespace clattn::engine {
 namespace {
-
-bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
 
 class PagedBackend final : public AttentionBackend {
  public:
@@ -28,7 +27,7 @@ class PagedBackend final : public AttentionBackend {
                     std::to_string(l.num_kv_heads));
       if (l.num_qo_heads / l.num_kv_heads > 16)
         rt::invalid(tag + ": GQA group " + std::to_string(l.num_qo_heads / l.num_kv_heads) + " > 16 is not supported");
-      if (!supported_head_dim(l.head_dim))
+      if (!ops::supported_head_dim(l.head_dim))
         rt::invalid(tag + ": head_dim " + std::to_string(l.head_dim) + " is not one of 64 80 96 128 192 256");
       if (l.head_dim_v != 0 && l.head_dim_v != l.head_dim)
         rt::invalid(tag + ": head_dim_v must equal head_dim for MHA layers");

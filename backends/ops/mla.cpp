@@ -381,7 +381,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->kpe_sp = cache.kpe_page_stride() * es / 4, st->kpe_st = cache.kpe_token_stride() * es / 4;
   st->kpe_base = cache.kpe_base() * es / 4;
   st->log2_page = log2_int(cache.page_size);
-  st->q_scale = opt.sm_scale * 1.4426950408889634f;
+  st->q_scale = ops::score_scale(opt.sm_scale, 0.0f, kMlaCkvDim).q_scale;
   if (plan.num_merges > 0 && !st->fuse) {
     auto mp = ops::merge_program(c);
     st->merge_prog = mp.program;

@@ -1,5 +1,7 @@
 #include "backends/ops/op_util.hpp"
 
+#include <cmath>
+
 
 #include "runtime/log.hpp"
 
@@ -60,6 +62,34 @@ void require_buffer(cl_mem m, int64_t need, const char* what, const Shape& shape
   if (need > 0 && have < uint64_t(need))
     rt::invalid(std::string(what) + ": buffer holds " + std::to_string(have) + " bytes, needs " +
                 std::to_string(need) + " (" + shape.str() + ")");
+}
+
+void check_attention_options(const AttentionOptions& o) {
+  if (!supported_head_dim(o.head_dim))
+    throw Error(Status::Unsupported,
+                "head_dim = " + std::to_string(o.head_dim) + " unsupported (64, 80, 96, 128, 192, 256)");
+  if (o.num_qo_heads < 1) rt::invalid("num_qo_heads = " + std::to_string(o.num_qo_heads) + ", must be >= 1");
+  if (o.num_qo_heads % o.num_kv_heads != 0)
+    rt::invalid("num_qo_heads = " + std::to_string(o.num_qo_heads) + " is not a multiple of num_kv_heads = " +
+                std::to_string(o.num_kv_heads));
+  require_io_dtype(o.q_dtype, "q_dtype");
+  require_io_dtype(o.o_dtype, "o_dtype");
+  if (!std::isfinite(o.sm_scale)) rt::invalid("sm_scale is not finite");
+  if (!(o.logits_soft_cap >= 0.0f) || !std::isfinite(o.logits_soft_cap))
+    rt::invalid("logits_soft_cap = " + std::to_string(o.logits_soft_cap) + ", must be >= 0 and finite");
+  if (o.window_left < -1) rt::invalid("window_left = " + std::to_string(o.window_left) + ", must be >= -1");
+}
+
+ScoreScale score_scale(float sm_scale, float logits_soft_cap, int head_dim) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float sm = sm_scale != 0.0f ? sm_scale : 1.0f / std::sqrt(float(head_dim));
+  ScoreScale s;
+  if (logits_soft_cap > 0.0f) {
+    s.q_scale = sm, s.cap_log2 = logits_soft_cap * kLog2e, s.inv_cap = 1.0f / logits_soft_cap;
+  } else {
+    s.q_scale = sm * kLog2e;
+  }
+  return s;
 }
 
 bool is_float_io(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }

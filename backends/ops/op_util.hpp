@@ -25,6 +25,32 @@ inline int param_or(const params::Entry& e, const std::map<std::string, int>& ov
   auto it = over.find(name);
   return it != over.end() ? it->second : e.get_or(name, fallback);
 }
+// The same for a parameter every row of the op names.
+inline int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
+  auto it = over.find(name);
+  return it != over.end() ? it->second : e.get(name);
+}
+
+// Head dims the decode and extend kernels are built for.
+inline bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
+
+// What decode and extend both take: heads, q/o dtypes, softmax scale, soft cap, window.
+// Throws InvalidArgument / Unsupported naming the option.
+struct AttentionOptions {
+  int num_qo_heads, num_kv_heads, head_dim;
+  DType q_dtype, o_dtype;
+  float sm_scale, logits_soft_cap;
+  int window_left;
+};
+void check_attention_options(const AttentionOptions& o);
+
+// The softmax scales as the kernels take them: scores in log2 units, so q is multiplied by
+// sm_scale * log2(e); with a soft cap by sm_scale alone, and the kernel applies
+// cap * log2(e) * tanh(s / cap). sm_scale 0 means 1 / sqrt(head_dim).
+struct ScoreScale {
+  float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
+};
+ScoreScale score_scale(float sm_scale, float logits_soft_cap, int head_dim);
 
 // Integer helpers for tile and page-size arithmetic.
 inline bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }

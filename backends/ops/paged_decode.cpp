@@ -85,7 +85,6 @@ const char* kv_key(DType t) {
   }
 }
 
-bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
 
 // KTile parameters of one decode kernel build.
 struct KTile {
@@ -113,38 +112,33 @@ size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
   return (std::max(scr, merge) + fused) * 4;
 }
 
-int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
-  auto it = over.find(name);
-  return it != over.end() ? it->second : e.get(name);
-}
-
 // Chooses the tile from the parameter entry (with overrides) for this shape.
 KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const std::map<std::string, int>& over,
                  SplitParams* sp) {
   params::Entry e = params::lookup(prof, "decode", kv_key(c.dtype));
   KTile t;
   t.source = e.source;
-  t.wg = param(e, over, "WG");
-  t.unroll = std::max(1, param(e, over, "UNROLL"));
-  t.early_v = param(e, over, "EARLY_V") ? 1 : 0;
-  t.ptx_shfl = param(e, over, "PTX_SHFL") != 0;
+  t.wg = ops::param(e, over, "WG");
+  t.unroll = std::max(1, ops::param(e, over, "UNROLL"));
+  t.early_v = ops::param(e, over, "EARLY_V") ? 1 : 0;
+  t.ptx_shfl = ops::param(e, over, "PTX_SHFL") != 0;
   t.fuse_merge = ops::param_or(e, over, "FUSE_MERGE", 1) != 0;
   t.prefetch = ops::param_or(e, over, "PREFETCH", 0) != 0;
   t.merge_batch = std::clamp(ops::param_or(e, over, "MERGE_BATCH", 8), 1, 32);
-  const int qregs = std::max(1, param(e, over, "QREGS"));
-  const int qregs_max = std::max(qregs, param(e, over, "QREGS_MAX"));
-  const int gcap = std::clamp(param(e, over, "GMAX_CAP"), 1, 16);
-  sp->wgs_per_cu = std::max(1, param(e, over, "WGS_PER_CU"));
-  sp->min_chunk = std::max(1, param(e, over, "MIN_CHUNK"));
-  sp->max_splits = std::max(1, param(e, over, "MAX_SPLITS"));
-  sp->det_chunk = std::max(1, param(e, over, "DET_CHUNK"));
+  const int qregs = std::max(1, ops::param(e, over, "QREGS"));
+  const int qregs_max = std::max(qregs, ops::param(e, over, "QREGS_MAX"));
+  const int gcap = std::clamp(ops::param(e, over, "GMAX_CAP"), 1, 16);
+  sp->wgs_per_cu = std::max(1, ops::param(e, over, "WGS_PER_CU"));
+  sp->min_chunk = std::max(1, ops::param(e, over, "MIN_CHUNK"));
+  sp->max_splits = std::max(1, ops::param(e, over, "MAX_SPLITS"));
+  sp->det_chunk = std::max(1, ops::param(e, over, "DET_CHUNK"));
 
   if (!is_pow2(t.wg) || t.wg < 1) rt::invalid("decode parameter WG = " + std::to_string(t.wg) + " is not a power of two");
   t.wg = int(std::min<size_t>(size_t(t.wg), prof.max_work_group_size ? prof.max_work_group_size : size_t(t.wg)));
 
   // Widest load that keeps every row aligned: rows start at multiples of the strides.
   const int64_t es = int64_t(dtype_size(c.dtype));
-  int lb = param(e, over, "LOAD_BYTES");
+  int lb = ops::param(e, over, "LOAD_BYTES");
   if (lb != 16 && lb != 8 && lb != 4) rt::invalid("decode parameter LOAD_BYTES must be 4, 8 or 16");
   auto aligned = [&](int b) {
     return (c.page_stride() * es) % b == 0 && (c.token_stride() * es) % b == 0 && (c.head_stride() * es) % b == 0 &&
@@ -231,23 +225,11 @@ meta::RequestOptions request_options(const DecodeOptions& opt) {
 
 void check_options(const PagedKV& cache, const DecodeOptions& opt) {
   ops::check_paged_kv(cache, "cache");
-  if (!supported_head_dim(cache.head_dim))
-    throw Error(Status::Unsupported, "cache.head_dim = " + std::to_string(cache.head_dim) +
-                                         " unsupported (64, 80, 96, 128, 192, 256)");
+  ops::check_attention_options({opt.num_qo_heads, cache.num_kv_heads, cache.head_dim, opt.q_dtype, opt.o_dtype,
+                                opt.sm_scale, opt.logits_soft_cap, opt.window_left});
   if (!is_pow2(cache.page_size) || cache.page_size > 256)
     throw Error(Status::Unsupported, "cache.page_size = " + std::to_string(cache.page_size) +
                                          " unsupported (powers of two 1..256: 1, 8, 16, 32, 64, 128 tested)");
-  if (opt.num_qo_heads < 1)
-    rt::invalid("num_qo_heads = " + std::to_string(opt.num_qo_heads) + ", must be >= 1");
-  if (opt.num_qo_heads % cache.num_kv_heads != 0)
-    rt::invalid("num_qo_heads = " + std::to_string(opt.num_qo_heads) + " is not a multiple of num_kv_heads = " +
-                std::to_string(cache.num_kv_heads));
-  ops::require_io_dtype(opt.q_dtype, "q_dtype");
-  ops::require_io_dtype(opt.o_dtype, "o_dtype");
-  if (!std::isfinite(opt.sm_scale)) rt::invalid("sm_scale is not finite");
-  if (!(opt.logits_soft_cap >= 0.0f) || !std::isfinite(opt.logits_soft_cap))
-    rt::invalid("logits_soft_cap = " + std::to_string(opt.logits_soft_cap) + ", must be >= 0 and finite");
-  if (opt.window_left < -1) rt::invalid("window_left = " + std::to_string(opt.window_left) + ", must be >= -1");
   if (opt.max_splits < 0) rt::invalid("max_splits = " + std::to_string(opt.max_splits) + ", must be >= 0");
   if (opt.split_tokens < 0) rt::invalid("split_tokens = " + std::to_string(opt.split_tokens) + ", must be >= 0");
 }
@@ -289,17 +271,8 @@ void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cac
 
 
 void fill_scales(DecodePlanState& st, const PagedKV& cache, const DecodeOptions& opt) {
-  const float sm = opt.sm_scale != 0.0f ? opt.sm_scale : 1.0f / std::sqrt(float(cache.head_dim));
-  const float log2e = 1.4426950408889634f;
-  if (opt.logits_soft_cap > 0.0f) {
-    st.q_scale = sm;
-    st.cap_log2 = opt.logits_soft_cap * log2e;
-    st.inv_cap = 1.0f / opt.logits_soft_cap;
-  } else {
-    st.q_scale = sm * log2e;
-    st.cap_log2 = 0.0f;
-    st.inv_cap = 0.0f;
-  }
+  const ops::ScoreScale s = ops::score_scale(opt.sm_scale, opt.logits_soft_cap, cache.head_dim);
+  st.q_scale = s.q_scale, st.cap_log2 = s.cap_log2, st.inv_cap = s.inv_cap;
 }
 
 DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, const PagedKV& cache,
@@ -521,7 +494,7 @@ void check_vector_tile(const DecodePlan& p, const KTile& t, const DecodePlanStat
   auto need = [](bool ok, const std::string& why) {
     if (!ok) bad_vector(why);
   };
-  need(supported_head_dim(p.head_dim), "head_dim = " + std::to_string(p.head_dim) + " unsupported");
+  need(ops::supported_head_dim(p.head_dim), "head_dim = " + std::to_string(p.head_dim) + " unsupported");
   need(is_pow2(p.page_size) && p.page_size <= 256, "page_size = " + std::to_string(p.page_size) + " unsupported");
   need(p.batch_size >= 0 && p.num_kv_heads >= 1 && p.num_qo_heads >= 1 && p.num_qo_heads % p.num_kv_heads == 0,
        "batch_size / num_qo_heads / num_kv_heads inconsistent");
