@@ -137,9 +137,9 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
   h.report("decode", shape_of(c) + param_suffix(params), ms, bytes, flops);
-  std::printf("#   plan: %s WG=%d TPT=%d GMAX=%dx%d UNROLL=%d LOAD=%d EARLY_V=%d; %d work items, chunk %d, %d partials\n",
+  std::printf("#   plan: %s WG=%d TPT=%d GMAX=%dx%d UNROLL=%d LOAD=%d; %d work items, chunk %d, %d partials\n",
               plan.variant.c_str(), plan.tile.wg, plan.tile.tpt, plan.tile.gmax, plan.tile.head_blocks,
-              plan.tile.unroll, plan.tile.load_bytes, plan.tile.early_v, plan.num_work, plan.chunk_tokens,
+              plan.tile.unroll, plan.tile.load_bytes, plan.num_work, plan.chunk_tokens,
               plan.num_partials);
   std::fflush(stdout);
 }

@@ -17,8 +17,7 @@
 // order, so the two give bit-identical sums and the PoCL runs cover the NVIDIA math.
 //
 // Build options (-D): HEAD_DIM, KV_DT (dtype code), GMAX (query heads per group block),
-// TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, EARLY_V (issue V loads with K),
-// UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals), FUSE_MERGE
+// TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals), FUSE_MERGE
 // (split-K: the last work-group of a request merges its partial states, no second launch).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
@@ -28,14 +27,10 @@
 #ifndef FUSE_MERGE
 #define FUSE_MERGE 0
 #endif
-// PREFETCH (with EARLY_V): the next tile's K and V rows are loaded into a second register
-// set while this tile is computed, so an iteration waits for memory only when the loads
-// take longer than the math (short chunks: split-K, small batches).
+// PREFETCH: the next tile's K and V rows are loaded into a second register set while this
+// tile is computed, so an iteration waits for memory only when the loads take longer than
+// the math (short chunks: split-K, small batches).
 #ifndef PREFETCH
-#define PREFETCH 0
-#endif
-#if !EARLY_V
-#undef PREFETCH
 #define PREFETCH 0
 #endif
 
@@ -62,9 +57,6 @@
 #endif
 #ifndef USE_PTX_SHFL
 #define USE_PTX_SHFL 0
-#endif
-#ifndef EARLY_V
-#define EARLY_V 1
 #endif
 
 // Full unrolling keeps the per-lane arrays in registers on GPUs. CPU compilers (PoCL)
@@ -374,11 +366,10 @@ UNROLL_LOOP
     }
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(k_cache, roff[u], tl, kw[u]);
-#if EARLY_V
+    // V with K: more bytes in flight while the scores are computed.
     uint vw[UNROLL][NCH * LOAD_WORDS];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
-#endif
 #endif
 
     // Partial dot products of this lane's elements, then the slot sum.
@@ -427,11 +418,6 @@ UNROLL_LOOP
       mrun[g] = mnew;
     }
 
-#if !EARLY_V
-    uint vw[UNROLL][NCH * LOAD_WORDS];
-UNROLL_LOOP
-    for (int u = 0; u < UNROLL; ++u) load_row(v_cache, roff[u], tl, vw[u]);
-#endif
 #if !PREFETCH
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) pid[u] = pid_next[u];

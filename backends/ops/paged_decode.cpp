@@ -69,7 +69,7 @@ using ops::log2_int;
 using ops::pow2_ceil;
 
 constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
-constexpr int64_t kPlanVersion = 3;  // 3: CounterSets of the fused merge
+constexpr int64_t kPlanVersion = 4;
 
 // Parts one request may be split into: the merge pass keeps their weights in local memory
 // (MERGE_MAXP in merge_state.cl).
@@ -88,7 +88,7 @@ const char* kv_key(DType t) {
 
 // KTile parameters of one decode kernel build.
 struct KTile {
-  int wg = 128, tpt = 8, gmax = 4, unroll = 4, load_bytes = 16, early_v = 1;
+  int wg = 128, tpt = 8, gmax = 4, unroll = 4, load_bytes = 16;
   bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
   int fuse_merge = 1;     // split-K merged by the last work-group of each request (no second launch)
   int prefetch = 0;       // next tile's K/V loaded into a second register set (PREFETCH)
@@ -120,7 +120,6 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.source = e.source;
   t.wg = ops::param(e, over, "WG");
   t.unroll = std::max(1, ops::param(e, over, "UNROLL"));
-  t.early_v = ops::param(e, over, "EARLY_V") ? 1 : 0;
   t.ptx_shfl = ops::param(e, over, "PTX_SHFL") != 0;
   t.fuse_merge = ops::param_or(e, over, "FUSE_MERGE", 1) != 0;
   t.prefetch = ops::param_or(e, over, "PREFETCH", 0) != 0;
@@ -190,7 +189,7 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
       {"HEAD_DIM", std::to_string(c.head_dim)}, {"KV_DT", std::to_string(int(c.dtype))},
       {"GMAX", std::to_string(t.gmax)},         {"TPT", std::to_string(t.tpt)},
       {"WGSIZE", std::to_string(t.wg)},         {"UNROLL", std::to_string(t.unroll)},
-      {"LOAD_BYTES", std::to_string(t.load_bytes)}, {"EARLY_V", std::to_string(t.early_v)},
+      {"LOAD_BYTES", std::to_string(t.load_bytes)},
       {"USE_PTX_SHFL", shfl ? "1" : "0"},
       {"UNROLL_HINTS", hints ? "1" : "0"},      {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
       {"PREFETCH", t.prefetch ? "1" : "0"},     {"MERGE_BATCH", std::to_string(t.merge_batch)}};
@@ -356,12 +355,12 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   plan.table_bytes = st->upload_host(c, queue, "decode plan table", opt.plan_buffer);
   rt::log().debug(
       "decode plan: B={} Hq={} Hkv={} D={} P={} kv={} variant={} WG={} TPT={} GMAX={} x{} UNROLL={} LOAD={} "
-      "EARLY_V={} ({}); {} work items, chunk {}, {} partials, {} merges, workspace {} B",
+      "({}); {} work items, chunk {}, {} partials, {} merges, workspace {} B",
       B, opt.num_qo_heads, cache.num_kv_heads, cache.head_dim, cache.page_size, dtype_name(cache.dtype), plan.variant,
-      tile.wg, tile.tpt, tile.gmax, tile.n_hblk, tile.unroll, tile.load_bytes, tile.early_v, tile.source,
+      tile.wg, tile.tpt, tile.gmax, tile.n_hblk, tile.unroll, tile.load_bytes, tile.source,
       plan.num_work, plan.chunk_tokens, plan.num_partials, plan.num_merges, plan.workspace_bytes);
   plan.state_ = st;
-  plan.tile = {tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.early_v, tile.n_hblk};
+  plan.tile = {tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.n_hblk};
   return plan;
 }
 
@@ -470,7 +469,7 @@ std::vector<int64_t> DecodePlan::to_vector() const {
                             page_table, page_ids_needed, int64_t(q_dtype), int64_t(o_dtype), cache.num_pages,
                             int64_t(cache.layout), int64_t(cache.dtype), cache.page_stride(), cache.token_stride(),
                             cache.head_stride(), num_work, num_partials, num_merges, chunk_tokens, workspace_bytes,
-                            tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.early_v,
+                            tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes,
                             tile.head_blocks, variant == "nv_ptx_shfl", int64_t(st.fuse), int64_t(st.prefetch), st.group, st.log2_page, fbits(st.q_scale),
                             fbits(st.cap_log2), fbits(st.inv_cap), st.lse_off_floats, st.work_off, st.merge_off,
                             st.sets.base, int64_t(st.host.size())};
@@ -550,7 +549,7 @@ void check_vector_table(const DecodePlan& p, const DecodePlanState& st) {
 }  // namespace
 
 DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue) {
-  constexpr size_t kHeader = 42;
+  constexpr size_t kHeader = 41;
   if (v.size() < kHeader || v[0] != kPlanMagic || v[1] != kPlanVersion)
     bad_vector("not a decode plan vector (magic/version mismatch)");
   auto fval = [](int64_t x) {
@@ -576,7 +575,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   KTile t;
   t.wg = next_int("WG"), t.tpt = next_int("TPT"), t.gmax = next_int("GMAX"), t.unroll = next_int("UNROLL");
   t.load_bytes = next_int("LOAD_BYTES");
-  t.early_v = v[i++] != 0, t.n_hblk = next_int("head blocks");
+  t.n_hblk = next_int("head blocks");
   t.ptx_shfl = v[i++] != 0;
   t.fuse_merge = v[i++] != 0;
   t.prefetch = v[i++] != 0;
@@ -611,7 +610,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   build_kernels(c, t, p.cache, *st, p);
   st->freeze(p);
   p.table_bytes = st->upload_host(c, queue, "decode plan table");
-  p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.early_v, t.n_hblk};
+  p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.n_hblk};
   p.state_ = st;
   return p;
 }

@@ -9,7 +9,6 @@
 //               split into query-head blocks (each block re-reads K/V, mostly from L2)
 //   UNROLL      tokens per slot per tile step (one softmax rescale per tile)
 //   LOAD_BYTES  bytes per K/V load (16 = ld.global.v4; lowered automatically for strides)
-//   EARLY_V     1: issue the tile's V loads together with its K loads (more bytes in flight)
 //   PTX_SHFL    1: prefer the inline-PTX shfl.sync butterfly (NVIDIA variant "nv_ptx_shfl";
 //               only used when the device's compiler takes inline PTX)
 //   GMAX_CAP    largest query-head block per work-group
@@ -29,7 +28,7 @@ const std::vector<Row>& rows_decode() {
       // work-item, local-memory butterflies; split-K from 4 groups per CU, merged by the last
       // work-group of each request (global atomics + fences, OpenCL 1.2: no merge launch).
       {"decode", Level::Generic, "", "*",
-       {{"WG", 128}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
+       {{"WG", 128}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024},
         {"FUSE_MERGE", 1}},
        "portable default (by design; not tuned)"},
@@ -38,14 +37,14 @@ const std::vector<Row>& rows_decode() {
       // runs in one work-group per request and head block, so fewer parts win. The sweep's
       // figures: docs/results-h100.md.
       {"decode", Level::Vendor, "nvidia", "*",
-       {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 1},
+       {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 1},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},
        "clattn-bench decode --grid, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; WGS_PER_CU: CUDA "
        "occupancy calculator (sm_90)"},
       // Tuned on the machine itself (clattn-tune --ops decode --time-budget 180 --emit-rows; the
       // tables: docs/results-h100.md). PREFETCH, added by hand, is used by split plans only.
       {"decode", Level::Device, "NVIDIA H100 80GB HBM3", "bf16",
-       {{"DET_CHUNK", 1024}, {"EARLY_V", 1}, {"FUSE_MERGE", 1}, {"GMAX_CAP", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 32},
+       {{"DET_CHUNK", 1024}, {"FUSE_MERGE", 1}, {"GMAX_CAP", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 32},
         {"MIN_CHUNK", 256}, {"PTX_SHFL", 1}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"WG", 128},
         {"WGS_PER_CU", 2}, {"PREFETCH", 1}},
        "clattn-tune, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; PREFETCH: clattn-bench decode --grid, "
@@ -59,7 +58,7 @@ const std::vector<Row>& rows_decode() {
       // 4 x wave64 per group (one per SIMD of a CU); 128 VGPRs per lane keep 4 waves per SIMD;
       // dwordx4 global loads; split-K thresholds as the generic row.
       {"decode", Level::Vendor, "amd", "*",
-       {{"WG", 256}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
+       {{"WG", 256}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
        "vendor guide: AMD Instinct MI200/MI300 ISA and CDNA3 tuning guide, occupancy tables; not tuned on "
        "hardware"},
@@ -67,14 +66,14 @@ const std::vector<Row>& rows_decode() {
       // addressing; sub-groups of 8/16/32 through cl_intel_required_subgroup_size, 16 the
       // compiler's usual choice; 16-byte block loads; split-K thresholds as the generic row.
       {"decode", Level::Vendor, "intel", "*",
-       {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
+       {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
        "vendor guide: Intel oneAPI GPU optimization guide, GRF and occupancy; not tuned on hardware"},
       // PoCL pthread device: a work-group is one loop on one core thread vectorised over
       // work-items, so a token per work-item (TPT 1, no butterfly barriers) up to 512 floats of
       // q per work-item; 2 groups per core.
       {"decode", Level::Vendor, "cpu", "*",
-       {{"WG", 32}, {"QREGS", 512}, {"QREGS_MAX", 4096}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"EARLY_V", 1}, {"PTX_SHFL", 0},
+       {{"WG", 32}, {"QREGS", 512}, {"QREGS_MAX", 4096}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},
        "vendor docs: PoCL pthread device; clattn-bench decode --quick, PoCL on the 2-core CI host, 2026-11-22"},
   };

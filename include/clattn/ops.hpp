@@ -148,9 +148,9 @@ class CLATTN_API DecodePlan {
   std::string variant;            // kernel variant chosen ("nv_ptx_shfl", "generic")
   std::string kernel_options;     // its build options
   // The kernel's tile: work-group size, lanes per token, query heads per group block,
-  // tokens per slot per step, load width, V loads issued with K, group blocks per KV head.
+  // tokens per slot per step, load width, group blocks per KV head.
   struct Tile {
-    int wg = 0, tpt = 0, gmax = 0, unroll = 0, load_bytes = 0, early_v = 0, head_blocks = 0;
+    int wg = 0, tpt = 0, gmax = 0, unroll = 0, load_bytes = 0, head_blocks = 0;
   } tile;
 
   std::vector<int64_t> to_vector() const;

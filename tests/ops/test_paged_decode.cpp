@@ -379,7 +379,7 @@ TEST(PagedDecode, ButterflyAndHeadBlocksInEveryRun) {
   EXPECT_DECODE_OK(b, r);
   EXPECT_EQ(r.plan.tile.tpt, 4);
   EXPECT_EQ(r.plan.tile.head_blocks, 2);
-  c.opt.params = {{"TPT", 16}, {"EARLY_V", 0}, {"LOAD_BYTES", 8}};
+  c.opt.params = {{"TPT", 16}, {"LOAD_BYTES", 8}};
   for (auto& kv : force_split()) c.opt.params.insert(kv);
   b = build(c, 301);
   r = run(b, options_of(b));

@@ -409,7 +409,6 @@ std::vector<OpSpec> build_specs() {
                                         {"QREGS", {16, 32, 64, 128}},
                                         {"UNROLL", {1, 2, 4, 8}},
                                         {"WG", {64, 128, 256}},
-                                        {"EARLY_V", {0, 1}},
                                         {"QREGS_MAX", {64, 128, 256}},
                                         {"LOAD_BYTES", {8, 16}}};
                  if (params::variant_available(p, "nv_ptx_shfl")) a.push_back({"PTX_SHFL", {0, 1}});
@@ -432,11 +431,9 @@ std::vector<OpSpec> build_specs() {
                [](const DeviceProfile& p, bool quick) {
                  std::vector<Axis> a;
                  if (params::variant_available(p, "nv_mma_sync"))
-                   a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4, 8}}, {"MMA_KEYS", {32, 64, 128}}, {"MMA_ASYNC", {1, 0}},
-                        {"MMA_MT", {1, 2}}};
+                   a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4, 8}}, {"MMA_KEYS", {32, 64, 128}}, {"MMA_ASYNC", {1, 0}}};
                  if (params::variant_available(p, "nv_wgmma")) {  // Hopper: the warpgroup-MMA form
                    a.push_back({"MMA_WGMMA", {1, 0}});
-                   a.push_back({"MMA_STAGGER", {1, 0}});
                    a.push_back({"MMA_TMA", {1, 0}});       // TMA tensor copies (page sizes of 16k)
                    a.push_back({"MMA_PINGPONG", {1, 0}});  // warpgroups take turns (TMA form)
                    a[1].values.push_back(12);  // MMA_WARPS 12: three warpgroups (nv_wgmma only)
