@@ -1,11 +1,22 @@
 #include "backends/ops/variant.hpp"
 
+#include <mutex>
+
 #include "runtime/error.hpp"
 #include "runtime/log.hpp"
 
 namespace clattn::ops {
 
 namespace {
+
+std::mutex g_records_mu;
+std::vector<BuildRecord> g_records;
+
+void record(const std::string& op, const BuiltVariant& b) {
+  std::lock_guard<std::mutex> lock(g_records_mu);
+  if (g_records.size() >= 64) g_records.erase(g_records.begin());
+  g_records.push_back({op, b.variant.name, b.variant.local_bytes, b.driver_local_bytes});
+}
 
 // Why the compiled kernel cannot launch as `v` says ("" when it can).
 std::string misfit(const detail::ContextImpl& c, const Variant& v, rt::Kernel& k, uint64_t local) {
@@ -51,6 +62,7 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
         if (v.local_bytes && v.local_bytes != b.driver_local_bytes)
           rt::log().debug("{}: {} estimated {} bytes of local memory, the driver reports {}", op, v.name,
                           v.local_bytes, b.driver_local_bytes);
+        record(op, b);
         return b;
       }
       last = Error(Status::Unsupported, op + ": " + v.name + ": " + why);
@@ -62,6 +74,11 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
     }
   }
   throw last;
+}
+
+std::vector<BuildRecord> recent_builds() {
+  std::lock_guard<std::mutex> lock(g_records_mu);
+  return g_records;
 }
 
 }  // namespace clattn::ops

@@ -43,4 +43,13 @@ struct BuiltVariant {
 // Unsupported) when none does. `op` names the op in logs and messages.
 BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands);
 
+// The last choices of select_and_build in this process (newest last, at most 64): the op,
+// the variant, the host's local-memory estimate and the driver's figure. Lets tests hold
+// the estimates to the driver.
+struct BuildRecord {
+  std::string op, variant;
+  uint64_t estimate = 0, driver = 0;
+};
+std::vector<BuildRecord> recent_builds();
+
 }  // namespace clattn::ops

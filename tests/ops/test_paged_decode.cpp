@@ -641,3 +641,18 @@ TEST(PagedDecode, EmptyBatch) {
   EXPECT_EQ(clWaitForEvents(1, &ev), CL_SUCCESS);
   clReleaseEvent(ev);
 }
+
+// Where the device runs the NVIDIA shfl variant and the parameters ask for it, plans use it:
+// a broken PTX build must fail here, not hide behind the generic kernel.
+TEST(PagedDecode, UsesTheShflVariantWhereTheDeviceHasIt) {
+  Case c;
+  c.lens = {40, 7};
+  Batch b = build(c, 1100);
+  DecodeOptions o = options_of(b);
+  o.params = {{"PTX_SHFL", 1}, {"TPT", 8}};
+  const DecodePlan p = decode_plan(ctx(), b.csr, b.cache, o);
+  bool available = false;
+  for (const auto& v : variants(ctx().profile()))
+    if (v.name == "nv_ptx_shfl") available = v.available;
+  EXPECT_EQ(p.variant, available ? "nv_ptx_shfl" : "generic");
+}
