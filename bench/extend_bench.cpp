@@ -143,7 +143,10 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   eb.q = q.get(), eb.k = kc.get(), eb.v = vc.get(), eb.page_ids = ids.get(), eb.o = o.get(), eb.lse = lse.get();
   eb.workspace = ws.get();
   if (verbose_build)
-    h.print_build_log(plan.variant != "generic" ? "extend_mma_nv.cl" : "extend.cl", plan.kernel_options);
+    h.print_build_log(plan.variant == "nv_wgmma"      ? "extend_wgmma_nv.cl"
+                      : plan.variant == "nv_mma_sync" ? "extend_mma_nv.cl"
+                                                      : "extend.cl",
+                      plan.kernel_options);
   double ms = h.time_ms([&] { extend_run(ctx, plan, eb); });
   const double flops = 4.0 * D * H * visible_pairs(c);
   char shape[160];

@@ -7,6 +7,7 @@
 
 #include "backends/metadata/requests.hpp"
 #include "backends/ops/op_util.hpp"
+#include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/ops/extend.hpp"
@@ -70,7 +71,6 @@ namespace {
 using detail::ExtendPlanState;
 using std::to_string;
 
-bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
 
 // Work items of one plan: its table is 8 int32 per item (512 MiB at this bound).
 constexpr int64_t kMaxWorkItems = int64_t(1) << 24;
@@ -95,19 +95,8 @@ struct Requests {
 };
 
 void check_options(const KVDesc& kv, const ExtendOptions& opt) {
-  if (!supported_head_dim(kv.head_dim))
-    throw Error(Status::Unsupported,
-                "head_dim = " + to_string(kv.head_dim) + " unsupported (64, 80, 96, 128, 192, 256)");
-  if (opt.num_qo_heads < 1) rt::invalid("num_qo_heads = " + to_string(opt.num_qo_heads) + ", must be >= 1");
-  if (opt.num_qo_heads % kv.num_kv_heads != 0)
-    rt::invalid("num_qo_heads = " + to_string(opt.num_qo_heads) + " is not a multiple of num_kv_heads = " +
-                to_string(kv.num_kv_heads));
-  ops::require_io_dtype(opt.q_dtype, "q_dtype");
-  ops::require_io_dtype(opt.o_dtype, "o_dtype");
-  if (!std::isfinite(opt.sm_scale)) rt::invalid("sm_scale is not finite");
-  if (!(opt.logits_soft_cap >= 0.0f) || !std::isfinite(opt.logits_soft_cap))
-    rt::invalid("logits_soft_cap = " + to_string(opt.logits_soft_cap) + ", must be >= 0 and finite");
-  if (opt.window_left < -1) rt::invalid("window_left = " + to_string(opt.window_left) + ", must be >= -1");
+  ops::check_attention_options({opt.num_qo_heads, kv.num_kv_heads, kv.head_dim, opt.q_dtype, opt.o_dtype,
+                                opt.sm_scale, opt.logits_soft_cap, opt.window_left});
   if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "nv_mma_sync" && opt.variant != "nv_wgmma")
     rt::invalid("variant = '" + opt.variant + "' unknown (\"\", \"generic\", \"nv_mma_sync\", \"nv_wgmma\")");
 }
@@ -163,21 +152,24 @@ Requests requests_from_table(const PageTable& t, const PagedKV& cache, const Ext
   return r;
 }
 
-// The tile of one build: which kernel, its work-group, rows and keys per step.
+// The tile of one build: which kernel (variant and source file), its work-group, rows and
+// keys per step.
 struct Tile {
-  std::string variant;
+  std::string variant, file;
   int wg = 0, rows = 0, keys = 0;
   bool tma = false;  // nv_wgmma fed by TMA (runs tma_maps_nv.cl first)
   std::string options;
+  size_t local_bytes = 0;  // the estimate below (a pre-filter; the driver's figure decides)
 };
 
 size_t generic_local_bytes(int rows, int keys, int d) {
   return (size_t(rows) * d + size_t(keys) * (d + 1) + size_t(rows) * keys) * 4 + size_t(keys) * 8;
 }
 // extend_mma_nv.cl: Ks [keys][KRS words] (rows swizzled when d/8 is a multiple of 8, else
-// padded to 16 mod 32 words), Vt [d][keys/2 words], key row offsets of two tiles [2][keys] (long).
-// ASYNC (cp.async, 16-bit KV): two stages of Ks and of V rows (d / 8 chunks, padded to an odd
-// count unless a multiple of 8).
+// padded to 16 mod 32 words) and key row offsets of two tiles [2][keys] (long), plus the feed's
+// V: register staging (extend_mma_feed_regs_nv.clh) one Ks and a transposed Vt [d][keys/2
+// words]; ASYNC (cp.async, 16-bit KV, extend_mma_feed_cpasync_nv.clh) two stages of Ks and of V
+// rows (d / 8 chunks, padded to an odd count unless a multiple of 8).
 size_t mma_local_bytes(int keys, int d, bool async) {
   const int half = d / 2, cpr = d / 8;
   const int krs = cpr % 8 == 0 ? half : half + (48 - half % 32) % 32;
@@ -186,10 +178,10 @@ size_t mma_local_bytes(int keys, int d, bool async) {
   return size_t(keys) * krs * 4 + size_t(d) * (keys / 2) * 4 + size_t(keys) * 2 * 8;
 }
 
-// nv_wgmma: three K and three V stages in core-matrix layout (unpadded); row offsets stay in
-// registers. TMA: five stages (TK_ST + TV_ST in the kernel), 1 KB of alignment slack, a full
-// and an empty mbarrier per stage, the table of `pages` page ids (TMA_PAGES) and one run flag
-// per warp (prun).
+// extend_wgmma_nv.cl: three K and three V stages in core-matrix layout (unpadded); row offsets
+// stay in registers (extend_wgmma_feed_cpasync_nv.clh). TMA (extend_wgmma_feed_tma_nv.clh):
+// five stages (TK_ST + TV_ST), 1 KB of alignment slack, a full and an empty mbarrier per
+// stage, the table of `pages` page ids (TMA_PAGES) and one run flag per warp (prun).
 size_t wgmma_local_bytes(int keys, int d, bool tma, int pages = 1024, int warps = 12) {
   return tma ? 5 * size_t(keys) * d * 2 + 1024 + 10 * 8 + 4 * size_t(pages) + 4 * size_t(warps)
              : 6 * size_t(keys) * d * 2;
@@ -207,10 +199,7 @@ std::string tma_unfit(const KVDesc& kv, const std::vector<int32_t>& tok_off) {
   return "";
 }
 
-int param(const params::Entry& e, const std::map<std::string, int>& over, const char* name) {
-  auto it = over.find(name);
-  return it != over.end() ? it->second : e.get(name);
-}
+using ops::param;
 
 // Candidates in order of preference: the tensor-core kernel when the parameters (or the
 // caller) ask for it and the device and shapes allow it, then the portable kernel.
@@ -236,14 +225,11 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       *why_not_mma = "KV strides are not multiples of 16 bytes";
     } else {
       Tile t;
-      t.variant = "nv_mma_sync";
+      t.variant = "nv_mma_sync", t.file = "extend_mma_nv.cl";
       // Up to 8 warps; nv_wgmma up to 12 (three warpgroups, registers capped to fit).
       const int warps_asked = param(e, over, "MMA_WARPS");
       const int warps = std::clamp(warps_asked, 1, 8), wg_warps = std::clamp(warps_asked, 4, 12) / 4 * 4;
-      // MMA_MT 16-row m-tiles per warp: 2 shares every K/V fragment between two (head dims up
-      // to 128: q fragments and O accumulators double).
-      const int mt = ops::param_or(e, over, "MMA_MT", 1) == 2 && kv.head_dim <= 128 ? 2 : 1;
-      t.wg = 32 * warps, t.rows = 16 * warps * mt;
+      t.wg = 32 * warps, t.rows = 16 * warps;
       t.keys = param(e, over, "MMA_KEYS");
       if (t.keys != 32 && t.keys != 64 && t.keys != 128)
         rt::invalid("extend parameter MMA_KEYS = " + to_string(t.keys) + " must be 32, 64 or 128");
@@ -261,9 +247,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
         std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)},
                                                 {"KV_DT", to_string(int(kv.dtype))},
                                                 {"WARPS", to_string(warps)},
-                                                {"MT", to_string(mt)},
                                                 {"KEYS", to_string(t.keys)},
-                                                {"ASYNC", async ? "1" : "0"},
                                                 {"MMA_BF16", bf16 ? "1" : "0"}};
         // nv_wgmma (Hopper warpgroup MMA) first where it applies; nv_mma_sync stays behind it
         // as the fallback (a failed sm_90a rebuild is logged and skipped).
@@ -272,7 +256,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
         std::string wg_why;
         if (wg_wanted && !params::variant_available(prof, "nv_wgmma", &wg_why)) {
           rt::log().info("extend: nv_wgmma not used ({})", wg_why);
-        } else if (wg_wanted && async && mt == 1 && warps_asked % 4 == 0 && kv.head_dim % 64 == 0 &&
+        } else if (wg_wanted && async && warps_asked % 4 == 0 && kv.head_dim % 64 == 0 &&
                    (t.keys == 32 || t.keys == 64) && wgmma_local_bytes(32, kv.head_dim, false) <= lmax) {
           // The TMA feed first where the parameters ask for it and the requests allow it, then
           // the cp.async feed.
@@ -285,15 +269,13 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
           for (bool tma : {true, false}) {
             if (tma && (!tma_wanted || !tma_why_not.empty())) continue;
             Tile w = t;
-            w.variant = "nv_wgmma";
+            w.variant = "nv_wgmma", w.file = "extend_wgmma_nv.cl";
             w.tma = tma;
             w.wg = 32 * wg_warps, w.rows = 16 * wg_warps;
             while (wgmma_local_bytes(w.keys, kv.head_dim, tma, tma_pages, wg_warps) > lmax) w.keys /= 2;
             auto dw = d;
             dw["KEYS"] = to_string(w.keys);
             dw["WARPS"] = to_string(wg_warps);
-            dw["STAGGER"] = to_string(int(ops::param_or(e, over, "MMA_STAGGER", 0) != 0));
-            dw["WGMMA"] = "1";
             if (tma) {
               dw["TMA"] = "1";
               dw["PINGPONG"] = to_string(int(ops::param_or(e, over, "MMA_PINGPONG", 0) != 0));
@@ -301,26 +283,27 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
               dw["TMA_PAGES"] = to_string(tma_pages);
             }
             // More than 255 registers' worth of warps per multiprocessor: cap them (PTX .maxnreg).
-            // (MMA_REGS: a lower cap, so that 65536 / (cap x work-items) groups share a multiprocessor.)
-            const int regs = int(ops::param_or(e, over, "MMA_REGS", 0));
-            const int cap = (regs > 0 ? std::min(regs, 65536 / w.wg) : 65536 / w.wg) & ~7;
+            const int cap = (65536 / w.wg) & ~7;
             std::string extra = rt::kPtxSm90aOption;
             if (cap < 255) extra += std::string(" ") + rt::kPtxMaxnregDefine + to_string(cap);
             w.options = rt::make_options(dw, extra);
+            w.local_bytes = wgmma_local_bytes(w.keys, kv.head_dim, tma, tma_pages, wg_warps);
             out.push_back(w);
           }
         } else if (wg_wanted) {
-          rt::log().info("extend: nv_wgmma needs 16-bit KV in cp.async stages, MMA_MT 1, MMA_WARPS 4, 8 or 12 and a "
+          rt::log().info("extend: nv_wgmma needs 16-bit KV in cp.async stages, MMA_WARPS 4, 8 or 12 and a "
                          "head dim of 64 or 128; using nv_mma_sync");
         }
+        d["ASYNC"] = async ? "1" : "0";  // (the feed of extend_mma_nv.cl; nv_wgmma has its own)
         t.options = rt::make_options(d);
+        t.local_bytes = mma_local_bytes(t.keys, kv.head_dim, async);
         out.push_back(t);
       }
     }
   }
 
   Tile g;
-  g.variant = "generic";
+  g.variant = "generic", g.file = "extend.cl";
   g.wg = param(e, over, "WG"), g.rows = param(e, over, "ROWS"), g.keys = param(e, over, "KEYS");
   if (g.wg < 1 || g.rows < 1 || g.keys < 1 || g.wg % g.rows != 0)
     rt::invalid("extend parameters WG = " + to_string(g.wg) + ", ROWS = " + to_string(g.rows) +
@@ -344,6 +327,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
                                           {"WG", to_string(g.wg)},               {"ROWS", to_string(g.rows)},
                                           {"KEYS", to_string(g.keys)}};
   g.options = rt::make_options(d);
+  g.local_bytes = generic_local_bytes(g.rows, g.keys, kv.head_dim);
   out.push_back(g);
   return out;
 }
@@ -360,35 +344,23 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   if (!why_not_mma.empty())
     rt::log().info("extend: nv_mma_sync not used ({}); using the generic kernel", why_not_mma);
 
-  // Build the first candidate that compiles (each variant has its own file).
-  Tile tile;
-  std::shared_ptr<rt::Program> prog, maps_prog;
-  rt::Kernel* kernel = nullptr;
-  for (size_t i = 0; i < cands.size(); ++i) {
-    const bool mma = cands[i].variant == "nv_mma_sync" || cands[i].variant == "nv_wgmma";
-    try {
-      prog = c.programs.get(mma ? "extend_mma_nv.cl" : "extend.cl", cands[i].options);
-      kernel = &prog->kernel(mma ? "extend_mma" : "extend_generic");
-      maps_prog = cands[i].tma ? c.programs.get("tma_maps_nv.cl", rt::kPtxSm90aOption) : nullptr;
-      // (nv_wgmma with a register cap: the driver reports the size for the uncapped count.)
-      const bool capped = cands[i].options.find(rt::kPtxMaxnregDefine) != std::string::npos;
-      if (!capped && kernel->max_work_group_size(c.device) < size_t(cands[i].wg)) {
-        if (i + 1 == cands.size())
-          throw Error(Status::Unsupported, "extend kernel allows " +
-                                               to_string(kernel->max_work_group_size(c.device)) +
-                                               " work-items per group, tile needs " + to_string(cands[i].wg));
-        rt::log().warn("extend: variant {} allows only {} work-items per group (needs {}); trying {}",
-                       cands[i].variant, kernel->max_work_group_size(c.device), cands[i].wg, cands[i + 1].variant);
-        continue;
-      }
-      tile = cands[i];
-      break;
-    } catch (const Error& e) {
-      if (e.status() != Status::BuildFailed || i + 1 == cands.size()) throw;
-      rt::log().warn("extend: variant {} failed to build, using {}: {}", cands[i].variant, cands[i + 1].variant,
-                     e.what());
-    }
+  // The first candidate that builds and fits (each variant has its own file).
+  std::vector<ops::Variant> vs;
+  for (const Tile& t : cands) {
+    ops::Variant v;
+    v.name = t.variant, v.file = t.file, v.options = t.options, v.wg = size_t(t.wg), v.local_bytes = t.local_bytes;
+    v.kernel = t.variant == "generic" ? "extend_generic" : "extend_mma";
+    // (A register-capped nv_wgmma build: the driver's limit is for the uncapped count.)
+    v.check_wg = t.options.find(rt::kPtxMaxnregDefine) == std::string::npos;
+    vs.push_back(std::move(v));
   }
+  const ops::BuiltVariant built = ops::select_and_build(c, "extend", vs);
+  Tile tile;
+  for (const Tile& t : cands)
+    if (t.variant == built.variant.name && t.options == built.variant.options) tile = t;
+  std::shared_ptr<rt::Program> prog = built.program;
+  rt::Kernel* kernel = built.kernel;
+  std::shared_ptr<rt::Program> maps_prog = tile.tma ? c.programs.get("tma_maps_nv.cl", rt::kPtxSm90aOption) : nullptr;
 
   auto st = std::make_shared<ExtendPlanState>();
   st->prog = prog;
@@ -417,13 +389,8 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   st->window_left = opt.window_left;
   st->page_size = kv.page_size;
   st->stride_page = kv.stride_page, st->stride_token = kv.stride_token, st->stride_head = kv.stride_head;
-  const float sm = opt.sm_scale != 0.0f ? opt.sm_scale : 1.0f / std::sqrt(float(kv.head_dim));
-  const float log2e = 1.4426950408889634f;
-  if (opt.logits_soft_cap > 0.0f) {
-    st->q_scale = sm, st->cap_log2 = opt.logits_soft_cap * log2e, st->inv_cap = 1.0f / opt.logits_soft_cap;
-  } else {
-    st->q_scale = sm * log2e;
-  }
+  const ops::ScoreScale sc = ops::score_scale(opt.sm_scale, opt.logits_soft_cap, kv.head_dim);
+  st->q_scale = sc.q_scale, st->cap_log2 = sc.cap_log2, st->inv_cap = sc.inv_cap;
 
   // Work list: (request, row tile), heaviest first (causal rows near the end of a long
   // request see the most keys) so the last wave is made of short items.
