@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "bench/bench.hpp"
-#include "clattn/ops.hpp"
+#include "clattn/decode.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -132,7 +132,7 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
                                                   : "merge",
                 us, ms * 1e3);
   }
-  if (verbose_build) h.print_build_log("paged_decode.cl", plan.kernel_options);
+  if (verbose_build) h.print_build_log("decode.cl", plan.kernel_options);
   const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;

@@ -15,7 +15,7 @@
 //   independent accumulators on every SM (../shared/device/examples/ptxmma.cpp idea).
 // - nv_wgmma: the same mma.sync figure, labelled as such (warpgroup MMA issues faster; its
 //   own peak is not measured here). torch's SDPA in the same job is its peer
-//   (scripts/torch_sdpa.py, run by scripts/h100-pass.sh).
+//   (bench/h100/torch_sdpa.py, run by bench/h100/h100-pass.sh).
 #include <algorithm>
 #include <cstdio>
 #include <map>

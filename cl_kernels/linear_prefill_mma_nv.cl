@@ -2,7 +2,7 @@
 // tensor cores: inline PTX mma.sync m16n8k16 (f16 or bf16 operands, f32 accumulation)
 // inside OpenCL C. Same arguments, semantics and work decomposition as the f32 prefill in
 // linear_common.clh (one work-group per (request, v-head, Dv slice of MDVT columns) walking
-// the request's chunks of MC tokens in order); maths and precision: docs/linear_attention.md.
+// the request's chunks of MC tokens in order); maths and precision: docs/linear.md.
 //
 // Per chunk (L <= MC tokens, G = cumulative log decay, rq/rk = L2-norm factors or 1):
 //   A[t][s] = beta_t e^{G_t-G_s} rk_t rk_s k_t.k_s (s < t)           K K^T    on mma (GDN)
@@ -41,7 +41,7 @@
 //
 // -D: DK (64, 128), DV, IO_DT (DT_F16 / DT_BF16: the MMA type), ST_DT (state storage),
 // LIN_GDN, MC (chunk, multiple of 16), MDVT (16 x warps), S_SPLIT. Host:
-// backends/ops/linear_attention.cpp (variant nv_mma_sync, parameter PF_MMA).
+// backends/ops/linear.cpp (variant nv_mma_sync, parameter PF_MMA).
 #include "common.clh"
 
 #ifndef DK

@@ -13,7 +13,7 @@
 #include "clattn/context.hpp"
 #include "clattn/linear.hpp"
 #include "clattn/metadata.hpp"
-#include "clattn/ops.hpp"
+#include "clattn/paged_kv.hpp"
 #include "runtime/error.hpp"
 
 struct clattn_context_s {

@@ -7,6 +7,8 @@
 #include "backends/engine/backends.hpp"
 #include "backends/engine/engine_common.hpp"
 #include "backends/ops/op_util.hpp"
+#include "clattn/append_kv.hpp"
+#include "clattn/decode.hpp"
 #include "clattn/extend.hpp"
 #include "runtime/error.hpp"
 

@@ -2,6 +2,7 @@
 // then one launch of cl_kernels/append_kv.cl over (element, token).
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
+#include "clattn/append_kv.hpp"
 #include "clattn/metadata.hpp"
 #include "runtime/log.hpp"
 

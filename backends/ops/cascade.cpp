@@ -5,6 +5,7 @@
 
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/extend.hpp"
+#include "clattn/merge_state.hpp"
 
 namespace clattn {
 

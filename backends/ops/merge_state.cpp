@@ -5,6 +5,7 @@
 
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
+#include "clattn/merge_state.hpp"
 #include "runtime/log.hpp"
 
 namespace clattn {

@@ -1,5 +1,5 @@
 // The merge program (cl_kernels/merge_state.cl), shared by the public merge ops and the
-// split-K pass of paged decode: one build per context, work-group size from the "merge"
+// split-K pass of decode: one build per context, work-group size from the "merge"
 // parameter rows.
 #pragma once
 #include <memory>

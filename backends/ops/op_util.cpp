@@ -2,38 +2,9 @@
 
 #include <cmath>
 
-
 #include "runtime/log.hpp"
 
-namespace clattn {
-
-// ---- PagedKV: resolved strides (elements) ----
-int64_t PagedKV::head_stride() const {
-  if (stride_head) return stride_head;
-  return layout == KVLayout::NHD ? int64_t(head_dim) : rt::checked::mul(page_size, head_dim, "cache head stride");
-}
-int64_t PagedKV::token_stride() const {
-  if (stride_token) return stride_token;
-  return layout == KVLayout::NHD ? rt::checked::mul(num_kv_heads, head_dim, "cache token stride") : int64_t(head_dim);
-}
-int64_t PagedKV::page_stride() const {
-  if (stride_page) return stride_page;
-  return rt::checked::product({page_size, num_kv_heads, head_dim}, "cache page stride");
-}
-int64_t PagedKV::required_bytes() const {
-  if (num_pages <= 0 || page_size <= 0 || num_kv_heads <= 0 || head_dim <= 0) return 0;
-  // Checked: a stride near 2^63 must not wrap into a small size that a real buffer passes.
-  namespace ck = rt::checked;
-  const char* what = "paged cache size ((num_pages-1)*stride_page + (page_size-1)*stride_token + "
-                     "(num_kv_heads-1)*stride_head + head_dim elements)";
-  int64_t last = ck::mul(int64_t(num_pages) - 1, page_stride(), what);
-  last = ck::add(last, ck::mul(int64_t(page_size) - 1, token_stride(), what), what);
-  last = ck::add(last, ck::mul(int64_t(num_kv_heads) - 1, head_stride(), what), what);
-  last = ck::add(last, head_dim, what);
-  return ck::mul(last, int64_t(dtype_size(dtype)), what);
-}
-
-namespace ops {
+namespace clattn::ops {
 
 std::size_t buffer_bytes(cl_mem m, const char* what) {
   if (!m) rt::invalid(std::string(what) + ": null buffer");
@@ -98,31 +69,6 @@ bool is_kv_dtype(DType t) { return is_float_io(t) || t == DType::FP8_E4M3 || t =
 void require_io_dtype(DType t, const std::string& what) {
   if (!is_float_io(t))
     throw Error(Status::Unsupported, what + ": dtype " + std::string(dtype_name(t)) + " unsupported (f32, f16, bf16)");
-}
-
-
-void check_paged_kv(const PagedKV& c, const std::string& what) {
-  if (c.num_pages < 0) rt::invalid(what + ".num_pages = " + std::to_string(c.num_pages) + ", must be >= 0");
-  if (c.page_size < 1) rt::invalid(what + ".page_size = " + std::to_string(c.page_size) + ", must be >= 1");
-  if (c.num_kv_heads < 1) rt::invalid(what + ".num_kv_heads = " + std::to_string(c.num_kv_heads) + ", must be >= 1");
-  if (c.head_dim < 1) rt::invalid(what + ".head_dim = " + std::to_string(c.head_dim) + ", must be >= 1");
-  if (!is_kv_dtype(c.dtype))
-    throw Error(Status::Unsupported, what + ".dtype " + std::string(dtype_name(c.dtype)) +
-                                         " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)");
-  if (c.stride_page < 0 || c.stride_token < 0 || c.stride_head < 0)
-    rt::invalid(what + ": negative stride");
-  try {
-    // The geometry's byte size, and each stride in bytes (kernels and alignment checks
-    // use them even where a single page never steps over one), must fit int64.
-    (void)c.required_bytes();
-    const int64_t es = int64_t(dtype_size(c.dtype));
-    for (int64_t s : {c.page_stride(), c.token_stride(), c.head_stride()}) (void)rt::checked::mul(s, es, "stride bytes");
-  } catch (const Error& e) {
-    rt::invalid(what + ": " + e.what());
-  }
-  // Rows of different (token, head) must not overlap: each stride covers what it steps over.
-  if (c.head_stride() < c.head_dim && c.num_kv_heads > 1)
-    rt::invalid(what + ".stride_head = " + std::to_string(c.head_stride()) + " < head_dim " + std::to_string(c.head_dim));
 }
 
 
@@ -212,5 +158,4 @@ int64_t PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const
   return int64_t(bytes);
 }
 
-}  // namespace ops
-}  // namespace clattn
+}  // namespace clattn::ops

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "backends/params/database.hpp"
-#include "clattn/ops.hpp"
+#include "clattn/context.hpp"
+#include "clattn/metadata.hpp"
+#include "clattn/paged_kv.hpp"
 #include "runtime/checked.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
@@ -87,7 +89,7 @@ bool is_kv_dtype(DType t);  // f32 f16 bf16 fp8
 void require_io_dtype(DType t, const std::string& what);
 
 // Checks a cache descriptor (positive shapes, supported page size and dtype, strides that
-// fit) and returns nothing; `what` names the argument in messages.
+// fit) and returns nothing; `what` names the argument in messages. In paged_kv.cpp.
 void check_paged_kv(const PagedKV& c, const std::string& what);
 
 

@@ -1,7 +1,7 @@
 // decode parameters: generic, vendor, architecture and device rows. Each says where its numbers come from.
 // Keys are the KV dtype class ("f32", "f16", "bf16", "fp8"); "*" rows apply to all.
 //
-// Kernel tile (cl_kernels/paged_decode.cl; the dispatcher derives TPT and GMAX from these):
+// Kernel tile (cl_kernels/decode.cl; the dispatcher derives TPT and GMAX from these):
 //   WG          work-items per work-group (a power of two; a multiple of 32 for the PTX variant)
 //   QREGS       target floats of q per work-item (the output accumulator holds as many):
 //               sets TPT (lanes per token) = GMAX_bucket * head_dim / QREGS

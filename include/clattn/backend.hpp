@@ -16,7 +16,7 @@
 #include "clattn/context.hpp"
 #include "clattn/linear.hpp"
 #include "clattn/mla.hpp"
-#include "clattn/ops.hpp"
+#include "clattn/paged_kv.hpp"
 #include "clattn/types.hpp"
 
 namespace clattn {

@@ -60,7 +60,7 @@ CLATTN_API clattn_status clattn_self_check(clattn_context ctx);
 CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32_t* out, int clear);
 
 
-/* ----------------------------------------------------------------- ops (see clattn/ops.hpp)
+/* ------------------------ ops (see clattn/paged_kv.hpp, decode.hpp, append_kv.hpp, merge_state.hpp)
  * dtype codes match clattn::DType: 0 f32, 1 f16, 2 bf16, 3 fp8 e4m3, 4 fp8 e5m2, 5 i32, 6 i64.
  * layout: 0 NHD [pages, P, Hkv, D], 1 HND [pages, Hkv, P, D]. Strides in elements, 0 = the
  * layout's contiguous stride. Every op only enqueues on `queue` (NULL = the context's

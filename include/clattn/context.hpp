@@ -1,4 +1,6 @@
-// Devices, contexts and device buffers: the runtime as engines see it.
+// Devices, contexts and device buffers: the runtime as engines see it. Also what every op
+// takes from the caller besides its buffers: where its work goes (Enqueue) and the memory
+// a plan may upload its table into (PlanBuffer).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -116,6 +118,28 @@ class CLATTN_API DeviceBuffer {
  private:
   cl_mem mem_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+// ---- what an op takes from the caller besides its buffers: its queue and plan memory ----
+
+// Where an op's work goes. queue nullptr = the context's queue. The op's first command
+// waits for `wait`; `event`, when set, receives the op's last command (caller releases).
+struct Enqueue {
+  cl_command_queue queue = nullptr;
+  cl_uint num_wait = 0;
+  const cl_event* wait = nullptr;
+  cl_event* event = nullptr;
+};
+
+// Caller-owned device memory a plan uploads its work table into (FlashInfer's
+// int_workspace_buffer idea): with one per plan kind, reused step after step on one
+// in-order queue, re-planning allocates nothing. Too small or null: the plan allocates its
+// own table (see the plan's table_bytes for the size to provide next time). The caller
+// must not reuse the buffer for another plan while this plan's runs are still queued
+// on a different queue.
+struct PlanBuffer {
+  cl_mem mem = nullptr;
+  std::size_t bytes = 0;
 };
 
 }  // namespace clattn

@@ -24,7 +24,7 @@
 
 #include "clattn/context.hpp"
 #include "clattn/metadata.hpp"
-#include "clattn/ops.hpp"
+#include "clattn/paged_kv.hpp"
 #include "clattn/types.hpp"
 
 namespace clattn {
@@ -50,7 +50,7 @@ struct ExtendOptions {
   // "nv_wgmma" for its Hopper warpgroup-MMA form (falls back to nv_mma_sync, then generic).
   std::string variant;
   std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
-  PlanBuffer plan_buffer;             // optional caller-owned table memory (ops.hpp PlanBuffer)
+  PlanBuffer plan_buffer;             // optional caller-owned table memory (context.hpp PlanBuffer)
 };
 
 // Contiguous (ragged) K or V: element (token, head, d) at token*stride_token +

@@ -2,7 +2,7 @@
 // simple gated linear attention (scalar-per-head decay; "lightning" constant decay).
 // Recurrent decode (one token per request) and chunked varlen prefill (cu_seqlens).
 // Contracts: DESIGN.md "Data contracts" / "Linear attention"; details and decisions:
-// docs/linear_attention.md.
+// docs/linear.md.
 //
 // Per v-head, per token t (state S [Dk, Dv], g_t a log decay, normally <= 0):
 //   GDN: S = exp(g_t) S;  S = S + beta_t k_t (x) (v_t - S^T k_t);  o_t = S^T (q_t * scale)

@@ -11,7 +11,6 @@
 
 #include "clattn/context.hpp"
 #include "clattn/metadata.hpp"
-#include "clattn/ops.hpp"
 #include "clattn/types.hpp"
 
 namespace clattn {
@@ -55,7 +54,7 @@ struct MlaOptions {
   int max_splits = 0;            // decode: KV chunks per request; 0 = planner's choice; 1 = never split
   bool validate = true;          // run metadata validation (off for the hot path)
   std::map<std::string, int> params;  // parameter overrides (QB, LANES, LOAD_BYTES, ...)
-  PlanBuffer plan_buffer;             // optional caller-owned table memory (ops.hpp PlanBuffer)
+  PlanBuffer plan_buffer;             // optional caller-owned table memory (context.hpp PlanBuffer)
 };
 
 namespace detail { struct MlaPlanState; }

@@ -458,10 +458,8 @@ TEST(Extend, RandomBatches) {
     Case c;
     const Prog& p = progs[size_t(n % kProgs)];
     // Tensor-core kernel: every program once with register staging, once with cp.async
-    // stages (16-bit KV; fp8 always stages through registers)...
+    // stages (16-bit KV; fp8 always stages through registers).
     c.params["MMA_ASYNC"] = n / kProgs;
-    // ... and about half of them with two m-tiles per warp (MMA_MT 2, head dims <= 128).
-    c.params["MMA_MT"] = n % 4 < 2 || n == 7 ? 2 : 1;
     c.D = p.D, c.kv = p.kv, c.G = p.G, c.Hkv = p.Hkv;
     c.P = pages[rng.uniform_int(0, 3)];
     c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
@@ -490,17 +488,16 @@ TEST(Extend, RandomBatches) {
 }
 
 namespace {
-// One random nv_wgmma case: n picks the warps (4 / 8 / 12), keys per tile, head dim, KV dtype
-// and stagger; the page size comes from `pages`; query tokens (first case: first_qo) up to
+// One random nv_wgmma case: n picks the warps (4 / 8 / 12), keys per tile, head dim and KV
+// dtype; the page size comes from `pages`; query tokens (first case: first_qo) up to
 // max_qo and cached prefixes up to max_prefix per request; masks, windows, soft cap, sinks at random.
 Case wgmma_case(test::Rng& rng, int n, const std::vector<int>& pages, int first_qo, int max_qo, int max_prefix) {
   const DType io[] = {DType::F32, DType::F16, DType::BF16};
   Case c;
   c.variant = "nv_wgmma";
-  c.params["MMA_ASYNC"] = 1, c.params["MMA_MT"] = 1;
+  c.params["MMA_ASYNC"] = 1;
   c.params["MMA_WARPS"] = n % 3 == 2 ? 4 : n % 3 == 1 ? 12 : 8;
   c.params["MMA_KEYS"] = n % 4 == 3 ? 64 : 32;  // 64 fits the stages at D = 64 only
-  c.params["MMA_STAGGER"] = n % 2 == 0;
   c.D = n % 2 ? 64 : 128;
   c.kv = n % 4 < 2 ? DType::BF16 : DType::F16;
   c.G = 1 + rng.uniform_int(0, 7), c.Hkv = 1 + rng.uniform_int(0, 1);

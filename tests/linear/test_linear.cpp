@@ -14,7 +14,7 @@
 //
 // Tensor-core prefill (variant nv_mma_sync, cl_kernels/linear_prefill_mma_nv.cl: chosen for
 // f16/bf16 q/k/v with Dk <= 128 where the device runs NVIDIA inline PTX, or PoCL runs its
-// emulation, see docs/linear_attention.md). q and k enter the MMAs exactly (they are the io
+// emulation, see docs/linear.md). q and k enter the MMAs exactly (they are the io
 // values); the state operand is split hi + lo (relative error ~u^2); what is rounded to the
 // MMA type (unit roundoff u: 2^-8 bf16, 2^-11 f16 in this file's convention) are P (the
 // decayed q.k scores) and D before O += P D, and D' = e^{G_L-G} D before S += K^T D'. Each
@@ -179,7 +179,7 @@ bool mma_device() {
 }
 
 // Whether a prefill of `c` runs the tensor-core kernel: asked for (PF_MMA from the case or
-// the parameter database), available, f16/bf16 q/k/v, Dk <= 128 (backends/ops/linear_attention.cpp).
+// the parameter database), available, f16/bf16 q/k/v, Dk <= 128 (backends/ops/linear.cpp).
 bool uses_mma(const Case& c, bool decode) {
   if (decode || c.io == DType::F32 || c.Dk > 128 || !mma_device()) return false;
   auto it = c.params.find("PF_MMA");

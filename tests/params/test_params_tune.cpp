@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "backends/params/database.hpp"
-#include "bench/bench.hpp"
+#include "harness/harness.hpp"
 #include "support/test_support.hpp"
 #include "tools/tune/tuner.hpp"
 

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "backends/params/database.hpp"
-#include "bench/bench.hpp"
+#include "harness/harness.hpp"
 #include "tools/tune/tuner.hpp"
 
 int main(int argc, char** argv) {

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "backends/params/database.hpp"
-#include "bench/bench.hpp"
+#include "harness/harness.hpp"
 #include "runtime/disk_cache.hpp"
 
 namespace clattn::tune {

@@ -1,9 +1,14 @@
-// clattn-probe as a user runs it: --json parses and lists this device; a second process
-// finds the first one's programs in the disk cache.
+// clattn-probe (tools/probe) as a user runs it, in child processes: --json parses and lists
+// this device; a second process finds the first one's programs in the disk cache; a bad
+// device selector fails clearly; with a tuned file, the JSON names the file the runtime
+// reads and the entry of a tuned op and key comes from it ("tuned:<file>"), with the
+// tuner's origin string.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "support/test_support.hpp"
 
@@ -58,4 +63,33 @@ TEST(Probe, BadDeviceSelectorFailsClearly) {
   std::string out = run(std::string(CLATTN_PROBE_EXE) + " --device no-such-device-xyz 2>&1", &st);
   EXPECT_NE(st, 0);
   EXPECT_NE(out.find("available devices"), std::string::npos) << out;
+}
+
+TEST(Probe, ShowsTheTunedFileAndWhereEachEntryComesFrom) {
+  const auto& prof = clattn::test::ctx().profile();
+  auto file = std::filesystem::temp_directory_path() / ("clattn-probe-tuned-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << nlohmann::json{
+      {"device", prof.device_name},
+      {"date", "2026-11-22"},
+      {"ops", {{"decode", {{"bf16", {{"params", {{"UNROLL", 8}}}, {"value", 123.4}, {"metric", "GB/s"}}}}}}}}
+                             .dump();
+  int st = -1;
+  std::string out = run("CLATTN_TUNED_FILE=" + file.string() + " " + CLATTN_PROBE_EXE + " --json --device '" + prof.device_name + "'", &st);
+  ASSERT_EQ(st, 0) << out;
+  auto doc = nlohmann::json::parse(out);
+  ASSERT_FALSE(doc["devices"].empty());
+  auto& ch = doc["devices"][0]["choices"];
+  ASSERT_EQ(doc["devices"][0]["profile"]["CL_DEVICE_NAME"], prof.device_name);
+  EXPECT_EQ(ch["tuned_file"]["path"], file.string());
+  EXPECT_EQ(ch["tuned_file"]["present"], true);
+  EXPECT_EQ(ch["tuned_file"]["rows"], 1);
+  auto& bf16 = ch["ops"]["decode"]["keys"]["bf16"];
+  EXPECT_EQ(bf16["source"], "tuned:" + file.string());
+  EXPECT_EQ(bf16["level"], "tuned");
+  EXPECT_EQ(bf16["params"]["UNROLL"], 8);
+  EXPECT_NE(bf16["origins"].back().get<std::string>().find("clattn-tune 2026-11-22 (123.4 GB/s)"), std::string::npos)
+      << bf16["origins"];
+  // The op's "*" entry is not tuned (the file only has bf16) and says where it comes from.
+  EXPECT_NE(ch["ops"]["decode"]["source"], "tuned:" + file.string());
+  std::filesystem::remove(file);
 }

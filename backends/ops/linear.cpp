@@ -2,7 +2,7 @@
 // launch of cl_kernels/linear_gdn.cl or linear_gla.cl (or, for the prefill on NVIDIA tensor
 // cores, linear_prefill_mma_nv.cl: variant nv_mma_sync, parameter PF_MMA). Nothing blocks; a
 // rejected call enqueues nothing. Kernel maths: cl_kernels/linear_common.clh;
-// docs/linear_attention.md.
+// docs/linear.md.
 #include <algorithm>
 #include <cmath>
 #include <map>

@@ -12,6 +12,7 @@
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/planner/split_kv.hpp"
+#include "clattn/decode.hpp"
 #include "runtime/log.hpp"
 
 namespace clattn {
@@ -103,7 +104,7 @@ struct SplitParams {
   int wgs_per_cu = 4, min_chunk = 256, max_splits = 64, det_chunk = 1024;
 };
 
-// Local memory the kernel declares (mirrors LMEM_FLOATS in paged_decode.cl).
+// Local memory the kernel declares (mirrors LMEM_FLOATS in decode.cl).
 size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
   size_t nslot = size_t(t.wg / t.tpt);
   size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
@@ -242,7 +243,7 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
   for (bool shfl : {true, false}) {
     ops::Variant x;
     x.name = shfl ? "nv_ptx_shfl" : "generic";
-    x.file = "paged_decode.cl", x.kernel = "paged_decode";
+    x.file = "decode.cl", x.kernel = "paged_decode";
     x.wg = size_t(tile.wg), x.local_bytes = local_bytes(tile, cache.head_dim, shfl);
     if (shfl && !(tile.ptx_shfl && tile.tpt > 1)) x.why_not = "PTX_SHFL = 0 or one lane per token";
     else if (shfl) x.why_not = params::why_unavailable(prof, x.name);

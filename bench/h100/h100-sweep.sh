@@ -1,10 +1,10 @@
 #!/bin/bash
-# Parameter sweeps on the NVIDIA GPU machine (carry .device/, see scripts/h100-common.sh):
+# Parameter sweeps on the NVIDIA GPU machine (carry .device/, see bench/h100/h100-common.sh):
 # builds clattn-bench only, then runs each argument as a clattn-bench command line, output
 # to $OUT/sweep_<n>.txt and the result rows to the terminal. Example:
-#   bash scripts/h100-sweep.sh "decode -B 1 -S 32768 --grid MAX_SPLITS=16,32,64" "mla -B 64 -H 16"
+#   bash bench/h100/h100-sweep.sh "decode -B 1 -S 32768 --grid MAX_SPLITS=16,32,64" "mla -B 64 -H 16"
 set -o pipefail
-source scripts/h100-common.sh
+source bench/h100/h100-common.sh
 # shellcheck disable=SC2086
 h100_build clattn-bench ${TARGETS:-} || exit 1
 n=0

@@ -2,7 +2,7 @@
 // PTX. Builds one kernel that copies 1152 bytes global -> local with cp.async.bulk completed
 // on an mbarrier (expect_tx), prints the build log, the PTX header (.version / .target) and
 // whether the copy is exact; -DWGMMA adds wgmma.fence/commit/wait.
-//   g++ -std=c++17 scripts/nv_ptx_probe.cpp -o /tmp/nv_ptx_probe -lOpenCL
+//   g++ -std=c++17 dev/nv_ptx_probe.cpp -o /tmp/nv_ptx_probe -lOpenCL
 //   PROBE_OPTS="-cl-nv-verbose -cl-nv-arch sm_90a -DWGMMA" /tmp/nv_ptx_probe
 // H100, driver 580.159.04: the bulk copy is exact (PTX .version 9.0, ptxas "for sm_90a"); wgmma
 // is rejected ("not supported on .target 'sm_90'") with and without -cl-nv-arch sm_90a.

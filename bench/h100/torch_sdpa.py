@@ -1,7 +1,7 @@
 # torch's scaled_dot_product_attention on the same GPU, in the same job as clattn-bench
 # extend (issue 5 asks for both): its three cases, fp16, H=32, D=128, causal (lower-right
 # aligned when q is shorter than kv, as clattn's extend), FLOPs counted as clattn-bench does
-# (4 * D * H * visible (query, key) pairs). Run by scripts/h100-pass.sh when torch imports.
+# (4 * D * H * visible (query, key) pairs). Run by bench/h100/h100-pass.sh when torch imports.
 import torch, torch.nn.functional as F
 def run(B, qo, kv, H=32, D=128):
     q = torch.randn(B, H, qo, D, device="cuda", dtype=torch.float16)

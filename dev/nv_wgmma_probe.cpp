@@ -5,7 +5,7 @@
 // (optionally adds .maxnreg N to every entry), rebuilds it with clCreateProgramWithBinary and
 // checks wgmma.mma_async m64n8k16 (B K-major) and m64n16k16 (B transposed) against the CPU for
 // several shared-memory descriptor layouts.
-//   g++ -std=c++17 scripts/nv_wgmma_probe.cpp -o /tmp/nv_wgmma_probe -lOpenCL
+//   g++ -std=c++17 dev/nv_wgmma_probe.cpp -o /tmp/nv_wgmma_probe -lOpenCL
 //   [MAXNREG=N] /tmp/nv_wgmma_probe
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>

@@ -1,3 +1,4 @@
+// The timing harness (harness.hpp) of clattn-bench and clattn-tune.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -6,7 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "bench/bench.hpp"
+#include "harness/harness.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/program_cache.hpp"
 #include "runtime/ptx_retarget.hpp"

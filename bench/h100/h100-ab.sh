@@ -4,9 +4,9 @@
 # .git/info/exclude): builds each into a build dir at the repo root (kept between calls on a
 # warm machine; a carried tree is replaced on every call), then runs the benchmarks of both
 # alternately, ROUNDS times, so every comparison is made in one job. Results in $OUT.
-#   BASE=.base CUR=.cur bash scripts/h100-ab.sh build
-#   ROUNDS=2 BENCH="decode;mla;extend --variant nv_wgmma" bash scripts/h100-ab.sh bench
-#   CTEST_ARGS='-R canary' bash scripts/h100-ab.sh test        (the CUR tree's GPU ctest)
+#   BASE=.base CUR=.cur bash bench/h100/h100-ab.sh build
+#   ROUNDS=2 BENCH="decode;mla;extend --variant nv_wgmma" bash bench/h100/h100-ab.sh bench
+#   CTEST_ARGS='-R canary' bash bench/h100/h100-ab.sh test        (the CUR tree's GPU ctest)
 set -o pipefail
 OUT="${OUT:-h100-out}"; mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
 source .device/setup.sh > /dev/null
@@ -38,5 +38,5 @@ test)
   (cd build-gpu && CLATTN_DEVICE=nvidia timeout "${CTEST_S:-560}" ctest ${CTEST_ARGS:--E "\.(amd|intel|cpu|generic)$|^python$"} \
     -j4 --output-on-failure > "$OUT/ctest_gpu.txt" 2>&1; echo "== ctest rc=$?")
   grep -E "tests passed|Failed|Not Run|\*\*\*" "$OUT/ctest_gpu.txt" | head -30;;
-*) echo "usage: bash scripts/h100-ab.sh build|bench|test" >&2; exit 2;;
+*) echo "usage: bash bench/h100/h100-ab.sh build|bench|test" >&2; exit 2;;
 esac

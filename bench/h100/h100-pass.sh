@@ -2,9 +2,9 @@
 # One full pass on the NVIDIA GPU machine (shared DEVICE notes: carry .device/, filled by
 # fetch-debs.sh): build, probe, the GPU test suite (native = NVIDIA variants), every
 # benchmark (with torch SDPA and shuffled page ids beside extend), and clattn-serve-sim --big
-# for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash scripts/h100-pass.sh
+# for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash bench/h100/h100-pass.sh
 set -o pipefail
-source scripts/h100-common.sh
+source bench/h100/h100-common.sh
 h100_build || exit 1
 ./build-gpu/tools/clattn-probe --self-check --bench --device nvidia 2>&1 | tee "$OUT"/probe.txt | tail -8
 (cd build-gpu && CLATTN_DEVICE=nvidia ctest -E "\.(amd|intel|cpu|generic)$" -j4 --output-on-failure > "$OUT"/ctest_gpu.txt 2>&1; tail -15 "$OUT"/ctest_gpu.txt)
@@ -18,7 +18,7 @@ case " ${OPS:-extend} " in *" extend "*)
     > "$OUT/bench_extend_scattered.txt" 2>&1
   echo "== bench extend --scatter-pages rc=$?"; grep -vE "^#" "$OUT/bench_extend_scattered.txt" | cut -c1-230
   if python3 -c "import torch" 2>/dev/null; then
-    timeout 120 python3 scripts/torch_sdpa.py > "$OUT/torch_sdpa.txt" 2>&1
+    timeout 120 python3 bench/h100/torch_sdpa.py > "$OUT/torch_sdpa.txt" 2>&1
     echo "== torch SDPA rc=$?"; tail -3 "$OUT/torch_sdpa.txt"
   fi;;
 esac

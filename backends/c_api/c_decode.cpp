@@ -1,8 +1,9 @@
-// C ABI for the attention ops: flat structs converted to the C++ API's, plans as handles.
+// C ABI: paged decode plans (CSR / page table) and runs; flat structs converted to the C++
+// API's, plans as handles.
 #include <vector>
 
 #include "backends/c_api/c_api_common.hpp"
-#include "clattn/ops.hpp"
+#include "clattn/decode.hpp"
 
 struct clattn_decode_plan_s {
   clattn::DecodePlan plan;
@@ -90,64 +91,6 @@ clattn_status clattn_decode_run(clattn_context ctx, clattn_decode_plan plan, con
     d.k_scale = b->k_scale;
     d.v_scale = b->v_scale;
     clattn::decode_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, d, to_cpp(e));
-  });
-}
-
-clattn_status clattn_append_kv(clattn_context ctx, const clattn_append_kv_args* a, const clattn_enqueue* e) {
-  return guard([&] {
-    need(a, "args");
-    clattn::AppendKVArgs x;
-    x.k = a->k;
-    x.v = a->v;
-    x.src_dtype = static_cast<clattn::DType>(a->src_dtype);
-    x.src_stride_token = a->src_stride_token;
-    x.src_stride_head = a->src_stride_head;
-    x.slot_mapping = a->slot_mapping;
-    x.slot_dtype = static_cast<clattn::DType>(a->slot_dtype);
-    x.num_tokens = a->num_tokens;
-    x.slot_mapping_host = a->slot_mapping_host;
-    x.k_cache = a->k_cache;
-    x.v_cache = a->v_cache;
-    x.cache = to_cpp(a->cache);
-    x.k_scale = a->k_scale;
-    x.v_scale = a->v_scale;
-    clattn::append_kv(need(ctx, "ctx")->ctx, x, to_cpp(e));
-  });
-}
-
-clattn_status clattn_merge_state(clattn_context ctx, cl_mem v_a, cl_mem s_a, cl_mem v_b, cl_mem s_b, cl_mem v_out,
-                                 cl_mem s_out, int num_tokens, int num_heads, int head_dim, int dtype,
-                                 const clattn_enqueue* e) {
-  return guard([&] {
-    clattn::MergeStateArgs m;
-    m.v_a = v_a;
-    m.s_a = s_a;
-    m.v_b = v_b;
-    m.s_b = s_b;
-    m.v_out = v_out;
-    m.s_out = s_out;
-    m.num_tokens = num_tokens;
-    m.num_heads = num_heads;
-    m.head_dim = head_dim;
-    m.dtype = static_cast<clattn::DType>(dtype);
-    clattn::merge_state(need(ctx, "ctx")->ctx, m, to_cpp(e));
-  });
-}
-
-clattn_status clattn_merge_states(clattn_context ctx, cl_mem v, cl_mem s, cl_mem v_out, cl_mem s_out, int num_tokens,
-                                  int num_states, int num_heads, int head_dim, int dtype, const clattn_enqueue* e) {
-  return guard([&] {
-    clattn::MergeStatesArgs m;
-    m.v = v;
-    m.s = s;
-    m.v_out = v_out;
-    m.s_out = s_out;
-    m.num_tokens = num_tokens;
-    m.num_states = num_states;
-    m.num_heads = num_heads;
-    m.head_dim = head_dim;
-    m.dtype = static_cast<clattn::DType>(dtype);
-    clattn::merge_states(need(ctx, "ctx")->ctx, m, to_cpp(e));
   });
 }
 

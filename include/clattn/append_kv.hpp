@@ -1,0 +1,33 @@
+// KV append (set_kv_buffer / reshape_and_cache): new K/V rows into the paged cache. Checks
+// its arguments before enqueueing anything (clattn::Error naming the argument; nothing is
+// written on a rejected call) and only enqueues. Decisions: docs/decode.md.
+#pragma once
+#include <cstdint>
+
+#include "clattn/context.hpp"
+#include "clattn/paged_kv.hpp"
+#include "clattn/types.hpp"
+
+namespace clattn {
+
+// Writes new K/V rows into the paged cache at slot_mapping (slot s -> page s / P, offset
+// s % P); negative slots are skipped (vLLM padding). Converts the source dtype to the
+// cache's: stored = value / scale, round-to-nearest-even, fp8 saturating to its max.
+struct AppendKVArgs {
+  cl_mem k = nullptr, v = nullptr;   // new rows [num_tokens, Hkv, D] (strides below)
+  DType src_dtype = DType::BF16;     // f32 f16 bf16
+  int64_t src_stride_token = 0;      // elements; 0 = Hkv * D
+  int64_t src_stride_head = 0;       // elements; 0 = D
+  cl_mem slot_mapping = nullptr;     // [num_tokens], int32 or int64
+  DType slot_dtype = DType::I64;
+  int64_t num_tokens = 0;
+  // Optional host copy of slot_mapping (same dtype): validated (every slot < num_pages*P)
+  // before anything is enqueued. Without it the kernel skips out-of-range slots.
+  const void* slot_mapping_host = nullptr;
+  cl_mem k_cache = nullptr, v_cache = nullptr;
+  PagedKV cache;
+  float k_scale = 1.0f, v_scale = 1.0f;
+};
+CLATTN_API void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e = {});
+
+}  // namespace clattn

@@ -1,0 +1,31 @@
+// The paged K/V cache descriptor every attention op on a paged cache takes (decode,
+// extend, append_kv, the engine backends). Layout contract: DESIGN.md "Data contracts".
+#pragma once
+#include <cstdint>
+
+#include "clattn/types.hpp"
+
+namespace clattn {
+
+// One layer's paged K (or V) cache (FlashInfer's paged_kv_t): K and V buffers share it.
+// Element (page, token-in-page, head, d) sits at page*stride_page + token*stride_token +
+// head*stride_head + d (elements of `dtype`); zero strides take the contiguous layout's:
+// NHD [num_pages, page_size, num_kv_heads, head_dim], HND [num_pages, num_kv_heads,
+// page_size, head_dim]. Strides must keep rows 4-byte aligned (16 for the fastest loads).
+struct PagedKV {
+  int num_pages = 0;
+  int page_size = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  KVLayout layout = KVLayout::NHD;
+  DType dtype = DType::BF16;  // f32 f16 bf16 fp8_e4m3 fp8_e5m2
+  int64_t stride_page = 0, stride_token = 0, stride_head = 0;
+
+  CLATTN_API int64_t page_stride() const;   // resolved strides (elements)
+  CLATTN_API int64_t token_stride() const;
+  CLATTN_API int64_t head_stride() const;
+  // Bytes a buffer must hold: one past the last element the strides can address.
+  CLATTN_API int64_t required_bytes() const;
+};
+
+}  // namespace clattn
