@@ -103,13 +103,7 @@ __kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(EXTEN
   __local const uint2* const kp_tail = (__local const uint2*)ks + (g * (KRS / 2) + t);
   FEED_INIT();
 
-  float oacc[DN][4];
-  float lsum[4];  // row sums of P (lsum[0] = row g, lsum[2] = row g + 8)
-  float m_lo, m_hi;
-#pragma unroll
-  for (int n = 0; n < DN; ++n) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
-  lsum[0] = lsum[1] = lsum[2] = lsum[3] = 0.f;
-  m_lo = m_hi = CLATTN_NEG_INF;
+  ACC_INIT();
 
   int pf_page = 0, pf_slot = 0;  // PF_LOAD -> PF_STORE
   const int pg_log2 = PAGE_LOG2();

@@ -59,26 +59,18 @@ void clattn_linear_config_init(clattn_linear_config* c) {
   c->dtype = int(clattn::DType::F16);
 }
 
-clattn_status clattn_gdn_decode(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
-                                const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
-                                const clattn_enqueue* e) {
-  return linear_op(&clattn::gdn_decode, "gdn_decode", ctx, cfg, t, pool, batch, e);
-}
-clattn_status clattn_gdn_prefill(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
-                                 const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
-                                 const clattn_enqueue* e) {
-  return linear_op(&clattn::gdn_prefill, "gdn_prefill", ctx, cfg, t, pool, batch, e);
-}
-clattn_status clattn_gla_decode(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
-                                const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
-                                const clattn_enqueue* e) {
-  return linear_op(&clattn::gla_decode, "gla_decode", ctx, cfg, t, pool, batch, e);
-}
-clattn_status clattn_gla_prefill(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t,
-                                 const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,
-                                 const clattn_enqueue* e) {
-  return linear_op(&clattn::gla_prefill, "gla_prefill", ctx, cfg, t, pool, batch, e);
-}
+// The four ops share one signature and one conversion (linear_op).
+#define CLATTN_LINEAR_OP(NAME)                                                                                  \
+  clattn_status clattn_##NAME(clattn_context ctx, const clattn_linear_config* cfg, const clattn_linear_tensors* t, \
+                              const clattn_linear_state_pool* pool, const clattn_linear_batch* batch,              \
+                              const clattn_enqueue* e) {                                                         \
+    return linear_op(&clattn::NAME, #NAME, ctx, cfg, t, pool, batch, e);                                         \
+  }
+CLATTN_LINEAR_OP(gdn_decode)
+CLATTN_LINEAR_OP(gdn_prefill)
+CLATTN_LINEAR_OP(gla_decode)
+CLATTN_LINEAR_OP(gla_prefill)
+#undef CLATTN_LINEAR_OP
 
 clattn_status clattn_linear_zero_slots(clattn_context ctx, const clattn_linear_config* cfg,
                                        const clattn_linear_state_pool* pool, const int32_t* slots, int n,

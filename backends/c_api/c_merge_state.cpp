@@ -12,17 +12,8 @@ clattn_status clattn_merge_state(clattn_context ctx, cl_mem v_a, cl_mem s_a, cl_
                                  cl_mem s_out, int num_tokens, int num_heads, int head_dim, int dtype,
                                  const clattn_enqueue* e) {
   return guard([&] {
-    clattn::MergeStateArgs m;
-    m.v_a = v_a;
-    m.s_a = s_a;
-    m.v_b = v_b;
-    m.s_b = s_b;
-    m.v_out = v_out;
-    m.s_out = s_out;
-    m.num_tokens = num_tokens;
-    m.num_heads = num_heads;
-    m.head_dim = head_dim;
-    m.dtype = static_cast<clattn::DType>(dtype);
+    const clattn::MergeStateArgs m{v_a,        s_a,       v_b,      s_b, v_out, s_out, num_tokens,
+                                   num_heads, head_dim, static_cast<clattn::DType>(dtype)};
     clattn::merge_state(need(ctx, "ctx")->ctx, m, to_cpp(e));
   });
 }
@@ -30,16 +21,8 @@ clattn_status clattn_merge_state(clattn_context ctx, cl_mem v_a, cl_mem s_a, cl_
 clattn_status clattn_merge_states(clattn_context ctx, cl_mem v, cl_mem s, cl_mem v_out, cl_mem s_out, int num_tokens,
                                   int num_states, int num_heads, int head_dim, int dtype, const clattn_enqueue* e) {
   return guard([&] {
-    clattn::MergeStatesArgs m;
-    m.v = v;
-    m.s = s;
-    m.v_out = v_out;
-    m.s_out = s_out;
-    m.num_tokens = num_tokens;
-    m.num_states = num_states;
-    m.num_heads = num_heads;
-    m.head_dim = head_dim;
-    m.dtype = static_cast<clattn::DType>(dtype);
+    const clattn::MergeStatesArgs m{v,         s,         v_out,    s_out, num_tokens, num_states,
+                                    num_heads, head_dim, static_cast<clattn::DType>(dtype)};
     clattn::merge_states(need(ctx, "ctx")->ctx, m, to_cpp(e));
   });
 }

@@ -49,13 +49,11 @@ struct DecodePlanState : ops::PlanTable {
     B = p.batch_size, Hq = p.num_qo_heads, Hkv = p.num_kv_heads, D = p.head_dim;
     q_dtype = p.q_dtype, o_dtype = p.o_dtype, cache = p.cache, page_table = p.page_table;
     num_work = p.num_work, num_merges = p.num_merges, num_partials = p.num_partials;
-    const int64_t rows = ck::mul(B, Hq, "decode q/o rows (batch_size x num_qo_heads)");
-    q_bytes = ck::product({rows, D, int64_t(dtype_size(q_dtype))}, "q bytes");
-    o_bytes = ck::product({rows, D, int64_t(dtype_size(o_dtype))}, "o bytes");
-    lse_bytes = ck::mul(rows, 4, "lse bytes");
+    const ops::RowBytes rb = ops::row_bytes(ck::mul(B, Hq, "decode q/o rows (batch_size x num_qo_heads)"), D,
+                                            q_dtype, D, o_dtype, p.page_ids_needed);
+    q_bytes = rb.q, o_bytes = rb.o, lse_bytes = rb.lse, page_id_bytes = rb.page_ids;
     sinks_bytes = ck::mul(Hq, 4, "sinks bytes");
     kv_bytes = cache.required_bytes();
-    page_id_bytes = ck::mul(p.page_ids_needed, 4, "page_ids bytes");
     workspace_bytes = p.workspace_bytes;
   }
 };
@@ -367,20 +365,29 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
 
 }  // namespace
 
+namespace {
+// From CSR or page-table metadata (meta::requests_from_csr / _table).
+template <class Meta>
+DecodePlan plan_of(const Context& ctx, const Meta& m, const PagedKV& cache, const DecodeOptions& opt,
+                   cl_command_queue queue) {
+  check_options(cache, opt);
+  constexpr bool table = std::is_same_v<Meta, PageTable>;
+  const CacheShape shape{cache.num_pages, cache.page_size};
+  meta::KVRequests kv;
+  if constexpr (table) kv = meta::requests_from_table(m, shape, request_options(opt));
+  else kv = meta::requests_from_csr(m, shape, request_options(opt));
+  return make_plan(ctx, key_ranges(std::move(kv), opt.window_left), table, cache, opt, queue);
+}
+}  // namespace
+
 DecodePlan decode_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& cache, const DecodeOptions& opt,
                        cl_command_queue queue) {
-  check_options(cache, opt);
-  Requests r = key_ranges(meta::requests_from_csr(csr, {cache.num_pages, cache.page_size}, request_options(opt)),
-                          opt.window_left);
-  return make_plan(ctx, r, false, cache, opt, queue);
+  return plan_of(ctx, csr, cache, opt, queue);
 }
 
 DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const DecodeOptions& opt,
                        cl_command_queue queue) {
-  check_options(cache, opt);
-  Requests r = key_ranges(meta::requests_from_table(table, {cache.num_pages, cache.page_size}, request_options(opt)),
-                          opt.window_left);
-  return make_plan(ctx, r, true, cache, opt, queue);
+  return plan_of(ctx, table, cache, opt, queue);
 }
 
 void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers& b, const Enqueue& e) {

@@ -52,13 +52,11 @@ struct ExtendPlanState : ops::PlanTable {
     T = p.num_tokens, Hq = p.num_qo_heads, Hkv = p.num_kv_heads, D = p.head_dim, num_tiles = p.num_tiles;
     q_dtype = p.q_dtype, o_dtype = p.o_dtype, kv_dtype = p.kv_dtype, source = p.source;
     num_pages = p.cache.num_pages, has_mask = p.has_mask;
-    const int64_t rows = ck::mul(T, Hq, "extend q/o rows (num_tokens x num_qo_heads)");
-    q_bytes = ck::product({rows, D, int64_t(dtype_size(q_dtype))}, "q bytes");
-    o_bytes = ck::product({rows, D, int64_t(dtype_size(o_dtype))}, "o bytes");
-    lse_bytes = ck::mul(rows, 4, "lse bytes");
+    const ops::RowBytes rb = ops::row_bytes(ck::mul(T, Hq, "extend q/o rows (num_tokens x num_qo_heads)"), D,
+                                            q_dtype, D, o_dtype, p.page_ids_needed);
+    q_bytes = rb.q, o_bytes = rb.o, lse_bytes = rb.lse, page_id_bytes = rb.page_ids;
     sinks_bytes = ck::mul(Hq, 4, "sinks bytes");
     kv_bytes = kv_required;
-    page_id_bytes = ck::mul(p.page_ids_needed, 4, "page_ids bytes");
     mask_bytes = p.mask_bytes_needed;
     workspace_bytes = p.workspace_bytes;
   }
@@ -489,15 +487,25 @@ int64_t ragged_required_bytes(const RaggedKV& kv) {
 
 }  // namespace
 
-ExtendPlan extend_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& cache, const ExtendOptions& opt,
-                       cl_command_queue queue) {
+namespace {
+// A plan over the paged cache: cache and option checks, then the requests that
+// `requests()` builds from the caller's metadata.
+template <class MakeRequests>
+ExtendPlan paged_plan(const Context& ctx, const PagedKV& cache, const ExtendOptions& opt, ExtendPlan::Source src,
+                      cl_command_queue queue, MakeRequests&& requests) {
   ops::check_paged_kv(cache, "cache");
   KVDesc kv = desc_of(cache);
   check_options(kv, opt);
-  Requests r = requests_from_csr(csr, cache, opt);
-  ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PagedCsr, kv, opt, queue);
+  ExtendPlan p = make_plan(ctx, requests(), src, kv, opt, queue);
   p.cache = cache;
   return finish(std::move(p), cache.required_bytes());
+}
+}  // namespace
+
+ExtendPlan extend_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& cache, const ExtendOptions& opt,
+                       cl_command_queue queue) {
+  return paged_plan(ctx, cache, opt, ExtendPlan::Source::PagedCsr, queue,
+                    [&] { return requests_from_csr(csr, cache, opt); });
 }
 
 namespace ops {
@@ -506,26 +514,16 @@ ExtendPlan extend_plan_prefix(const Context& ctx, const PagedCsr& prefix, int32_
   if (opt.causal || opt.window_left >= 0 || !opt.mask_indptr.empty())
     rt::invalid("extend_plan_prefix: only for a non-causal, unwindowed, unmasked prefix");
   if (prefix.batch_size() != 1) rt::invalid("extend_plan_prefix: the prefix CSR must hold one request");
-  ops::check_paged_kv(cache, "cache");
-  KVDesc kv = desc_of(cache);
-  check_options(kv, opt);
   const std::vector<int32_t> qo = {0, num_rows};
-  Requests r = requests_from_csr(prefix, cache, opt, &qo);
-  ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PagedCsr, kv, opt, queue);
-  p.cache = cache;
-  return finish(std::move(p), cache.required_bytes());
+  return paged_plan(ctx, cache, opt, ExtendPlan::Source::PagedCsr, queue,
+                    [&] { return requests_from_csr(prefix, cache, opt, &qo); });
 }
 }  // namespace ops
 
 ExtendPlan extend_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const ExtendOptions& opt,
                        cl_command_queue queue) {
-  ops::check_paged_kv(cache, "cache");
-  KVDesc kv = desc_of(cache);
-  check_options(kv, opt);
-  Requests r = requests_from_table(table, cache, opt);
-  ExtendPlan p = make_plan(ctx, r, ExtendPlan::Source::PageTable, kv, opt, queue);
-  p.cache = cache;
-  return finish(std::move(p), cache.required_bytes());
+  return paged_plan(ctx, cache, opt, ExtendPlan::Source::PageTable, queue,
+                    [&] { return requests_from_table(table, cache, opt); });
 }
 
 ExtendPlan prefill_plan(const Context& ctx, const std::vector<int32_t>& qo_indptr,

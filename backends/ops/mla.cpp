@@ -96,13 +96,11 @@ struct MlaPlanState : ops::PlanTable {
     T = p.num_tokens, H = p.num_heads, q_dtype = p.q_dtype, o_dtype = p.o_dtype, cache = p.cache;
     page_table = p.page_table, num_work = p.num_work, num_merges = p.num_merges, num_partials = p.num_partials;
     const int64_t rows = ck::mul(T, H, "MLA q/o rows (tokens x num_heads)");
-    q_nope_bytes = ck::product({rows, kMlaCkvDim, int64_t(dtype_size(q_dtype))}, "q_nope bytes");
+    const ops::RowBytes rb = ops::row_bytes(rows, kMlaCkvDim, q_dtype, kMlaCkvDim, o_dtype, p.page_ids_needed);
+    q_nope_bytes = rb.q, o_bytes = rb.o, lse_bytes = rb.lse, page_id_bytes = rb.page_ids;
     q_pe_bytes = ck::product({rows, kMlaKpeDim, int64_t(dtype_size(q_dtype))}, "q_pe bytes");
-    o_bytes = ck::product({rows, kMlaCkvDim, int64_t(dtype_size(o_dtype))}, "o bytes");
-    lse_bytes = ck::mul(rows, 4, "lse bytes");
     ckv_bytes = cache.ckv_required_bytes();
     kpe_bytes = cache.single_buffer ? 0 : cache.kpe_required_bytes();
-    page_id_bytes = ck::mul(p.page_ids_needed, 4, "page_ids bytes");
     workspace_bytes = p.workspace_bytes;
   }
 };
@@ -404,25 +402,35 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
 
 }  // namespace
 
+namespace {
+// Decode or extend from CSR or page-table metadata.
+template <class Meta>
+MlaPlan plan_of(const Context& ctx, const Meta& m, bool extend, const MlaCache& cache, const MlaOptions& opt,
+                cl_command_queue queue) {
+  check_options(cache, opt);
+  constexpr bool table = std::is_same_v<Meta, PageTable>;
+  meta::KVRequests r;
+  if constexpr (table) r = requests_from_table(m, cache, opt, extend);
+  else r = requests_from_csr(m, cache, opt, extend);
+  return make_plan(ctx, r, table, extend, cache, opt, queue);
+}
+}  // namespace
+
 MlaPlan mla_decode_plan(const Context& ctx, const PagedCsr& csr, const MlaCache& cache, const MlaOptions& opt,
                         cl_command_queue queue) {
-  check_options(cache, opt);
-  return make_plan(ctx, requests_from_csr(csr, cache, opt, false), false, false, cache, opt, queue);
+  return plan_of(ctx, csr, false, cache, opt, queue);
 }
 MlaPlan mla_decode_plan(const Context& ctx, const PageTable& table, const MlaCache& cache, const MlaOptions& opt,
                         cl_command_queue queue) {
-  check_options(cache, opt);
-  return make_plan(ctx, requests_from_table(table, cache, opt, false), true, false, cache, opt, queue);
+  return plan_of(ctx, table, false, cache, opt, queue);
 }
 MlaPlan mla_extend_plan(const Context& ctx, const PagedCsr& csr, const MlaCache& cache, const MlaOptions& opt,
                         cl_command_queue queue) {
-  check_options(cache, opt);
-  return make_plan(ctx, requests_from_csr(csr, cache, opt, true), false, true, cache, opt, queue);
+  return plan_of(ctx, csr, true, cache, opt, queue);
 }
 MlaPlan mla_extend_plan(const Context& ctx, const PageTable& table, const MlaCache& cache, const MlaOptions& opt,
                         cl_command_queue queue) {
-  check_options(cache, opt);
-  return make_plan(ctx, requests_from_table(table, cache, opt, true), true, true, cache, opt, queue);
+  return plan_of(ctx, table, true, cache, opt, queue);
 }
 
 void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const Enqueue& e) {

@@ -51,6 +51,16 @@ void check_attention_options(const AttentionOptions& o) {
   if (o.window_left < -1) rt::invalid("window_left = " + std::to_string(o.window_left) + ", must be >= -1");
 }
 
+RowBytes row_bytes(int64_t rows, int64_t q_width, DType q_dtype, int64_t o_width, DType o_dtype, int64_t page_ids) {
+  namespace ck = rt::checked;
+  RowBytes b;
+  b.q = ck::product({rows, q_width, int64_t(dtype_size(q_dtype))}, "q bytes");
+  b.o = ck::product({rows, o_width, int64_t(dtype_size(o_dtype))}, "o bytes");
+  b.lse = ck::mul(rows, 4, "lse bytes");
+  b.page_ids = ck::mul(page_ids, 4, "page_ids bytes");
+  return b;
+}
+
 ScoreScale score_scale(float sm_scale, float logits_soft_cap, int head_dim) {
   constexpr float kLog2e = 1.4426950408889634f;
   const float sm = sm_scale != 0.0f ? sm_scale : 1.0f / std::sqrt(float(head_dim));

@@ -46,6 +46,13 @@ struct AttentionOptions {
 };
 void check_attention_options(const AttentionOptions& o);
 
+// Byte sizes of the row buffers a run checks, fixed at plan time by checked arithmetic:
+// q [rows, q_width] and o [rows, o_width] in their dtypes, lse [rows] f32, page ids int32.
+struct RowBytes {
+  int64_t q = 0, o = 0, lse = 0, page_ids = 0;
+};
+RowBytes row_bytes(int64_t rows, int64_t q_width, DType q_dtype, int64_t o_width, DType o_dtype, int64_t page_ids);
+
 // The softmax scales as the kernels take them: scores in log2 units, so q is multiplied by
 // sm_scale * log2(e); with a soft cap by sm_scale alone, and the kernel applies
 // cap * log2(e) * tanh(s / cap). sm_scale 0 means 1 / sqrt(head_dim).

@@ -1,6 +1,7 @@
 /* Shared helpers of the C ABI tests (plain C99). */
 #ifndef CLATTN_C_TEST_UTIL_H
 #define CLATTN_C_TEST_UTIL_H
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,16 @@ static int open_context(clattn_context* ctx, cl_command_queue* q, cl_context* c)
   if (!*ctx) return 0;
   cl_objects(*ctx, q, c);
   return 1;
+}
+
+/* Largest |got - want|; a NaN counts as the worst. */
+static double worst(const float* got, const double* want, int n) {
+  double w = 0;
+  for (int i = 0; i < n; ++i) {
+    double e = fabs(got[i] - want[i]);
+    if (!(e <= w)) w = e;
+  }
+  return w;
 }
 
 static int report(void) {

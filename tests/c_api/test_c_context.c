@@ -1,17 +1,6 @@
 /* The C ABI compiled as C: contexts, errors, profile JSON, self-check. Prints the plain
  * "N passed, N failed" line and exits non-zero on any failure. */
-#include <stdio.h>
-#include <string.h>
-
-#include "clattn/clattn.h"
-
-static int passed = 0, failed = 0;
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    if (cond) ++passed;                                                     \
-    else { ++failed; fprintf(stderr, "FAILED %s:%d: %s (last error: %s)\n", \
-                             __FILE__, __LINE__, #cond, clattn_last_error()); } \
-  } while (0)
+#include "c_test_util.h"
 
 int main(void) {
   clattn_context ctx = NULL;
@@ -49,6 +38,5 @@ int main(void) {
   CHECK(clFinish(q) == CL_SUCCESS);
   clattn_context_release(ctx);
 
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return report();
 }

@@ -2,41 +2,17 @@
  * clattn_append_kv, CSR plan + run, checked against a double-precision loop here;
  * bad metadata is rejected with the output untouched. */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "clattn/clattn.h"
-
-static int passed = 0, failed = 0;
-#define CHECK(cond)                                                                         \
-  do {                                                                                      \
-    if (cond) ++passed;                                                                     \
-    else { ++failed; fprintf(stderr, "FAILED %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, \
-                             #cond, clattn_last_error()); }                                 \
-  } while (0)
+#include "c_test_util.h"
 
 enum { B = 3, HQ = 4, HKV = 2, D = 64, P = 16, PAGES = 8 };
 static const int kv_len[B] = {20, 1, 33};
 
-static unsigned lcg = 12345u;
-static float rnd(void) { lcg = lcg * 1664525u + 1013904223u; return (float)((lcg >> 8) & 0xffff) / 32768.0f - 1.0f; }
-
-static cl_mem buffer(cl_context c, size_t bytes, const void* init, cl_command_queue q) {
-  cl_int err;
-  cl_mem m = clCreateBuffer(c, CL_MEM_READ_WRITE, bytes, NULL, &err);
-  if (init) clEnqueueWriteBuffer(q, m, CL_TRUE, 0, bytes, init, 0, NULL, NULL);
-  return m;
-}
-
 int main(void) {
-  clattn_context ctx = NULL;
-  CHECK(clattn_context_create(NULL, &ctx) == CLATTN_SUCCESS);
-  if (!ctx) { printf("%d passed, %d failed\n", passed, failed); return 1; }
-  cl_command_queue q = NULL;
-  clattn_context_queue(ctx, &q);
-  cl_context c = NULL;
-  clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof c, &c, NULL);
+  clattn_context ctx;
+  cl_command_queue q;
+  cl_context c;
+  if (!open_context(&ctx, &q, &c)) return report();
 
   /* Pages per request (request 2 reuses page 0 as a shared prefix page is not needed here:
    * each request owns distinct pages). Slots: page*P + offset. */
@@ -111,14 +87,14 @@ int main(void) {
   nobufs.q = NULL;
   CHECK(clattn_decode_run(ctx, plan, &nobufs, NULL) == CLATTN_INVALID_ARGUMENT);
   float out[B * HQ * D];
-  clEnqueueReadBuffer(q, od, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL);
+  read_back(q, od, out, sizeof out);
   CHECK(memcmp(out, sentinel, sizeof out) == 0);
 
   CHECK(clattn_decode_run(ctx, plan, &bufs, NULL) == CLATTN_SUCCESS);
-  clEnqueueReadBuffer(q, od, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL);
+  read_back(q, od, out, sizeof out);
 
   /* Reference: softmax(q.k / sqrt(D)) v over each request's tokens, in double. */
-  double worst = 0;
+  double max_err = 0;
   for (int t0 = 0, i = 0; i < B; t0 += kv_len[i], ++i)
     for (int h = 0; h < HQ; ++h) {
       int kh = h / (HQ / HKV);
@@ -138,11 +114,11 @@ int main(void) {
       }
       for (int d = 0; d < D; ++d) {
         double err = fabs(acc[d] / den - out[(i * HQ + h) * D + d]);
-        if (err > worst) worst = err;
+        if (err > max_err) max_err = err;
       }
     }
-  CHECK(worst < 1e-4);
-  if (worst >= 1e-4) fprintf(stderr, "worst error %g\n", worst);
+  CHECK(max_err < 1e-4);
+  if (max_err >= 1e-4) fprintf(stderr, "worst error %g\n", max_err);
 
   clattn_decode_plan_release(plan);
   clReleaseMemObject(kc); clReleaseMemObject(vc); clReleaseMemObject(kn); clReleaseMemObject(vn);
@@ -150,6 +126,5 @@ int main(void) {
   if (wsm) clReleaseMemObject(wsm);
   free(knew); free(vnew); free(slots);
   clattn_context_release(ctx);
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return report();
 }

@@ -43,15 +43,6 @@ static void ref_row(const float* q, const int32_t* pages, int kv_len, int qpos, 
   }
 }
 
-static double worst(const float* got, const double* want, int n) {
-  double w = 0;
-  for (int i = 0; i < n; ++i) {
-    double e = fabs(got[i] - want[i]);
-    if (!(e <= w)) w = e; /* NaN counts as worst */
-  }
-  return w;
-}
-
 static const int32_t indptr[B + 1] = {0, 3, 5}, indices[5] = {5, 1, 8, 3, 10}, last[B] = {1, 2};
 static const int32_t qo_indptr[B + 1] = {0, 4, 6}, kv_len[B] = {9, 6};
 

@@ -53,15 +53,6 @@ static void ref_batch(int gdn, int B, const int32_t* cu, const int32_t* idx) {
   }
 }
 
-static double worst_d(const float* got, const double* want, int n) {
-  double w = 0;
-  for (int i = 0; i < n; ++i) {
-    double e = fabs(got[i] - want[i]);
-    if (!(e <= w)) w = e;
-  }
-  return w;
-}
-
 int main(void) {
   clattn_context ctx;
   cl_command_queue q;
@@ -131,7 +122,7 @@ int main(void) {
     read_back(q, od, out, sizeof out);
     read_back(q, sd, pool, sizeof pool);
     ref_batch(gdn, 2, dec_cu, dec_idx);
-    double wo = worst_d(out, want_o, 2 * HV * DV), ws = worst_d(pool, want_pool, SLOTS * SLOT);
+    double wo = worst(out, want_o, 2 * HV * DV), ws = worst(pool, want_pool, SLOTS * SLOT);
     CHECK(wo < 1e-4 && ws < 1e-4);
     printf("%s decode: max |o - ref| %.2g, max |state - ref| %.2g\n", gdn ? "gdn" : "gla", wo, ws);
   }
@@ -157,7 +148,7 @@ int main(void) {
     read_back(q, od, out, sizeof out);
     read_back(q, sd, pool, sizeof pool);
     ref_batch(gdn, 2, pf_cu, pf_idx);
-    double wo = worst_d(out, want_o, 5 * HV * DV), ws = worst_d(pool, want_pool, SLOTS * SLOT);
+    double wo = worst(out, want_o, 5 * HV * DV), ws = worst(pool, want_pool, SLOTS * SLOT);
     CHECK(wo < 1e-4 && ws < 1e-4);
     printf("%s prefill: max |o - ref| %.2g, max |state - ref| %.2g\n", gdn ? "gdn" : "gla", wo, ws);
   }

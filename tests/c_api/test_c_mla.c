@@ -47,15 +47,6 @@ static void ref(int i, int tok0, int row0, int qo, int causal, double scale, dou
     }
 }
 
-static double worst(const float* got, const double* want, int n) {
-  double w = 0;
-  for (int i = 0; i < n; ++i) {
-    double e = fabs(got[i] - want[i]);
-    if (!(e <= w)) w = e;
-  }
-  return w;
-}
-
 int main(void) {
   clattn_context ctx;
   cl_command_queue q;

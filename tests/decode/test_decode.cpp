@@ -83,18 +83,7 @@ Batch build(const Case& c, uint64_t salt) {
   b.c = c;
   const int B = b.B(), P = c.P, D = c.D, Hq = b.Hq();
   PagedKV& k = b.cache;
-  k.page_size = P, k.num_kv_heads = c.Hkv, k.head_dim = D, k.layout = c.layout, k.dtype = c.kv;
-  if (c.head_pad > 0) {
-    k.stride_head = D + c.head_pad;
-    if (c.layout == KVLayout::NHD) {
-      k.stride_token = int64_t(c.Hkv) * k.stride_head;
-      k.stride_page = int64_t(P) * k.stride_token + c.head_pad;
-    } else {
-      k.stride_token = D + c.head_pad;
-      k.stride_head = int64_t(P) * k.stride_token;
-      k.stride_page = int64_t(c.Hkv) * k.stride_head + c.head_pad;
-    }
-  }
+  k = test::cache_geometry(P, c.Hkv, D, c.layout, c.kv, c.head_pad);
   // Pages: a shared prefix (full pages) for requests long enough, then private pages.
   int shared = c.shared_prefix_pages;
   int total = shared;

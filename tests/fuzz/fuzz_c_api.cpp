@@ -494,12 +494,20 @@ void call_build_slots(Input& in) {
     contract_broken("clattn_build_slot_mapping failed but wrote the slots");
 }
 
+// `kept` (the state's last CSR or page table) half of the time when it is `usable`, else
+// a new one from make().
+template <class T, class Make>
+bool reuse_or(Input& in, bool usable, const T& kept, T& out, Make&& make) {
+  if (usable && in.byte() % 2 == 0) {
+    out = kept;
+    return true;
+  }
+  return make();
+}
+
 void call_csr_to_table(Input& in, State& st) {
   Csr c;
-  if (st.have_csr && in.byte() % 2 == 0)
-    c = st.csr;
-  else if (!make_csr(in, c, page_size(in), false))
-    return;
+  if (!reuse_or(in, st.have_csr, st.csr, c, [&] { return make_csr(in, c, page_size(in), false); })) return;
   const clattn_csr v = c.view();
   const int64_t B1 = c.batch >= 0 ? c.batch + 1 : 1;
   int64_t width = 1;
@@ -515,10 +523,7 @@ void call_csr_to_table(Input& in, State& st) {
 
 void call_table_to_csr(Input& in, State& st) {
   Table t;
-  if (st.have_table && in.byte() % 2 == 0)
-    t = st.table;
-  else if (!make_table(in, t, page_size(in), false))
-    return;
+  if (!reuse_or(in, st.have_table, st.table, t, [&] { return make_table(in, t, page_size(in), false); })) return;
   const clattn_page_table v = t.view();
   const int64_t B1 = t.batch >= 0 ? t.batch + 1 : 1;
   int64_t need = 0;
@@ -535,10 +540,7 @@ void call_validate(Input& in, State& st) {
   switch (in.byte() % 4) {
     case 0: {
       Csr c;
-      if (st.have_csr && in.byte() % 2 == 0)
-        c = st.csr;
-      else if (!make_csr(in, c, page_size(in), in.byte() % 2))
-        return;
+      if (!reuse_or(in, st.have_csr, st.csr, c, [&] { return make_csr(in, c, page_size(in), in.byte() % 2); })) return;
       const clattn_csr v = c.view();
       std::vector<int32_t> seq(size_t(std::max(c.batch, 0)));
       for (int i = 0; i < c.batch; ++i) seq[size_t(i)] = int32_t(std::clamp<int64_t>(c.tokens(i), INT_MIN, INT_MAX));
@@ -548,10 +550,7 @@ void call_validate(Input& in, State& st) {
     }
     case 1: {
       Table t;
-      if (st.have_table && in.byte() % 2 == 0)
-        t = st.table;
-      else if (!make_table(in, t, page_size(in), in.byte() % 2))
-        return;
+      if (!reuse_or(in, st.have_table, st.table, t, [&] { return make_table(in, t, page_size(in), in.byte() % 2); })) return;
       const clattn_page_table v = t.view();
       clattn_validate_page_table(&v, in.num(16));
       break;
@@ -897,20 +896,14 @@ void call_extend(Input& in, State& st, Device& d) {
   std::string what;
   if (kind == 0) {
     Csr c;
-    if (st.have_csr && st.csr.with_qo && in.byte() % 2)
-      c = st.csr;
-    else if (!make_csr(in, c, cache.page_size, true))
-      return;
+    if (!reuse_or(in, st.have_csr && st.csr.with_qo, st.csr, c, [&] { return make_csr(in, c, cache.page_size, true); })) return;
     with_mask(c.batch);
     const clattn_csr v = c.view();
     s = clattn_extend_plan_csr(d.ctx, &v, &cache, &o, &plan);
     if (tracing()) what = "extend_plan " + str(c) + " " + str(cache);
   } else if (kind == 1) {
     Table t;
-    if (st.have_table && st.table.with_q && in.byte() % 2)
-      t = st.table;
-    else if (!make_table(in, t, cache.page_size, true))
-      return;
+    if (!reuse_or(in, st.have_table && st.table.with_q, st.table, t, [&] { return make_table(in, t, cache.page_size, true); })) return;
     with_mask(t.batch);
     const clattn_page_table v = t.view();
     s = clattn_extend_plan_page_table(d.ctx, &v, &cache, &o, &plan);

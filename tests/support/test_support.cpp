@@ -72,4 +72,21 @@ std::vector<double> quantize(const std::vector<double>& vals, DType dt, double s
                                        << " (worst err " << worst << ")" << bad.str();
 }
 
+PagedKV cache_geometry(int page_size, int num_kv_heads, int head_dim, KVLayout layout, DType dtype, int head_pad) {
+  PagedKV k;
+  k.page_size = page_size, k.num_kv_heads = num_kv_heads, k.head_dim = head_dim, k.layout = layout, k.dtype = dtype;
+  if (head_pad > 0) {
+    k.stride_head = head_dim + head_pad;
+    if (layout == KVLayout::NHD) {
+      k.stride_token = int64_t(num_kv_heads) * k.stride_head;
+      k.stride_page = int64_t(page_size) * k.stride_token + head_pad;
+    } else {
+      k.stride_token = head_dim + head_pad;
+      k.stride_head = int64_t(page_size) * k.stride_token;
+      k.stride_page = int64_t(num_kv_heads) * k.stride_head + head_pad;
+    }
+  }
+  return k;
+}
+
 }  // namespace clattn::test

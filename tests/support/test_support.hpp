@@ -47,6 +47,11 @@ std::vector<T> download(const DeviceBuffer& b, size_t n) {
   return v;
 }
 
+// A paged cache's geometry (num_pages left 0); head_pad > 0 pads each head row, each page
+// and, for HND, the token rows by that many elements (strides that are not the contiguous
+// layout's, so the kernels' stride arithmetic is exercised).
+PagedKV cache_geometry(int page_size, int num_kv_heads, int head_dim, KVLayout layout, DType dtype, int head_pad);
+
 // Max |got - want| <= atol + rtol * |want| elementwise; reports the first few violations.
 ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want, double atol,
                                      double rtol, const std::string& what = "");
