@@ -1,15 +1,23 @@
-// Extend / prefill attention, portable tiled kernel (flash attention in local memory).
+// Extend / prefill attention, portable kernel: FlashAttention-2 in OpenCL C 1.2 with
+// GEMM-style register blocking (CLBlast's xgemm is the model for the tiling).
 //
 // One work-group = one work item of the plan (request, tile of ROWS packed query rows)
 // x one KV head (dimension 1). Packed row r of a request = query token r / G, head
-// kvh * G + r % G: a GQA group shares every K/V tile it loads. LPR = WG / ROWS work-items
-// per row: lane l owns scores of keys l, l + LPR, ... of a tile and output columns
-// l, l + LPR, ... . Per KEYS-key step: K tile -> local (f32), scores -> local, row max,
-// V tile -> local (same buffer), probabilities, O += P V, all accumulation in f32, online
-// softmax in base 2 (q pre-scaled by sm_scale * log2(e) * k_scale; with a soft cap the
-// tanh is taken on the natural-log score first).
+// kvh * G + r % G: a GQA group shares every K/V tile it loads. The WG work-items form a
+// TY x TX grid (TY = ROWS / TM): work-item (ty, tx) owns the TM rows ty + TY*i, and
+//   S = Q K^T   its TM x KPT micro-tile of each KEYS-key tile (keys tx + TX*j);
+//   O += P V    its TM x (4*CPT) accumulators (float4 columns tx + TX*j of the head dim),
+// all in registers. Per key tile: the tile's row offsets -> local; S accumulated over
+// DC-wide chunks of the head dim (Q and K chunks staged as f32 in local memory, rows padded
+// by 4 floats so the float4 reads of a sub-group hit distinct banks); masks; the row max
+// across the TX work-items of a row through local memory; P (base 2) -> local, transposed;
+// then O += P V over VC-key chunks of V staged in local memory. Each work-item keeps a
+// partial row sum over its own keys (all of a row's work-items rescale by the same max);
+// the partial sums are added once at the end.
 //
-// Work table entry (8 int32): qo_start, qo_len, kv_len, row0, base, tok_off, mask_off, 0.
+// Scores are in log2 space (q pre-scaled by sm_scale * log2(e) * k_scale; with a soft cap
+// the tanh is taken on the natural-log score first). Work table entry (8 int32):
+// qo_start, qo_len, kv_len, row0, base, tok_off, mask_off, 0.
 //   paged:  key k (list coordinates) -> physical token k + tok_off of the request's list,
 //           page page_ids[base + (k + tok_off) / page_size]
 //   ragged: key k -> K/V row base + k
@@ -28,21 +36,57 @@
 #define WG 128
 #endif
 #ifndef ROWS
-#define ROWS 16
+#define ROWS 32
 #endif
 #ifndef KEYS
 #define KEYS 32
 #endif
+#ifndef TM  // rows per work-item
+#define TM 4
+#endif
+#ifndef DC  // head-dim chunk of the S = Q K^T staging
+#define DC 32
+#endif
+#ifndef VC  // keys per V chunk
+#define VC 16
+#endif
+#ifndef SUB_TX  // work-items along tx inside one sub-group of 32 (the rest of it along ty)
+#define SUB_TX 8
+#endif
+#ifndef SUNROLL  // unroll of the S loop over a chunk's float4 columns (its loads get hoisted)
+#define SUNROLL (DC / 4)
+#endif
+#ifndef PUNROLL  // unroll of the P V loop over a chunk's keys
+#define PUNROLL VC
+#endif
+#ifndef UNROLL_HINTS
+#define UNROLL_HINTS 1
+#endif
+#define CLATTN_STR(x) #x
+#if UNROLL_HINTS
+#define UNROLL_LOOP _Pragma("unroll")
+#define UNROLL_BY(n) _Pragma(CLATTN_STR(unroll n))
+#else
+#define UNROLL_LOOP _Pragma("unroll 1")
+#define UNROLL_BY(n) _Pragma("unroll 1")
+#endif
 
-#define LPR (WG / ROWS)
-#define DPL (HEAD_DIM / LPR)
-#define KPL (KEYS / LPR)
-#define KSTR (HEAD_DIM + 1)
+#define TY (ROWS / TM)
+#define TX (WG / TY)
+#define KPT (KEYS / TX)                // keys per work-item in S
+#define D4 (HEAD_DIM / 4)              // float4 columns of a row
+#define CPT ((D4 + TX - 1) / TX)       // float4 output columns per work-item
+#define COL_OK(j) (D4 % TX == 0 || tx + TX * (j) < D4)
+#define SST (DC + 4)                   // row stride of the Q / K chunks
+#define VST (HEAD_DIM + 4)             // row stride of the V chunk
+#define PST (ROWS + 4)                 // key stride of P^T
+#define RST (TX + 4)                   // row stride of the partials (float4 reads, 4 rows apart)
+#define STAGE_FLOATS ((ROWS + KEYS) * SST > VC * VST ? (ROWS + KEYS) * SST : VC * VST)
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
-#if (WG % ROWS) || (HEAD_DIM % LPR) || (KEYS % LPR) || (HEAD_DIM % 4)
-#error "extend.cl: WG must be a multiple of ROWS, and HEAD_DIM and KEYS multiples of WG / ROWS"
+#if (ROWS % TM) || (WG % TY) || (KEYS % TX) || (HEAD_DIM % DC) || (DC % 4) || (KEYS % VC) || (TM % 4)
+#error "extend.cl: ROWS % TM, WG % (ROWS/TM), KEYS % TX, HEAD_DIM % DC, DC % 4, KEYS % VC, TM % 4 must be 0"
 #endif
 
 // Four consecutive stored KV values (unscaled) as f32.
@@ -52,29 +96,66 @@ inline float4 load_kv4(__global const void* p, long i) {
 #elif KV_DT == DT_F16
   return vload_half4(0, (__global const half*)p + i);
 #elif KV_DT == DT_BF16
-  ushort4 u = vload4(0, (__global const ushort*)p + i);
-  return (float4)(bf16_bits_to_float(u.x), bf16_bits_to_float(u.y), bf16_bits_to_float(u.z),
-                  bf16_bits_to_float(u.w));
+  const uint2 u = as_uint2(vload4(0, (__global const ushort*)p + i));
+  return (float4)(WORD_ELEM_BF16(u.x, 0), WORD_ELEM_BF16(u.x, 1), WORD_ELEM_BF16(u.y, 0), WORD_ELEM_BF16(u.y, 1));
 #elif KV_DT == DT_E4M3
-  uchar4 u = vload4(0, (__global const uchar*)p + i);
-  return (float4)(e4m3_bits_to_float(u.x), e4m3_bits_to_float(u.y), e4m3_bits_to_float(u.z),
-                  e4m3_bits_to_float(u.w));
+  const uint u = as_uint(vload4(0, (__global const uchar*)p + i));
+  return (float4)(WORD_ELEM_E4M3(u, 0), WORD_ELEM_E4M3(u, 1), WORD_ELEM_E4M3(u, 2), WORD_ELEM_E4M3(u, 3));
 #else
-  uchar4 u = vload4(0, (__global const uchar*)p + i);
-  return (float4)(e5m2_bits_to_float(u.x), e5m2_bits_to_float(u.y), e5m2_bits_to_float(u.z),
-                  e5m2_bits_to_float(u.w));
+  const uint u = as_uint(vload4(0, (__global const uchar*)p + i));
+  return (float4)(WORD_ELEM_E5M2(u, 0), WORD_ELEM_E5M2(u, 1), WORD_ELEM_E5M2(u, 2), WORD_ELEM_E5M2(u, 3));
 #endif
 }
 
-// Loads a KEYS x HEAD_DIM tile (rows at rowoff[], -1 = zero row) into dst [KEYS][KSTR].
-inline void load_tile(__global const void* src, __local const long* rowoff, __local float* dst, int lid) {
-  for (int i = lid; i < KEYS * (HEAD_DIM / 4); i += WG) {
-    const int c = i / (HEAD_DIM / 4), d = (i % (HEAD_DIM / 4)) * 4;
-    const long ro = rowoff[c];
-    float4 x = ro >= 0 ? load_kv4(src, ro + d) : (float4)(0.0f);
-    __local float* o = dst + c * KSTR + d;
-    o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
+// Columns [c0, c0 + width) of `n` K or V rows (offsets ro[], -1 = zero row) -> dst[n][stride].
+inline void stage_kv(__global const void* src, __local const long* ro, int n, int c0, int width,
+                     __local float* dst, int stride, int lid) {
+  const int w4 = width / 4;
+  for (int e = lid; e < n * w4; e += WG) {
+    const int r = e / w4, c = (e % w4) * 4;
+    vstore4(ro[r] >= 0 ? load_kv4(src, ro[r] + c0 + c) : (float4)(0.0f), 0, dst + r * stride + c);
   }
+}
+
+// The row offsets of the tile at k0 -> ro[]; -1: no row (past kv_end, or a page id outside
+// the pool: masked, and *bad set).
+inline void tile_rows(__local long* ro, int k0, int kv_end, int paged, __global const int* page_ids, int base,
+                      int tok_off, int page_size, int num_pages, long stride_page, long stride_token,
+                      long head_off, bool* bad, int lid) {
+  for (int kr = lid; kr < KEYS; kr += WG) {
+    const int key = k0 + kr;
+    long r = -1;
+    if (key < kv_end) {
+      if (paged) {
+        const int t = key + tok_off;
+        const int id = page_ids[base + t / page_size];
+        if (IN_POOL(id, num_pages)) r = (long)id * stride_page + (long)(t % page_size) * stride_token + head_off;
+        else *bad = true;
+      } else {
+        r = (long)(base + key) * stride_token + head_off;
+      }
+    }
+    ro[kr] = r;
+  }
+}
+
+// The max / sum of a row's TX partials.
+inline float row_max(__local const float* r) {
+  float x = CLATTN_NEG_INF;
+#if TX % 4 == 0
+  for (int t = 0; t < TX; t += 4) {
+    const float4 v = vload4(0, r + t);
+    x = fmax(x, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
+  }
+#else
+  for (int t = 0; t < TX; ++t) x = fmax(x, r[t]);
+#endif
+  return x;
+}
+inline float row_sum(__local const float* r) {
+  float x = 0.0f;
+  for (int t = 0; t < TX; ++t) x += r[t];
+  return x;
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
@@ -85,113 +166,179 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
     float inv_cap, float v_scale, int causal, int window_left, int num_pages, __global volatile int* faults,
     __global const uint* tmaps) {
-  __local float q_s[ROWS * HEAD_DIM];
-  __local float kv_s[KEYS * KSTR];
-  __local float p_s[ROWS * KEYS];
+  __local float stage[STAGE_FLOATS];  // Q and K chunks [ROWS + KEYS][SST], or a V chunk [VC][VST]
+  __local float ps[KEYS * PST];       // P^T: ps[key][ty * TM + i] = P of row ty + TY * i
+  __local float red[ROWS * RST];      // per-row partials across tx (max, then sum): red[i * TY + ty]
   __local long rowoff[KEYS];
 
   const int lid = get_local_id(0);
-  const int r = lid / LPR, lane = lid % LPR;
+  // A sub-group of 32 covers SUB_TX x (32 / SUB_TX) of the grid: few distinct Q rows and K
+  // keys per float4 read (broadcasts) instead of one long strip.
+#if WG % 32 == 0 && TX % SUB_TX == 0 && TY % (32 / SUB_TX) == 0
+  const int tx = lid % SUB_TX + SUB_TX * ((lid / 32) % (TX / SUB_TX));
+  const int ty = (lid / SUB_TX) % (32 / SUB_TX) + (32 / SUB_TX) * (lid / 32 / (TX / SUB_TX));
+#else
+  const int tx = lid % TX, ty = lid / TX;
+#endif
   const int kvh = get_group_id(1);
   __global const int* w = table + 8 * get_group_id(0);
   const int qo_start = w[0], qo_len = w[1], kv_len = w[2], row0 = w[3], base = w[4], tok_off = w[5];
   const int mask_off = w[6];
   const int nrows = qo_len * G;
 
-  for (int i = lid; i < ROWS * HEAD_DIM; i += WG) {
-    const int rr = i / HEAD_DIM, d = i % HEAD_DIM, pr = row0 + rr;
-    float x = 0.0f;
-    if (pr < nrows) {
-      const int t = pr / G, h = kvh * G + pr % G;
-      x = load_elem(q, ((size_t)(qo_start + t) * Hq + h) * HEAD_DIM + d, q_dt) * q_scale;
-    }
-    q_s[i] = x;
+  int qpos[TM];
+  bool row_ok[TM];
+  float m[TM], l[TM];
+  float4 acc[TM][CPT];
+UNROLL_LOOP
+  for (int i = 0; i < TM; ++i) {
+    const int pr = row0 + ty + TY * i;
+    row_ok[i] = pr < nrows;
+    qpos[i] = kv_len - qo_len + pr / G;
+    m[i] = CLATTN_NEG_INF, l[i] = 0.0f;
+UNROLL_LOOP
+    for (int j = 0; j < CPT; ++j) acc[i][j] = (float4)(0.0f);
   }
-
-  const int prow = row0 + r;
-  const bool row_ok = prow < nrows;
-  const int tok = prow / G;
-  const int qpos = kv_len - qo_len + tok;
   const int last_tok = (min(row0 + ROWS, nrows) - 1) / G;
   const int kv_end = causal ? min(kv_len, kv_len - qo_len + last_tok + 1) : kv_len;
   const int kv_begin = window_left >= 0 ? max(0, kv_len - qo_len + row0 / G - window_left) : 0;
-
-  float m = CLATTN_NEG_INF, l = 0.0f;
   bool bad = false;  // a page id outside [0, num_pages) was met
-  float acc[DPL];
-  for (int j = 0; j < DPL; ++j) acc[j] = 0.0f;
 
+  const long head_off = (long)kvh * stride_head;
   for (int k0 = kv_begin; k0 < kv_end; k0 += KEYS) {
-    barrier(CLK_LOCAL_MEM_FENCE);  // the previous step is done with kv_s, p_s, rowoff
-    for (int kr = lid; kr < KEYS; kr += WG) {
-      const int key = k0 + kr;
-      long ro = -1;  // -1: no row (past kv_end, or a page id outside the pool: masked)
-      if (key < kv_end) {
-        if (paged) {
-          const int t = key + tok_off;
-          const int id = page_ids[base + t / page_size];
-          if (IN_POOL(id, num_pages))
-            ro = (long)id * stride_page + (long)(t % page_size) * stride_token + (long)kvh * stride_head;
-          else
-            bad = true;
-        } else {
-          ro = (long)(base + key) * stride_token + (long)kvh * stride_head;
+    barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile's readers of rowoff are done
+    tile_rows(rowoff, k0, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page, stride_token,
+              head_off, &bad, lid);
+
+    // S = Q K^T over DC-wide chunks of the head dim.
+    float s[TM][KPT];
+UNROLL_LOOP
+    for (int i = 0; i < TM; ++i)
+UNROLL_LOOP
+      for (int j = 0; j < KPT; ++j) s[i][j] = 0.0f;
+    for (int d0 = 0; d0 < HEAD_DIM; d0 += DC) {
+      barrier(CLK_LOCAL_MEM_FENCE);  // rowoff written; the previous chunk's readers are done
+      for (int e = lid; e < ROWS * (DC / 4); e += WG) {
+        const int rr = e / (DC / 4), c = (e % (DC / 4)) * 4, pr = row0 + rr;
+        float4 x = (float4)(0.0f);
+        if (pr < nrows) {
+          const size_t qi = ((size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G) * HEAD_DIM + d0 + c;
+          x = bits4_to_float4(load4_bits(q, qi, q_dt), q_dt) * q_scale;
+        }
+        vstore4(x, 0, stage + rr * SST + c);
+      }
+      stage_kv(k, rowoff, KEYS, d0, DC, stage + ROWS * SST, SST, lid);
+      barrier(CLK_LOCAL_MEM_FENCE);
+UNROLL_BY(SUNROLL)
+      for (int c = 0; c < DC; c += 4) {
+        float4 kf[KPT];
+UNROLL_LOOP
+        for (int j = 0; j < KPT; ++j) kf[j] = vload4(0, stage + (ROWS + tx + TX * j) * SST + c);
+UNROLL_LOOP
+        for (int i = 0; i < TM; ++i) {
+          const float4 qf = vload4(0, stage + (ty + TY * i) * SST + c);
+UNROLL_LOOP
+          for (int j = 0; j < KPT; ++j)
+            s[i][j] = fma(qf.x, kf[j].x, fma(qf.y, kf[j].y, fma(qf.z, kf[j].z, fma(qf.w, kf[j].w, s[i][j]))));
         }
       }
-      rowoff[kr] = ro;
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    load_tile(k, rowoff, kv_s, lid);
-    barrier(CLK_LOCAL_MEM_FENCE);
 
-    float s[KPL];
-    for (int j = 0; j < KPL; ++j) {
-      const int c = lane + LPR * j, key = k0 + c;
-      float dot = 0.0f;
-      for (int d = 0; d < HEAD_DIM; ++d) dot = fma(q_s[r * HEAD_DIM + d], kv_s[c * KSTR + d], dot);
-      if (cap_log2 > 0.0f) dot = cap_log2 * tanh(dot * inv_cap);
-      bool vis = row_ok && key < kv_end && rowoff[c] >= 0;
-      if (causal) vis = vis && key <= qpos;
-      if (window_left >= 0) vis = vis && key >= qpos - window_left;
-      if (has_mask && vis) {
-        const long bit = (long)tok * kv_len + key;
-        vis = (mask[mask_off + bit / 8] >> (bit % 8)) & 1;
+    // Masks, this work-item's part of each row max.
+UNROLL_LOOP
+    for (int i = 0; i < TM; ++i) {
+      float mx = CLATTN_NEG_INF;
+UNROLL_LOOP
+      for (int j = 0; j < KPT; ++j) {
+        const int key = k0 + tx + TX * j;
+        float x = s[i][j];
+        if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
+        bool vis = row_ok[i] && rowoff[tx + TX * j] >= 0;
+        if (causal) vis = vis && key <= qpos[i];
+        if (window_left >= 0) vis = vis && key >= qpos[i] - window_left;
+        if (has_mask && vis) {
+          const long bit = (long)(qpos[i] - kv_len + qo_len) * kv_len + key;
+          vis = (mask[mask_off + bit / 8] >> (bit % 8)) & 1;
+        }
+        s[i][j] = vis ? x : CLATTN_NEG_INF;
+        mx = fmax(mx, s[i][j]);
       }
-      s[j] = vis ? dot : CLATTN_NEG_INF;
-      p_s[r * KEYS + c] = s[j];
+      red[(i * TY + ty) * RST + tx] = mx;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    float mt = m;
-    for (int c = 0; c < KEYS; ++c) mt = fmax(mt, p_s[r * KEYS + c]);
-    load_tile(v, rowoff, kv_s, lid);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int j = 0; j < KPL; ++j) p_s[r * KEYS + lane + LPR * j] = s[j] == CLATTN_NEG_INF ? 0.0f : exp2(s[j] - mt);
-    const float alpha = m == mt ? 1.0f : exp2(m - mt);
-    m = mt;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float sum = 0.0f;
-    for (int j = 0; j < DPL; ++j) acc[j] *= alpha;
-    for (int c = 0; c < KEYS; ++c) {
-      const float p = p_s[r * KEYS + c];
-      sum += p;
-      for (int j = 0; j < DPL; ++j) acc[j] = fma(p, kv_s[c * KSTR + lane + LPR * j], acc[j]);
+
+    // Online softmax: the row max over the tile, P -> ps, rescale.
+UNROLL_LOOP
+    for (int i = 0; i < TM; ++i) {
+      const float mt = fmax(m[i], row_max(red + (i * TY + ty) * RST));
+      const float alpha = m[i] == mt ? 1.0f : exp2(m[i] - mt);
+      m[i] = mt;
+      float sum = 0.0f;
+UNROLL_LOOP
+      for (int j = 0; j < KPT; ++j) {
+        const float p = s[i][j] == CLATTN_NEG_INF ? 0.0f : exp2(s[i][j] - mt);
+        sum += p;
+        ps[(tx + TX * j) * PST + ty * TM + i] = p;
+      }
+      l[i] = l[i] * alpha + sum;
+UNROLL_LOOP
+      for (int j = 0; j < CPT; ++j) acc[i][j] *= alpha;
     }
-    l = l * alpha + sum;
+
+    // O += P V over VC-key chunks.
+    for (int v0 = 0; v0 < KEYS; v0 += VC) {
+      barrier(CLK_LOCAL_MEM_FENCE);  // ps written; the stage's previous readers are done
+      stage_kv(v, rowoff + v0, VC, 0, HEAD_DIM, stage, VST, lid);
+      barrier(CLK_LOCAL_MEM_FENCE);
+UNROLL_BY(PUNROLL)
+      for (int kk = 0; kk < VC; ++kk) {
+        float4 vf[CPT];
+UNROLL_LOOP
+        for (int j = 0; j < CPT; ++j) vf[j] = COL_OK(j) ? vload4(0, stage + kk * VST + 4 * (tx + TX * j)) : (float4)(0.0f);
+UNROLL_LOOP
+        for (int i4 = 0; i4 < TM; i4 += 4) {
+          const float4 p = vload4(0, ps + (v0 + kk) * PST + ty * TM + i4);
+UNROLL_LOOP
+          for (int j = 0; j < CPT; ++j) {
+            acc[i4][j] = fma((float4)(p.x), vf[j], acc[i4][j]);
+            acc[i4 + 1][j] = fma((float4)(p.y), vf[j], acc[i4 + 1][j]);
+            acc[i4 + 2][j] = fma((float4)(p.z), vf[j], acc[i4 + 2][j]);
+            acc[i4 + 3][j] = fma((float4)(p.w), vf[j], acc[i4 + 3][j]);
+          }
+        }
+      }
+    }
   }
 
+  // Row sums: the partials of a row's TX work-items.
+  barrier(CLK_LOCAL_MEM_FENCE);
+UNROLL_LOOP
+  for (int i = 0; i < TM; ++i) red[(i * TY + ty) * RST + tx] = l[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
   if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
-  if (!row_ok) return;
-  const int h = kvh * G + prow % G;
-  if (has_sinks) {
-    const float sk = sinks[h] * LOG2E;
-    const float mt = fmax(m, sk);
-    const float alpha = m == mt ? 1.0f : exp2(m - mt);
-    for (int j = 0; j < DPL; ++j) acc[j] *= alpha;
-    l = l * alpha + exp2(sk - mt);
-    m = mt;
+UNROLL_LOOP
+  for (int i = 0; i < TM; ++i) {
+    if (!row_ok[i]) continue;
+    float lt = row_sum(red + (i * TY + ty) * RST);
+    const int pr = row0 + ty + TY * i, h = kvh * G + pr % G;
+    float mi = m[i], alpha = 1.0f;
+    if (has_sinks) {
+      const float sk = sinks[h] * LOG2E;
+      const float mt = fmax(mi, sk);
+      alpha = mi == mt ? 1.0f : exp2(mi - mt);
+      lt = lt * alpha + exp2(sk - mt);
+      mi = mt;
+    }
+    const float inv = lt > 0.0f ? alpha * v_scale / lt : 0.0f;
+    const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
+UNROLL_LOOP
+    for (int j = 0; j < CPT; ++j) {
+      if (!COL_OK(j)) continue;
+      const float4 x = acc[i][j] * inv;
+      const size_t oi = orow * HEAD_DIM + 4 * (tx + TX * j);
+      store_elem(o, oi, o_dt, x.x), store_elem(o, oi + 1, o_dt, x.y);
+      store_elem(o, oi + 2, o_dt, x.z), store_elem(o, oi + 3, o_dt, x.w);
+    }
+    if (has_lse && tx == 0) lse[orow] = lt > 0.0f ? (mi + log2(lt)) * LN2 : CLATTN_NEG_INF;
   }
-  const float inv = l > 0.0f ? v_scale / l : 0.0f;
-  const size_t orow = ((size_t)(qo_start + tok) * Hq + h);
-  for (int j = 0; j < DPL; ++j) store_elem(o, orow * HEAD_DIM + lane + LPR * j, o_dt, acc[j] * inv);
-  if (has_lse && lane == 0) lse[orow] = l > 0.0f ? (m + log2(l)) * LN2 : CLATTN_NEG_INF;
 }

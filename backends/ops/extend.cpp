@@ -160,8 +160,26 @@ struct Tile {
   size_t local_bytes = 0;  // the estimate below (a pre-filter; the driver's figure decides)
 };
 
-size_t generic_local_bytes(int rows, int keys, int d) {
-  return (size_t(rows) * d + size_t(keys) * (d + 1) + size_t(rows) * keys) * 4 + size_t(keys) * 8;
+// The portable kernel's tile (cl_kernels/extend.cl): WG work-items as a (ROWS / TM) x TX grid.
+struct GenericTile {
+  int wg, rows, keys, tm, dc, vc;
+  int tx() const { return wg / (rows / tm); }
+};
+// extend.cl: the stage (Q and K chunks [ROWS + KEYS][DC + 4], or a V chunk [VC][D + 4]),
+// P^T [KEYS][ROWS + 4], the row partials [ROWS][TX + 4] (floats) and KEYS row offsets (long).
+size_t generic_local_bytes(const GenericTile& g, int d) {
+  const size_t stage = std::max(size_t(g.rows + g.keys) * (g.dc + 4), size_t(g.vc) * (d + 4));
+  return (stage + size_t(g.keys) * (g.rows + 4) + size_t(g.rows) * (g.tx() + 4)) * 4 + size_t(g.keys) * 8;
+}
+// "" when the tile's divisibility rules hold (the kernel's #error line), else which fails.
+std::string generic_unfit(const GenericTile& g, int d) {
+  if (g.wg < 1 || g.rows < 1 || g.keys < 1 || g.tm < 1 || g.dc < 1 || g.vc < 1) return "every value must be >= 1";
+  if (g.tm % 4 != 0 || g.rows % g.tm != 0) return "TM must be a multiple of 4 dividing ROWS";
+  if (g.wg % (g.rows / g.tm) != 0) return "WG must be a multiple of ROWS / TM";
+  if (g.keys % g.tx() != 0) return "KEYS must be a multiple of TX = WG / (ROWS / TM) = " + to_string(g.tx());
+  if (g.dc % 4 != 0 || d % g.dc != 0) return "DC must be a multiple of 4 dividing head_dim " + to_string(d);
+  if (g.keys % g.vc != 0) return "VC must divide KEYS";
+  return "";
 }
 // extend_mma_nv.cl: Ks [keys][KRS words] (rows swizzled when d/8 is a multiple of 8, else
 // padded to 16 mod 32 words) and key row offsets of two tiles [2][keys] (long), plus the feed's
@@ -302,30 +320,42 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
 
   Tile g;
   g.variant = "generic", g.file = "extend.cl";
-  g.wg = param(e, over, "WG"), g.rows = param(e, over, "ROWS"), g.keys = param(e, over, "KEYS");
-  if (g.wg < 1 || g.rows < 1 || g.keys < 1 || g.wg % g.rows != 0)
-    rt::invalid("extend parameters WG = " + to_string(g.wg) + ", ROWS = " + to_string(g.rows) +
-                ": WG must be a positive multiple of ROWS");
-  const int lpr = g.wg / g.rows;
-  if (kv.head_dim % lpr != 0 || g.keys % lpr != 0)
-    rt::invalid("extend parameters: head_dim " + to_string(kv.head_dim) + " and KEYS " + to_string(g.keys) +
-                " must be multiples of WG / ROWS = " + to_string(lpr));
-  if (prof.max_work_group_size && size_t(g.wg) > prof.max_work_group_size)
-    throw Error(Status::Unsupported, "extend parameter WG = " + to_string(g.wg) + " exceeds the device's " +
+  GenericTile gt{param(e, over, "WG"), param(e, over, "ROWS"), param(e, over, "KEYS"),
+                 param(e, over, "TM"),  param(e, over, "DC"),   param(e, over, "VC")};
+  // A head-dim chunk that does not divide head_dim (80, 96, 192) becomes the largest
+  // multiple of 4 below it that does.
+  if (gt.dc >= 4 && kv.head_dim % gt.dc != 0 && !over.count("DC"))
+    while (gt.dc > 4 && (kv.head_dim % gt.dc != 0 || gt.dc % 4 != 0)) --gt.dc;
+  const std::string unfit = generic_unfit(gt, kv.head_dim);
+  if (!unfit.empty())
+    rt::invalid("extend parameters WG = " + to_string(gt.wg) + ", ROWS = " + to_string(gt.rows) + ", KEYS = " +
+                to_string(gt.keys) + ", TM = " + to_string(gt.tm) + ", DC = " + to_string(gt.dc) + ", VC = " +
+                to_string(gt.vc) + ": " + unfit);
+  if (prof.max_work_group_size && size_t(gt.wg) > prof.max_work_group_size)
+    throw Error(Status::Unsupported, "extend parameter WG = " + to_string(gt.wg) + " exceeds the device's " +
                                          to_string(prof.max_work_group_size) + " work-items per group");
-  while (generic_local_bytes(g.rows, g.keys, kv.head_dim) > lmax) {
-    if (g.keys / 2 >= lpr && (g.keys / 2) % lpr == 0) g.keys /= 2;
-    else if (g.rows > 1 && g.rows % 2 == 0) g.rows /= 2, g.wg /= 2;
+  // Over the device's local memory: fewer keys per tile (down to one per tx), then fewer rows
+  // (and work-items) per group.
+  while (generic_local_bytes(gt, kv.head_dim) > lmax) {
+    GenericTile k = gt, r = gt;
+    k.keys /= 2, k.vc = std::min(k.vc, k.keys);
+    r.rows /= 2, r.wg /= 2;
+    if (generic_unfit(k, kv.head_dim).empty()) gt = k;
+    else if (generic_unfit(r, kv.head_dim).empty()) gt = r;
     else
-      throw Error(Status::Unsupported, "extend tile needs " +
-                                           to_string(generic_local_bytes(g.rows, g.keys, kv.head_dim)) +
+      throw Error(Status::Unsupported, "extend tile needs " + to_string(generic_local_bytes(gt, kv.head_dim)) +
                                            " bytes of local memory, device has " + to_string(lmax));
   }
-  std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))},
-                                          {"WG", to_string(g.wg)},               {"ROWS", to_string(g.rows)},
-                                          {"KEYS", to_string(g.keys)}};
+  g.wg = gt.wg, g.rows = gt.rows, g.keys = gt.keys;
+  std::map<std::string, std::string> d = {
+      {"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))}, {"WG", to_string(gt.wg)},
+      {"ROWS", to_string(gt.rows)},         {"KEYS", to_string(gt.keys)},        {"TM", to_string(gt.tm)},
+      {"DC", to_string(gt.dc)},             {"VC", to_string(gt.vc)},
+      {"SUNROLL", to_string(ops::param_or(e, over, "SUNROLL", gt.dc / 4))},
+      {"PUNROLL", to_string(ops::param_or(e, over, "PUNROLL", gt.vc))},
+      {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};
   g.options = rt::make_options(d);
-  g.local_bytes = generic_local_bytes(g.rows, g.keys, kv.head_dim);
+  g.local_bytes = generic_local_bytes(gt, kv.head_dim);
   out.push_back(g);
   return out;
 }

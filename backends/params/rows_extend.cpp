@@ -1,11 +1,18 @@
 // extend / prefill parameters: generic, vendor and device rows. Each says where its numbers
 // come from. Keys: "d128" (head_dim <= 128), "d256" (192, 256); "*" rows apply to both.
 //
-// Portable kernel (variant "generic", cl_kernels/extend.cl):
-//   WG    work-items per group
-//   ROWS  packed query rows (tokens x GQA group) per group; WG / ROWS lanes share a row
-//   KEYS  keys per step; local memory = (ROWS*D + KEYS*(D+1) + ROWS*KEYS) floats + KEYS
-//         longs (the dispatcher halves KEYS, then ROWS, while it exceeds the device's)
+// Portable kernel (variant "generic", cl_kernels/extend.cl; FlashAttention-2 with GEMM-style
+// register blocking, CLBlast xgemm's tiling as the model):
+//   WG    work-items per group, a (ROWS / TM) x TX grid
+//   ROWS  packed query rows (tokens x GQA group) per group
+//   TM    rows per work-item (a multiple of 4); TX = WG / (ROWS / TM) work-items share a row
+//   KEYS  keys per tile (one online-softmax step); each work-item scores KEYS / TX of them
+//         for its TM rows and owns TM x D / TX output accumulators
+//   DC    head-dim chunk of the Q and K staging (lowered to a divisor of head_dim)
+//   VC    keys per V chunk
+//   local memory = max((ROWS + KEYS)(DC + 4), VC (D + 4)) + KEYS (ROWS + 4) + ROWS (TX + 4)
+//   floats + KEYS longs (the dispatcher halves KEYS, then ROWS and WG, while it exceeds the
+//   device's). Registers per work-item: about TM x (D / TX + KEYS / TX) + 4 (TM + KEYS / TX).
 // Tensor-core kernel (variant "nv_mma_sync", cl_kernels/extend_mma_nv.cl; the files of both
 // tensor-core kernels are listed in cl_kernels/extend_defs_nv.clh):
 //   MMA        1: prefer the tensor-core kernels where variant_available() says the device
@@ -37,47 +44,66 @@
 namespace clattn::params {
 const std::vector<Row>& rows_extend() {
   static const std::vector<Row> rows = {
-      // 128 work-items (4 warps / 2 wave64), 16 rows x 8 lanes, 32-key steps: 27 KB of local
-      // memory at D=128, inside OpenCL's 32 KB minimum. MMA_WARPS / MMA_KEYS are read only
-      // where MMA=1 (the nvidia row).
+      // 128 work-items as 8 x 16, 4 rows x 2 keys per work-item, 32 x 32 tiles: 17 KB of local
+      // memory at D=128 (24 KB at D=256), inside the 32 KB that Apple, Arm Mali and Adreno
+      // offer. MMA_WARPS / MMA_KEYS are read only where MMA=1 (the nvidia row).
       {"extend", Level::Generic, "", "*",
-       {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}, {"MMA_WARPS", 4}, {"MMA_KEYS", 64}},
-       "portable default (by design; not tuned)"},
-      // 16-key steps keep D=256 at 34 KB of local memory (48 KB on NVIDIA, 64 KB on AMD/Intel).
-      {"extend", Level::Generic, "", "d256", {{"KEYS", 16}, {"MMA_KEYS", 32}},
-       "portable default (by design; not tuned)"},
+       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"DC", 32}, {"VC", 16}, {"MMA", 0}, {"MMA_WARPS", 4},
+        {"MMA_KEYS", 64}},
+       "portable default: the 32 KB local-memory floor of the OpenCL 1.2 full profile; not tuned"},
+      {"extend", Level::Generic, "", "d256", {{"MMA_KEYS", 32}}, "portable default (by design; not tuned)"},
       // nv_mma_sync: FlashAttention-2 (Dao 2023) layout, 8 warps x 16 rows, mma.sync m16n8k16
       // (PTX ISA, warp-level matrix fragments). 16-bit KV by cp.async: two 32-key K and V
       // stages, 33 KB at D=128 within the 48 KB OpenCL local limit (DEVICE.md); fp8 KV stages
-      // 64-key K and transposed-V tiles through registers (33 KB). Generic fallback: 32 rows x
-      // 4 lanes, 37 KB.
+      // 64-key K and transposed-V tiles through registers (33 KB). Portable kernel (portable-only
+      // mode, or where the tensor-core kernels do not apply): 256 work-items as 16 x 16, 4 rows x
+      // 4 keys each, 64 x 64 tiles, 41 KB (the fastest of the tiles in clattn-bench extend
+      // --variant generic --param sweeps, NVIDIA H200, driver 580.159.04, 2026-11-26).
       {"extend", Level::Vendor, "nvidia", "*",
-       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 1}, {"MMA_WARPS", 8}, {"MMA_KEYS", 64}, {"MMA_ASYNC", 1}},
+       {{"WG", 256}, {"ROWS", 64}, {"KEYS", 64}, {"TM", 4}, {"DC", 32}, {"VC", 16}, {"MMA", 1}, {"MMA_WARPS", 8},
+        {"MMA_KEYS", 64}, {"MMA_ASYNC", 1}},
        "by design: the 48 KB local limit (DEVICE.md); MMA_ASYNC and MMA_WARPS: clattn-bench extend --param, "
-       "NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"},
+       "NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; the portable tile: clattn-bench extend --param, "
+       "NVIDIA H200, driver 580.159.04, 2026-11-26"},
       // 32-key K and transposed-V tiles keep D=256 at 32 KB of local memory (two cp.async
       // stages do not fit: register staging).
-      {"extend", Level::Vendor, "nvidia", "d256", {{"ROWS", 16}, {"KEYS", 16}, {"MMA_KEYS", 32}},
+      {"extend", Level::Vendor, "nvidia", "d256", {{"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA_KEYS", 32}},
        "by design: the 48 KB local limit (DEVICE.md)"},
-      // 4 x wave64 per group, 32 rows x 8 lanes; 37 KB of the 64 KB LDS at D=128.
-      {"extend", Level::Vendor, "amd", "*", {{"WG", 256}, {"ROWS", 32}, {"KEYS", 32}, {"MMA", 0}},
-       "vendor guide: AMD CDNA3 ISA, LDS size; not tuned on hardware"},
-      // 16 x 16 lanes keeps D=256 under 34 KB of LDS.
-      {"extend", Level::Vendor, "amd", "d256", {{"ROWS", 16}, {"KEYS", 16}},
-       "vendor guide: AMD CDNA3 ISA, LDS size; not tuned on hardware"},
-      // 8 x SIMD16 per group; 27 KB of SLM at D=128 (64 KB per Xe-core).
-      {"extend", Level::Vendor, "intel", "*", {{"WG", 128}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}},
-       "vendor guide: Intel oneAPI GPU optimization guide, SLM; not tuned on hardware"},
-      // PoCL runs a group as one vectorised loop, so one lane per row (no redundant row
-      // reductions) and 16 rows = one AVX-512 float vector.
-      {"extend", Level::Vendor, "cpu", "*", {{"WG", 16}, {"ROWS", 16}, {"KEYS", 32}, {"MMA", 0}},
+      // GCN / CDNA (wave64): 4 waves of 64 as a 16 x 16 grid, 4 rows x 4 keys per work-item,
+      // 64 x 64 tiles: 41 KB of the 64 KB LDS a work-group may use at D=128; 32 accumulators
+      // leave VGPRs for 2 groups per SIMD.
+      {"extend", Level::Vendor, "amd", "*", {{"WG", 256}, {"ROWS", 64}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}},
+       "vendor guide: AMD CDNA3 ISA and the AMD GPU performance guide (LDS 64 KB per work-group, 512 VGPRs); "
+       "not tuned on hardware"},
+      // RDNA (wave32 native, 2 SIMD32 per CU): 4 wave32 per group as 8 x 16, 4 rows x 4 keys.
+      {"extend", Level::Arch, "rdna", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}},
+       "vendor guide: AMD RDNA3 ISA reference guide, wave32 native, 64 KB LDS per work-group; not tuned on hardware"},
+      // Xe: 8 x SIMD16 per group as 8 x 16, 4 rows x 4 keys; 26 KB of SLM at D=128 (64 KB per
+      // Xe-core), 32 accumulators inside the 128 GRF registers of SIMD16.
+      {"extend", Level::Vendor, "intel", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}},
+       "vendor guide: Intel oneAPI GPU optimization guide (SLM, GRF size per thread); not tuned on hardware"},
+      // Apple GPUs: 32 KB threadgroup memory, SIMD-groups of 32: the portable default tile.
+      {"extend", Level::Vendor, "apple", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
+       "vendor guide: Apple Metal feature set tables (32 KB threadgroup memory); not tuned on hardware"},
+      // Arm Mali (Valhall): 32 KB local memory mapped to the load/store cache, 64 registers per
+      // thread at full occupancy: 64 work-items, 4 rows x 4 keys (16 accumulators at D=64).
+      {"extend", Level::Vendor, "arm", "*", {{"WG", 64}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
+       "vendor guide: Arm Mali GPU best practices / Valhall OpenCL optimization guide; not tuned on hardware"},
+      // Qualcomm Adreno: 32 KB local memory, waves of 64 or 128: 128 work-items, the default
+      // tile.
+      {"extend", Level::Vendor, "qualcomm", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
+       "vendor guide: Qualcomm Snapdragon Mobile Platform OpenCL general programming and optimization; "
+       "not tuned on hardware"},
+      // PoCL runs a group as one loop over work-items, vectorised across them: 32 work-items
+      // as 8 x 4, 4 rows x 8 keys each.
+      {"extend", Level::Vendor, "cpu", "*", {{"WG", 32}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
        "vendor docs: PoCL pthread device; not tuned"},
       // The tile values from clattn-tune (--time-budget 300; its table: docs/results-h100.md);
       // by hand on top: nv_wgmma with three warpgroups, the TMA feed and warpgroup turns, the
       // fastest extend kernel on this GPU (docs/results-h100.md). MMA_WARPS 12 means 8 for
       // nv_mma_sync, the fallback.
       {"extend", Level::Device, "NVIDIA H100 80GB HBM3", "d128",
-       {{"KEYS", 32}, {"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 12}, {"ROWS", 32}, {"WG", 128}, {"MMA_ASYNC", 1},
+       {{"MMA", 1}, {"MMA_KEYS", 128}, {"MMA_WARPS", 12}, {"MMA_ASYNC", 1},
         {"MMA_WGMMA", 1}, {"MMA_TMA", 1}, {"MMA_PINGPONG", 1}},
        "clattn-tune, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; MMA_WGMMA, MMA_WARPS 12, MMA_TMA, "
        "MMA_PINGPONG: clattn-bench extend, same machine and day"},

@@ -575,6 +575,33 @@ TEST(Extend, GenericVariantCanBeForced) {
   EXPECT_EXTEND_OK(b, r);
 }
 
+// The portable kernel over the shapes of its tile parameters (cl_kernels/extend.cl): 8 rows
+// per work-item, head-dim chunks that must shrink to divide 80 and 96, V chunks of 8 keys,
+// 64-key tiles, a grid narrower than a sub-group, unroll counts below the full loop.
+TEST(Extend, GenericTileParameters) {
+  CLATTN_SEED_TRACE();
+  const std::vector<std::map<std::string, int>> tiles = {
+      {{"WG", 64}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 8}, {"DC", 16}, {"VC", 8}},
+      {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"DC", 32}, {"VC", 16}, {"SUNROLL", 2}, {"PUNROLL", 4}},
+      {{"WG", 16}, {"ROWS", 16}, {"KEYS", 16}, {"TM", 4}, {"DC", 64}, {"VC", 16}},
+  };
+  const int dims[] = {96, 80, 128};
+  for (size_t n = 0; n < tiles.size(); ++n) {
+    Case c;
+    c.variant = "generic";
+    for (const auto& kv : tiles[n]) c.params[kv.first] = kv.second;
+    if (n == 1) c.params.erase("DC");  // the default chunk (32), lowered to 20 to divide 80
+    c.D = dims[n], c.G = 2, c.Hkv = 2, c.P = n == 1 ? 16 : 4;
+    c.kv = n == 0 ? DType::BF16 : DType::F16, c.qd = DType::F16, c.od = DType::F32;
+    c.qo = {37, 5}, c.prefix = {29, 70};
+    c.causal = n != 2, c.lse = true, c.sinks = n == 1;
+    Batch b = build(c, 70 + int(n));
+    DevRun r = run(b);
+    EXPECT_EQ(r.plan.variant, "generic");
+    EXPECT_EXTEND_OK(b, r);
+  }
+}
+
 // Many key tiles per work-group (the other cases stay within one or two): the tensor-core
 // kernel's staging pipeline, causal tile skipping per warp, interior tiles without masks,
 // and the row-max rescale across tiles; head dims of every staging layout (80: padded K
