@@ -53,6 +53,9 @@
 #ifndef SUB_TX  // work-items along tx inside one sub-group of 32 (the rest of it along ty)
 #define SUB_TX 8
 #endif
+#ifndef QRES  // 1: the group's Q rows stay in local memory for the whole key loop (staged once)
+#define QRES 0
+#endif
 #ifndef SUNROLL  // unroll of the S loop over a chunk's float4 columns (its loads get hoisted)
 #define SUNROLL (DC / 4)
 #endif
@@ -81,7 +84,13 @@
 #define VST (HEAD_DIM + 4)             // row stride of the V chunk
 #define PST (ROWS + 4)                 // key stride of P^T
 #define RST (TX + 4)                   // row stride of the partials (float4 reads, 4 rows apart)
-#define STAGE_FLOATS ((ROWS + KEYS) * SST > VC * VST ? (ROWS + KEYS) * SST : VC * VST)
+#if QRES
+#define QST VST                        // Q rows [ROWS][HEAD_DIM + 4], apart from the stage
+#define SROWS KEYS                     // the stage's S step: a K chunk
+#else
+#define SROWS (ROWS + KEYS)            // the stage's S step: a Q and a K chunk
+#endif
+#define STAGE_FLOATS (SROWS * SST > VC * VST ? SROWS * SST : VC * VST)
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
@@ -114,6 +123,22 @@ inline void stage_kv(__global const void* src, __local const long* ro, int n, in
   for (int e = lid; e < n * w4; e += WG) {
     const int r = e / w4, c = (e % w4) * 4;
     vstore4(ro[r] >= 0 ? load_kv4(src, ro[r] + c0 + c) : (float4)(0.0f), 0, dst + r * stride + c);
+  }
+}
+
+// Columns [c0, c0 + width) of the group's ROWS packed query rows, times q_scale (rows past
+// nrows: zeros) -> dst[ROWS][stride].
+inline void stage_q(__global const void* q, int q_dt, float q_scale, int qo_start, int row0, int nrows, int G, int Hq,
+                    int kvh, int c0, int width, __local float* dst, int stride, int lid) {
+  const int w4 = width / 4;
+  for (int e = lid; e < ROWS * w4; e += WG) {
+    const int rr = e / w4, c = (e % w4) * 4, pr = row0 + rr;
+    float4 x = (float4)(0.0f);
+    if (pr < nrows) {
+      const size_t qi = ((size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G) * HEAD_DIM + c0 + c;
+      x = bits4_to_float4(load4_bits(q, qi, q_dt), q_dt) * q_scale;
+    }
+    vstore4(x, 0, dst + rr * stride + c);
   }
 }
 
@@ -166,7 +191,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
     long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
     float inv_cap, float v_scale, int causal, int window_left, int num_pages, __global volatile int* faults,
     __global const uint* tmaps) {
-  __local float stage[STAGE_FLOATS];  // Q and K chunks [ROWS + KEYS][SST], or a V chunk [VC][VST]
+  __local float stage[STAGE_FLOATS];  // (Q and) K chunks [SROWS][SST], or a V chunk [VC][VST]
+#if QRES
+  __local float qs[ROWS * QST];
+#endif
   __local float ps[KEYS * PST];       // P^T: ps[key][ty * TM + i] = P of row ty + TY * i
   __local float red[ROWS * RST];      // per-row partials across tx (max, then sum): red[i * TY + ty]
   __local long rowoff[KEYS];
@@ -205,6 +233,9 @@ UNROLL_LOOP
   bool bad = false;  // a page id outside [0, num_pages) was met
 
   const long head_off = (long)kvh * stride_head;
+#if QRES
+  stage_q(q, q_dt, q_scale, qo_start, row0, nrows, G, Hq, kvh, 0, HEAD_DIM, qs, QST, lid);  // (barriers below)
+#endif
   for (int k0 = kv_begin; k0 < kv_end; k0 += KEYS) {
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile's readers of rowoff are done
     tile_rows(rowoff, k0, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page, stride_token,
@@ -218,25 +249,25 @@ UNROLL_LOOP
       for (int j = 0; j < KPT; ++j) s[i][j] = 0.0f;
     for (int d0 = 0; d0 < HEAD_DIM; d0 += DC) {
       barrier(CLK_LOCAL_MEM_FENCE);  // rowoff written; the previous chunk's readers are done
-      for (int e = lid; e < ROWS * (DC / 4); e += WG) {
-        const int rr = e / (DC / 4), c = (e % (DC / 4)) * 4, pr = row0 + rr;
-        float4 x = (float4)(0.0f);
-        if (pr < nrows) {
-          const size_t qi = ((size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G) * HEAD_DIM + d0 + c;
-          x = bits4_to_float4(load4_bits(q, qi, q_dt), q_dt) * q_scale;
-        }
-        vstore4(x, 0, stage + rr * SST + c);
-      }
+#if !QRES
+      stage_q(q, q_dt, q_scale, qo_start, row0, nrows, G, Hq, kvh, d0, DC, stage, SST, lid);
       stage_kv(k, rowoff, KEYS, d0, DC, stage + ROWS * SST, SST, lid);
+#else
+      stage_kv(k, rowoff, KEYS, d0, DC, stage, SST, lid);
+#endif
       barrier(CLK_LOCAL_MEM_FENCE);
 UNROLL_BY(SUNROLL)
       for (int c = 0; c < DC; c += 4) {
         float4 kf[KPT];
 UNROLL_LOOP
-        for (int j = 0; j < KPT; ++j) kf[j] = vload4(0, stage + (ROWS + tx + TX * j) * SST + c);
+        for (int j = 0; j < KPT; ++j) kf[j] = vload4(0, stage + (SROWS - KEYS + tx + TX * j) * SST + c);
 UNROLL_LOOP
         for (int i = 0; i < TM; ++i) {
+#if QRES
+          const float4 qf = vload4(0, qs + (ty + TY * i) * QST + d0 + c);
+#else
           const float4 qf = vload4(0, stage + (ty + TY * i) * SST + c);
+#endif
 UNROLL_LOOP
           for (int j = 0; j < KPT; ++j)
             s[i][j] = fma(qf.x, kf[j].x, fma(qf.y, kf[j].y, fma(qf.z, kf[j].z, fma(qf.w, kf[j].w, s[i][j]))));

@@ -162,14 +162,17 @@ struct Tile {
 
 // The portable kernel's tile (cl_kernels/extend.cl): WG work-items as a (ROWS / TM) x TX grid.
 struct GenericTile {
-  int wg, rows, keys, tm, dc, vc;
+  int wg, rows, keys, tm, dc, vc, qres;
   int tx() const { return wg / (rows / tm); }
 };
-// extend.cl: the stage (Q and K chunks [ROWS + KEYS][DC + 4], or a V chunk [VC][D + 4]),
-// P^T [KEYS][ROWS + 4], the row partials [ROWS][TX + 4] (floats) and KEYS row offsets (long).
+// extend.cl: the stage (Q and K chunks [ROWS + KEYS][DC + 4], or with QRES K chunks
+// [KEYS][DC + 4]; or a V chunk [VC][D + 4]), with QRES the Q rows [ROWS][D + 4], P^T
+// [KEYS][ROWS + 4], the row partials [ROWS][TX + 4] (floats) and KEYS row offsets (long).
 size_t generic_local_bytes(const GenericTile& g, int d) {
-  const size_t stage = std::max(size_t(g.rows + g.keys) * (g.dc + 4), size_t(g.vc) * (d + 4));
-  return (stage + size_t(g.keys) * (g.rows + 4) + size_t(g.rows) * (g.tx() + 4)) * 4 + size_t(g.keys) * 8;
+  const size_t srows = size_t(g.qres ? g.keys : g.rows + g.keys);
+  const size_t stage = std::max(srows * (g.dc + 4), size_t(g.vc) * (d + 4));
+  const size_t qs = g.qres ? size_t(g.rows) * (d + 4) : 0;
+  return (stage + qs + size_t(g.keys) * (g.rows + 4) + size_t(g.rows) * (g.tx() + 4)) * 4 + size_t(g.keys) * 8;
 }
 // "" when the tile's divisibility rules hold (the kernel's #error line), else which fails.
 std::string generic_unfit(const GenericTile& g, int d) {
@@ -321,7 +324,8 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   Tile g;
   g.variant = "generic", g.file = "extend.cl";
   GenericTile gt{param(e, over, "WG"), param(e, over, "ROWS"), param(e, over, "KEYS"),
-                 param(e, over, "TM"),  param(e, over, "DC"),   param(e, over, "VC")};
+                 param(e, over, "TM"),  param(e, over, "DC"),   param(e, over, "VC"),
+                 ops::param_or(e, over, "QRES", 1)};
   // A head-dim chunk that does not divide head_dim (80, 96, 192) becomes the largest
   // multiple of 4 below it that does.
   if (gt.dc >= 4 && kv.head_dim % gt.dc != 0 && !over.count("DC"))
@@ -334,8 +338,9 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   if (prof.max_work_group_size && size_t(gt.wg) > prof.max_work_group_size)
     throw Error(Status::Unsupported, "extend parameter WG = " + to_string(gt.wg) + " exceeds the device's " +
                                          to_string(prof.max_work_group_size) + " work-items per group");
-  // Over the device's local memory: fewer keys per tile (down to one per tx), then fewer rows
-  // (and work-items) per group.
+  // Over the device's local memory: Q staged per chunk instead of resident, then fewer keys
+  // per tile (down to one per tx), then fewer rows (and work-items) per group.
+  if (gt.qres && !over.count("QRES") && generic_local_bytes(gt, kv.head_dim) > lmax) gt.qres = 0;
   while (generic_local_bytes(gt, kv.head_dim) > lmax) {
     GenericTile k = gt, r = gt;
     k.keys /= 2, k.vc = std::min(k.vc, k.keys);
@@ -350,7 +355,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   std::map<std::string, std::string> d = {
       {"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))}, {"WG", to_string(gt.wg)},
       {"ROWS", to_string(gt.rows)},         {"KEYS", to_string(gt.keys)},        {"TM", to_string(gt.tm)},
-      {"DC", to_string(gt.dc)},             {"VC", to_string(gt.vc)},
+      {"DC", to_string(gt.dc)},             {"VC", to_string(gt.vc)},          {"QRES", to_string(gt.qres)},
       {"SUNROLL", to_string(ops::param_or(e, over, "SUNROLL", gt.dc / 4))},
       {"PUNROLL", to_string(ops::param_or(e, over, "PUNROLL", gt.vc))},
       {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};

@@ -10,9 +10,10 @@
 //         for its TM rows and owns TM x D / TX output accumulators
 //   DC    head-dim chunk of the Q and K staging (lowered to a divisor of head_dim)
 //   VC    keys per V chunk
-//   local memory = max((ROWS + KEYS)(DC + 4), VC (D + 4)) + KEYS (ROWS + 4) + ROWS (TX + 4)
-//   floats + KEYS longs (the dispatcher halves KEYS, then ROWS and WG, while it exceeds the
-//   device's). Registers per work-item: about TM x (D / TX + KEYS / TX) + 4 (TM + KEYS / TX).
+//   QRES  1 (default): the group's Q rows stay in local memory, staged once
+//   local memory = max(SR (DC + 4), VC (D + 4)) + QRES ROWS (D + 4) + KEYS (ROWS + 4) +
+//   ROWS (TX + 4) floats + KEYS longs, SR = KEYS with QRES, else ROWS + KEYS (the dispatcher
+//   drops QRES, then halves KEYS, then ROWS and WG, while it exceeds the device's). Registers per work-item: about TM x (D / TX + KEYS / TX) + 4 (TM + KEYS / TX).
 // Tensor-core kernel (variant "nv_mma_sync", cl_kernels/extend_mma_nv.cl; the files of both
 // tensor-core kernels are listed in cl_kernels/extend_defs_nv.clh):
 //   MMA        1: prefer the tensor-core kernels where variant_available() says the device
@@ -56,11 +57,11 @@ const std::vector<Row>& rows_extend() {
       // (PTX ISA, warp-level matrix fragments). 16-bit KV by cp.async: two 32-key K and V
       // stages, 33 KB at D=128 within the 48 KB OpenCL local limit (DEVICE.md); fp8 KV stages
       // 64-key K and transposed-V tiles through registers (33 KB). Portable kernel (portable-only
-      // mode, or where the tensor-core kernels do not apply): 256 work-items as 16 x 16, 4 rows x
-      // 4 keys each, 64 x 64 tiles, 41 KB (the fastest of the tiles in clattn-bench extend
-      // --variant generic --param sweeps, NVIDIA H200, driver 580.159.04, 2026-11-26).
+      // mode, or where the tensor-core kernels do not apply): 128 work-items as 8 x 16, 4 rows x
+      // 4 keys each, 32 x 64 tiles, Q resident: 38 KB, 128 registers (the fastest of the tiles in
+      // clattn-bench extend --param sweeps, NVIDIA H200, driver 580.159.04, 2026-11-26).
       {"extend", Level::Vendor, "nvidia", "*",
-       {{"WG", 256}, {"ROWS", 64}, {"KEYS", 64}, {"TM", 4}, {"DC", 32}, {"VC", 16}, {"MMA", 1}, {"MMA_WARPS", 8},
+       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"DC", 32}, {"VC", 16}, {"MMA", 1}, {"MMA_WARPS", 8},
         {"MMA_KEYS", 64}, {"MMA_ASYNC", 1}},
        "by design: the 48 KB local limit (DEVICE.md); MMA_ASYNC and MMA_WARPS: clattn-bench extend --param, "
        "NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; the portable tile: clattn-bench extend --param, "

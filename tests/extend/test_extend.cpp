@@ -577,13 +577,14 @@ TEST(Extend, GenericVariantCanBeForced) {
 
 // The portable kernel over the shapes of its tile parameters (cl_kernels/extend.cl): 8 rows
 // per work-item, head-dim chunks that must shrink to divide 80 and 96, V chunks of 8 keys,
-// 64-key tiles, a grid narrower than a sub-group, unroll counts below the full loop.
+// 64-key tiles, a grid narrower than a sub-group, unroll counts below the full loop, Q
+// staged per chunk (QRES 0) as well as resident.
 TEST(Extend, GenericTileParameters) {
   CLATTN_SEED_TRACE();
   const std::vector<std::map<std::string, int>> tiles = {
       {{"WG", 64}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 8}, {"DC", 16}, {"VC", 8}},
       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"DC", 32}, {"VC", 16}, {"SUNROLL", 2}, {"PUNROLL", 4}},
-      {{"WG", 16}, {"ROWS", 16}, {"KEYS", 16}, {"TM", 4}, {"DC", 64}, {"VC", 16}},
+      {{"WG", 16}, {"ROWS", 16}, {"KEYS", 16}, {"TM", 4}, {"DC", 64}, {"VC", 16}, {"QRES", 0}},
   };
   const int dims[] = {96, 80, 128};
   for (size_t n = 0; n < tiles.size(); ++n) {
