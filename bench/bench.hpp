@@ -18,4 +18,8 @@ void register_extend(CLI::App& app, Harness& h);
 void register_mla(CLI::App& app, Harness& h);
 void register_limits(CLI::App& app, Harness& h);
 
+// Prints once per process which kernel variants the context may choose ("# variants: ...":
+// CLATTN_VARIANTS=portable excludes the vendor-specific ones); each op case calls it first.
+void note_variant_mode(Harness& h);
+
 }  // namespace clattn::bench

@@ -136,7 +136,7 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
-  h.report("decode", shape_of(c) + param_suffix(params), ms, bytes, flops);
+  h.report("decode", shape_of(c) + " " + plan.variant + param_suffix(params), ms, bytes, flops);
   std::printf("#   plan: %s WG=%d TPT=%d GMAX=%dx%d UNROLL=%d LOAD=%d; %d work items, chunk %d, %d partials\n",
               plan.variant.c_str(), plan.tile.wg, plan.tile.tpt, plan.tile.gmax, plan.tile.head_blocks,
               plan.tile.unroll, plan.tile.load_bytes, plan.num_work, plan.chunk_tokens,
@@ -204,6 +204,7 @@ void register_decode(CLI::App& app, Harness& h) {
       with(1, 32768, 16, DType::FP8_E4M3);
       with(256, 1024, 1, DType::FP8_E4M3);
     }
+    note_variant_mode(h);
     h.get_limits();
     for (auto& c : cases)
       for (auto& g : grid) {

@@ -11,6 +11,8 @@
 // Limits (same process):
 // - generic kernel: the FP32 peak, compute units x FP32 lanes per unit x 2 (FMA) x
 //   CL_DEVICE_MAX_CLOCK_FREQUENCY; lanes per unit by vendor/architecture (printed).
+// - every row: the measured FP32 FMA-loop peak and CLBlast SGEMM (bench/ceilings.hpp), on the
+//   "ceilings" line under it.
 // - nv_mma_sync: a measured mma.sync peak: a loop of mma.sync.m16n8k16 f16 -> f32 over
 //   independent accumulators on every SM (../shared/device/examples/ptxmma.cpp idea).
 // - nv_wgmma: the same mma.sync figure, labelled as such (warpgroup MMA issues faster; its
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "bench/bench.hpp"
+#include "bench/ceilings.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -154,6 +157,7 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   std::snprintf(shape, sizeof shape, "%dx(q%d,kv%d) H=%d D=%d f16 causal%s %s%s", B, c.qo, c.kv, H, D,
                 scatter ? " scattered-pages" : "", plan.variant.c_str(), ps.c_str());
   h.report_compute("extend", shape, ms, flops, peak, peak_desc);
+  report_ceilings(h, "extend", shape, flops / (ms * 1e9));
 }
 
 }  // namespace
@@ -183,6 +187,7 @@ void register_extend(CLI::App& app, Harness& h) {
     else
       cases = {{1, 4096, 4096, 32, 128}, {1, 16384, 16384, 32, 128}, {8, 1024, 2048, 32, 128}};
     Context& ctx = h.ctx();
+    note_variant_mode(h);
     std::map<std::string, int> params;
     for (const auto& p : param_args) params.insert(parse_param(p));
     std::string fp32_desc;
@@ -191,7 +196,10 @@ void register_extend(CLI::App& app, Harness& h) {
     const std::vector<VariantInfo> vs = clattn::variants(ctx.profile());
     for (const char* tc : {"nv_wgmma", "nv_mma_sync"})
       for (auto& v : vs)
-        if ((only.empty() || only == tc) && v.name == tc && v.available) variants.push_back(tc);
+        if ((only.empty() || only == tc) && v.name == tc) {
+          if (v.available) variants.push_back(tc);
+          else if (only == tc) std::printf("# variant %s not run: %s\n", tc, v.reason.c_str());
+        }
     if (only.empty() || only == "generic") variants.push_back("generic");
     double mma = 0.0;
     std::string mma_desc;
@@ -201,6 +209,7 @@ void register_extend(CLI::App& app, Harness& h) {
       std::printf("# limit: %.1f TFLOP/s %s\n", mma, mma_desc.c_str());
     }
     std::printf("# limit: %.1f TFLOP/s %s\n", fp32, fp32_desc.c_str());
+    ceilings(h);
     for (auto& v : variants)
       for (auto& c : cases) {
         if (v == "generic" && !quick && c.qo * c.B > 8192 && ctx.profile().is_cpu) continue;

@@ -1,14 +1,17 @@
 // clattn-bench limits: the streaming-read and copy limits (clattn::measure_limits) over a
 // range of buffer sizes, so an op's rate on a small working set can be put next to the
-// rate a plain read of that many bytes reaches (a launch's ramp and tail weigh more there).
+// rate a plain read of that many bytes reaches (a launch's ramp and tail weigh more there);
+// then the compute ceilings (FP32 FMA-loop peak, CLBlast SGEMM: bench/ceilings.hpp).
 #include <cstdio>
 
 #include "bench/bench.hpp"
+#include "bench/ceilings.hpp"
 
 namespace clattn::bench {
 
 void register_limits(CLI::App& app, Harness& h) {
-  auto* cmd = app.add_subcommand("limits", "stream-read and copy GB/s by buffer size (16 MiB .. 1 GiB)");
+  auto* cmd = app.add_subcommand("limits",
+                                 "stream-read and copy GB/s by buffer size (16 MiB .. 1 GiB), FP32 FMA peak, CLBlast SGEMM");
   static std::vector<int> mib = {16, 32, 64, 128, 256, 512, 1024};
   cmd->add_option("--mib", mib, "buffer sizes in MiB");
   cmd->callback([&h] {
@@ -18,6 +21,12 @@ void register_limits(CLI::App& app, Harness& h) {
       std::printf("limits     %5d MiB  stream-read %8.1f GB/s  copy %8.1f GB/s  (%.1f us per read)\n", m,
                   L.stream_read_gbps, L.copy_gbps, double(L.bytes) / (L.stream_read_gbps * 1e3));
     }
+    const Ceilings& c = ceilings(h);
+    std::printf("limits     FP32 FMA peak %8.3g TFLOP/s\n", c.fma.tflops);
+    if (c.sgemm.available)
+      std::printf("limits     CLBlast SGEMM %dx%dx%d %8.3g TFLOP/s\n", c.sgemm_n, c.sgemm_n, c.sgemm_n, c.sgemm.tflops);
+    else
+      std::printf("limits     CLBlast SGEMM not measured: %s\n", c.sgemm.method.c_str());
   });
 }
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "backends/ops/variant.hpp"
 #include "bench/bench.hpp"
 
 namespace clattn::bench {
@@ -22,6 +23,17 @@ struct LinCase {
   bool decode;
   int B, L, H, Dk, Dv;
 };
+
+// The variant one call of `op` ran: the linear ops keep no plan, but a tensor-core prefill is
+// chosen through ops::select_and_build on every call, which records it; any other call ran
+// the generic kernels.
+template <class F>
+std::string variant_ran(Context& ctx, const std::string& op, F&& call) {
+  call();
+  ctx.finish();
+  const auto recs = ops::recent_builds();
+  return !recs.empty() && recs.back().op == op ? recs.back().variant : "generic";
+}
 
 void run_case(Harness& h, const LinCase& c, DType io) {
   Context& ctx = h.ctx();
@@ -72,7 +84,8 @@ void run_case(Harness& h, const LinCase& c, DType io) {
     std::snprintf(shape, sizeof shape, "B=%dx%d H=%d Dk=%d Dv=%d %s/f32state", c.B, c.L, c.H, c.Dk, c.Dv,
                   dtype_name(io));
   std::string op = std::string(c.gdn ? "gdn" : "gla") + (c.decode ? "_decode" : "_prefill");
-  h.report(op, shape, ms, bytes, flops);
+  h.report(op, std::string(shape) + " " + variant_ran(ctx, op, [&] { fn(ctx, cfg, t, pool, b, nullptr); }), ms, bytes,
+           flops);
   std::printf("%-10s   %.3g tokens/s\n", "", double(T) / (ms * 1e-3));
 }
 
@@ -99,6 +112,7 @@ void register_linear(CLI::App& app, Harness& h) {
         cases.push_back({gdn, false, 8, 4096, 16, 128, 128});
       }
     }
+    note_variant_mode(h);
     std::printf("# linear: bytes = state read+write + q,k,v,o,g,beta; prefill FLOPs = chunked form at C=64 "
                 "(bench/linear_bench.cpp)\n");
     for (auto& c : cases)

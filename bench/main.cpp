@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "bench/bench.hpp"
+#include "bench/ceilings.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"clattn-bench: op throughput against same-process bandwidth/compute limits"};
@@ -14,6 +15,9 @@ int main(int argc, char** argv) {
                  "calls per timed sample, back to back (default 10: per-call time as in an engine's layer loop; "
                  "1: one call on an idle device)");
   app.add_option("--json", h.json_out, "append one JSON line per result to this file");
+  app.add_option("--sgemm-n", clattn::bench::sgemm_size(),
+                 "size of the CLBlast SGEMM ceiling (n x n x n; default 4096, 1024 on CPU devices)")
+      ->check(CLI::PositiveNumber);
   app.require_subcommand(1);
   clattn::bench::register_decode(app, h);
   clattn::bench::register_metadata(app, h);

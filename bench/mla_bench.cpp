@@ -5,7 +5,9 @@
 // Bytes = the latent read once per request (S x 576 x dtype) + q + o; the % column divides
 // that rate by the same-process stream-read limit (clattn::measure_limits, a streaming-read
 // kernel over a large buffer). FLOPs = 2 x H x S x (576 + 512) per request (QK^T over 576
-// dims, PV over 512), reported as TFLOP/s.
+// dims, PV over 512), reported as TFLOP/s and, on the "ceilings" line under each row, as a
+// percentage of the same-process FP32 FMA-loop peak and CLBlast SGEMM (bench/ceilings.hpp):
+// without tensor cores both MLA shapes are compute-bound.
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "bench/bench.hpp"
+#include "bench/ceilings.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -69,15 +72,19 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
   std::printf("#   last kernel (%s): %.1f us of %.1f us per call\n", plan.num_merges ? "merge" : "attention", us,
               ms * 1e3);
   if (verbose_build)
-    h.print_build_log(plan.variant == "nv_mma_sync" ? "mla_mma_nv.cl" : "mla.cl", plan.kernel_options);
+    h.print_build_log(plan.variant == "nv_mma_sync" ? "mla_mma_nv.cl"
+                      : plan.variant == "tiled"     ? "mla_tiled.cl"
+                                                    : "mla.cl",
+                      plan.kernel_options);
   const double tokens = double(B) * c.S;
   const double bytes = tokens * 576 * es + double(rows) * (576 + 512) * 2;
   const double flops = 2.0 * H * tokens * (576 + 512);
   char shape[200];
-  std::snprintf(shape, sizeof shape, "B=%d S=%d H=%d P=%d %s QB%d L%d x%d%s", B, c.S, H, P, dtype_name(c.kv),
-                plan.tile.qb, plan.tile.lanes, plan.num_work,
+  std::snprintf(shape, sizeof shape, "B=%d S=%d H=%d P=%d %s %s QB%d L%d x%d%s", B, c.S, H, P, dtype_name(c.kv),
+                plan.variant.c_str(), plan.tile.qb, plan.tile.lanes, plan.num_work,
                 plan.num_merges ? (" split" + std::to_string(plan.chunk_tokens)).c_str() : "");
   h.report("mla_decode", shape + param_suffix(params), ms, bytes, flops);
+  report_ceilings(h, "mla_decode", shape + param_suffix(params), flops / (ms * 1e9));
 }
 
 }  // namespace
@@ -87,7 +94,7 @@ void register_mla(CLI::App& app, Harness& h) {
   struct Opts {
     bool quick = false, verbose_build = false;
     int B = 0, S = 4096, H = 16, P = 64;
-    std::string kv = "bf16", grid;
+    std::string kv = "bf16", grid, variant;
     std::vector<std::string> params;
   };
   auto o = std::make_shared<Opts>();
@@ -98,6 +105,8 @@ void register_mla(CLI::App& app, Harness& h) {
   cmd->add_option("--page", o->P, "one case: page size");
   cmd->add_option("--kv", o->kv, "one case: latent dtype bf16 | f16 | e4m3");
   cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
+  cmd->add_option("--variant", o->variant, "portable kernel: tiled | generic (TILED=1 / 0; tensor cores win where on)")
+      ->check(CLI::IsMember({"tiled", "generic"}));
   cmd->add_flag("--verbose-build", o->verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_option("--grid", o->grid, "parameter grid 'A=1,2;B=3,4': every combination per case");
   cmd->callback([&h, o] {
@@ -114,11 +123,14 @@ void register_mla(CLI::App& app, Harness& h) {
     }
     std::map<std::string, int> base;
     for (auto& p : o->params) base.insert(parse_param(p));
+    if (!o->variant.empty()) base["TILED"] = o->variant == "tiled";
     std::vector<std::map<std::string, int>> sets = o->grid.empty() ? std::vector<std::map<std::string, int>>{{}}
                                                                    : parse_grid(o->grid);
+    note_variant_mode(h);
     const Limits& L = h.get_limits();
     std::printf("# limit: stream-read %.0f GB/s (%s); bytes = latent once per request + q + o\n", L.stream_read_gbps,
                 L.method.c_str());
+    ceilings(h);
     for (const auto& c : cases)
       for (auto set : sets) {
         for (auto& kv : base) set.insert(kv);

@@ -21,77 +21,29 @@
 // (row v / H, head v % H) for v < nrows * H; row r sees keys <= causal_base + r (decode:
 // causal_base = kv_len - 1). part >= 0: write the normalised partial state to the
 // workspace row part (o [P, H, 512] f32, lse [P, H] at lse_off floats) for the merge pass.
-#include "common.clh"
-
-#ifndef KV_DT
-#define KV_DT DT_BF16
-#endif
+// Arguments, latent decoding and the tile's global loads: mla_latent.clh (shared with
+// mla_tiled.cl, the register-blocked variant).
 #ifndef QB
 #define QB 16
 #endif
 #ifndef LANES
 #define LANES 16
 #endif
-#ifndef LOAD_BYTES
-#define LOAD_BYTES 16
-#endif
 
-#define CKV_DIM 512
-#define KPE_DIM 64
 #define WG (QB * LANES)
+#define TILE_TOKENS LANES
+#include "mla_latent.clh"
 
-#if KV_DT == DT_F32
-#define ES 4
-#define ELEM(w, e) WORD_ELEM_F32(w, e)
-#elif KV_DT == DT_F16
-#define ES 2
-#define ELEM(w, e) WORD_ELEM_F16(w, e)
-#elif KV_DT == DT_BF16
-#define ES 2
-#define ELEM(w, e) WORD_ELEM_BF16(w, e)
-#elif KV_DT == DT_E4M3
-#define ES 1
-#define ELEM(w, e) WORD_ELEM_E4M3(w, e)
-#else
-#define ES 1
-#define ELEM(w, e) WORD_ELEM_E5M2(w, e)
-#endif
-
-#define EPW (4 / ES)              // elements per 32-bit word
-#define CKW (CKV_DIM / EPW)       // words per ckv row
-#define KPW (KPE_DIM / EPW)       // words per kpe row
 #define ROWW (CKW + KPW)          // words per latent row in local memory
 #define CW (CKW / LANES)          // ckv words per lane
 #define KW (KPW / LANES)          // kpe words per lane
-
-#if LOAD_BYTES == 16
-#define VT uint4
-#elif LOAD_BYTES == 8
-#define VT uint2
-#else
-#define VT uint
-#endif
-#define VW (LOAD_BYTES / 4)       // words per load
-#define CKC (CKW / VW)            // loads per ckv row
-#define KPC (KPW / VW)            // loads per kpe row
-#define ROWC (CKC + KPC)
-#define TCH (LANES * ROWC)        // loads per tile
-#define PF ((TCH + WG - 1) / WG)  // loads per work-item per tile
 
 #if (CKW % LANES) || (KPW % LANES) || KW < 1
 #error "LANES must divide the latent row's words (ckv and kpe)"
 #endif
 
-#define LOG2E_INV 0.6931471805599453f  // ln(2)
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
-              __global const uint* ckv, __global const uint* kpe, __global const int* page_ids,
-              __global const int* tab, int work_off,
-              __global void* o, int o_dt, __global float* lse, int has_lse,
-              __global float* ws, ulong lse_off, int H,
-              long ckv_sp, long ckv_st, long kpe_sp, long kpe_st, long kpe_base,  // in 32-bit words
-              int log2_page, float q_scale, float v_scale, int num_pages, __global volatile int* faults) {
+void mla_attn(MLA_KERNEL_ARGS) {
   __local VT lat[LANES * ROWC];
   __local float part[WG * (LANES + 1)];
   __local float sc[WG];
@@ -128,22 +80,6 @@ void mla_attn(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const int pmask = (1 << log2_page) - 1;
   bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
   VT pf[PF];
-#define LOAD_TILE(T0)                                                                          \
-  for (int i = 0; i < PF; ++i) {                                                               \
-    const int ch = wi + i * WG;                                                                \
-    pf[i] = (VT)(0u);                                                                          \
-    if (ch < TCH) {                                                                            \
-      const int n = ch / ROWC, k = ch % ROWC, t = (T0) + n;                                    \
-      if (t < ke) {                                                                            \
-        const int id = page_ids[pbase + (t >> log2_page)];                                     \
-        bad |= (uint)id >= (uint)num_pages;                                                    \
-        const long pg = (long)POOL_PAGE(id);                                                   \
-        const long off = (long)(t & pmask);                                                    \
-        if (k < CKC) pf[i] = *(__global const VT*)(ckv + pg * ckv_sp + off * ckv_st + k * VW); \
-        else pf[i] = *(__global const VT*)(kpe + kpe_base + pg * kpe_sp + off * kpe_st + (k - CKC) * VW); \
-      }                                                                                        \
-    }                                                                                          \
-  }
 
   float m = CLATTN_NEG_INF, lsum = 0.0f;
   LOAD_TILE(kb)

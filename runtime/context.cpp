@@ -91,12 +91,19 @@ const DeviceEntry& select(const std::vector<DeviceEntry>& devs, const std::strin
 
 namespace detail {
 
-ContextImpl::ContextImpl(cl_platform_id p, cl_context c, cl_device_id d, cl_command_queue q, bool adopt)
+ContextImpl::ContextImpl(cl_platform_id p, cl_context c, cl_device_id d, cl_command_queue q, bool adopt,
+                         const ContextOptions& options)
     : platform(p), ctx(c), device(d), queue(q), adopted(adopt), programs(c, d) {
   cl_command_queue_properties props = 0;
   clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
   profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
-  profile = rt::query_profile(p, d);
+  try {
+    profile = rt::query_profile(p, d);
+    if (!options.variants.empty()) profile.portable_only = rt::parse_portable_only(options.variants, "options.variants");
+  } catch (...) {
+    release();  // the destructor does not run for a throwing constructor
+    throw;
+  }
   programs.set_profile(profile);
   cl_int err = CL_SUCCESS;
   const cl_int zero = 0;
@@ -122,7 +129,9 @@ ContextImpl::~ContextImpl() { release(); }
 
 }  // namespace detail
 
-Context Context::create(const std::string& selector) {
+Context Context::create(const std::string& selector) { return create(selector, ContextOptions{}); }
+
+Context Context::create(const std::string& selector, const ContextOptions& options) {
   auto devs = list_devices();
   const DeviceEntry& e = select(devs, selector);
   cl_int err = CL_SUCCESS;
@@ -135,13 +144,17 @@ Context Context::create(const std::string& selector) {
     rt::throw_cl(err, "clCreateCommandQueueWithProperties", "creating the queue on " + e.profile.device_name);
   }
   clRetainDevice(e.device);
-  auto impl = std::make_shared<detail::ContextImpl>(e.platform, ctx, e.device, q, false);
-  rt::log().debug("context on [{}] {} ({}, driver {})", e.index, e.profile.device_name, e.profile.platform_name,
-                  e.profile.driver_version);
+  auto impl = std::make_shared<detail::ContextImpl>(e.platform, ctx, e.device, q, false, options);
+  rt::log().debug("context on [{}] {} ({}, driver {}){}", e.index, e.profile.device_name, e.profile.platform_name,
+                  e.profile.driver_version, impl->profile.portable_only ? ", portable-only variants" : "");
   return Context(impl);
 }
 
 Context Context::adopt(cl_context ctx, cl_device_id dev, cl_command_queue queue) {
+  return adopt(ctx, dev, queue, ContextOptions{});
+}
+
+Context Context::adopt(cl_context ctx, cl_device_id dev, cl_command_queue queue, const ContextOptions& options) {
   if (!ctx) rt::invalid("adopt: ctx is null");
   if (!dev) rt::invalid("adopt: device is null");
   if (!queue) rt::invalid("adopt: queue is null");
@@ -158,7 +171,7 @@ Context Context::adopt(cl_context ctx, cl_device_id dev, cl_command_queue queue)
   rt::check_cl(clRetainContext(ctx), "clRetainContext");
   clRetainDevice(dev);
   rt::check_cl(clRetainCommandQueue(queue), "clRetainCommandQueue");
-  return Context(std::make_shared<detail::ContextImpl>(platform, ctx, dev, queue, true));
+  return Context(std::make_shared<detail::ContextImpl>(platform, ctx, dev, queue, true, options));
 }
 
 cl_context Context::cl_ctx() const { return impl_->ctx; }

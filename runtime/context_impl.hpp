@@ -10,7 +10,9 @@ namespace clattn::detail {
 class ContextImpl {
  public:
   // Takes one reference on each handle (created or retained by the caller of this ctor).
-  ContextImpl(cl_platform_id platform, cl_context ctx, cl_device_id dev, cl_command_queue q, bool adopted);
+  // `options` adjust the queried profile (ContextOptions::variants).
+  ContextImpl(cl_platform_id platform, cl_context ctx, cl_device_id dev, cl_command_queue q, bool adopted,
+              const ContextOptions& options = {});
   ~ContextImpl();
   ContextImpl(const ContextImpl&) = delete;
   ContextImpl& operator=(const ContextImpl&) = delete;

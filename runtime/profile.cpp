@@ -96,6 +96,13 @@ bool is_known_vendor(const std::string& v) {
   return std::any_of(std::begin(known), std::end(known), [&](const char* k) { return v == k; });
 }
 
+bool parse_portable_only(const std::string& value, const std::string& from) {
+  const std::string v = lower(value);
+  if (v.empty() || v == "all") return false;
+  if (v == "portable") return true;
+  invalid(from + "='" + value + "' is not a variants mode (all, portable)");
+}
+
 std::string normalise_vendor(const std::string& vendor, bool is_cpu) {
   if (is_cpu) return "cpu";
   std::string v = lower(vendor);
@@ -207,6 +214,7 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
               "' is not a known vendor (nvidia, amd, intel, apple, arm, qualcomm, cpu, generic)");
     p.vendor_forced = forced;
   }
+  p.portable_only = parse_portable_only(env("CLATTN_VARIANTS"), "CLATTN_VARIANTS");
   return p;
 }
 

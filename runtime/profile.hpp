@@ -4,8 +4,13 @@
 
 namespace clattn::rt {
 
-// Queries the device; applies CLATTN_FORCE_VENDOR (unknown value -> InvalidArgument).
+// Queries the device; applies CLATTN_FORCE_VENDOR and CLATTN_VARIANTS (unknown value ->
+// InvalidArgument).
 DeviceProfile query_profile(cl_platform_id platform, cl_device_id device);
+
+// A variants mode (CLATTN_VARIANTS, ContextOptions::variants): true for "portable", false for
+// "" or "all" (any case); anything else is InvalidArgument naming `from`.
+bool parse_portable_only(const std::string& value, const std::string& from);
 
 // "NVIDIA Corporation" -> "nvidia", ...; CPU devices are "cpu" whatever their vendor.
 std::string normalise_vendor(const std::string& vendor, bool is_cpu);

@@ -22,18 +22,27 @@ const char* clattn_last_error(void) { return clattn::capi::last_error.c_str(); }
 const char* clattn_status_name(clattn_status s) { return clattn::status_name(static_cast<clattn::Status>(s)); }
 
 clattn_status clattn_context_create(const char* selector, clattn_context* out) {
-  return guard([&] {
-    need(out, "out");
-    *out = nullptr;
-    *out = new clattn_context_s{clattn::Context::create(selector ? selector : "")};
-  });
+  return clattn_context_create_with_variants(selector, nullptr, out);
 }
 
 clattn_status clattn_context_adopt(cl_context ctx, cl_device_id device, cl_command_queue queue, clattn_context* out) {
+  return clattn_context_adopt_with_variants(ctx, device, queue, nullptr, out);
+}
+
+clattn_status clattn_context_create_with_variants(const char* selector, const char* variants, clattn_context* out) {
   return guard([&] {
     need(out, "out");
     *out = nullptr;
-    *out = new clattn_context_s{clattn::Context::adopt(ctx, device, queue)};
+    *out = new clattn_context_s{clattn::Context::create(selector ? selector : "", {variants ? variants : ""})};
+  });
+}
+
+clattn_status clattn_context_adopt_with_variants(cl_context ctx, cl_device_id device, cl_command_queue queue,
+                                                 const char* variants, clattn_context* out) {
+  return guard([&] {
+    need(out, "out");
+    *out = nullptr;
+    *out = new clattn_context_s{clattn::Context::adopt(ctx, device, queue, {variants ? variants : ""})};
   });
 }
 

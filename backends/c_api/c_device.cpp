@@ -12,6 +12,7 @@ void fill(clattn_device_info& d, int index, const clattn::DeviceProfile& p) {
   d.index = index;
   copy_str(d.vendor, p.vendor);
   copy_str(d.vendor_forced, p.vendor_forced);
+  d.portable_only = p.portable_only;
   copy_str(d.device_name, p.device_name);
   copy_str(d.device_vendor, p.device_vendor);
   copy_str(d.driver_version, p.driver_version);

@@ -24,6 +24,7 @@ std::string profile_json(const DeviceProfile& p) {
                    {"CL_DEVICE_EXTENSIONS", p.extensions},
                    {"clattn_vendor", p.vendor},
                    {"clattn_vendor_forced", p.vendor_forced},
+                   {"clattn_portable_only", p.portable_only},
                    {"clattn_architecture", p.architecture},
                    {"clattn_fp16", p.fp16},
                    {"clattn_fp64", p.fp64},

@@ -1,7 +1,7 @@
 // MLA decode / extend (plan: checks, metadata validation, work list, split-K, kernel
 // choice, one non-blocking upload; run: buffer-size checks, then enqueue only) and
-// append_latent. Kernel: cl_kernels/mla.cl; parameters: backends/params/rows_mla.cpp;
-// decisions: docs/mla.md.
+// append_latent. Kernels: cl_kernels/mla_tiled.cl (register-blocked), mla.cl (generic),
+// mla_mma_nv.cl (tensor cores); parameters: backends/params/rows_mla.cpp; decisions: docs/mla.md.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -186,12 +186,27 @@ struct Tile {
   bool fuse_merge = true;  // decode: the last part's group merges (FUSE_MERGE) ...
   int fuse_max_parts = 8;  // ... when no merge has more parts than this (one group reads them all)
   std::string why_not_mma;
+  // Register-blocked portable kernel (mla_tiled.cl) when the parameters ask for it (TILED=1)
+  // and it fits: tqb query vectors, KT-token tiles; S by tqb / MS x DS work-items (MS vectors
+  // each), P V with MO vectors per work-item.
+  bool tiled = false;
+  int tqb = 16, kt = 8, ms = 1, ds = 16, dsw = 8, mo = 8;
+  bool unroll = true;  // UNROLL_HINTS: GPUs on, CPU devices off (PoCL compiles unrolled code slowly)
+  size_t tiled_wg() const { return size_t(tqb / ms) * ds; }
+  std::string why_not_tiled;
 };
 
 // mla_mma_nv.cl: the staged V slices (keys x 512 16-bit values) + two buffers of every
 // warp's partial S (16 x keys f32) + the fused merge's flag.
 size_t mma_local_bytes(int warps, int keys) {
   return size_t(keys) * kMlaCkvDim * 2 + 2 * size_t(warps) * 16 * keys * 4 + 4;
+}
+
+// mla_tiled.cl: the f32 latent tile (KT x 576), p (rounded up to float4s), the score
+// partials (DS + 1 per score), the scores and one float per query vector.
+size_t tiled_local_bytes(int qb, int kt, int ds) {
+  const size_t ns = size_t(qb) * kt;
+  return size_t(kt) * (kMlaCkvDim + kMlaKpeDim) * 4 + (ns + 3) / 4 * 16 + ns * (ds + 1) * 4 + ns * 4 + size_t(qb) * 4;
 }
 
 size_t local_bytes(const Tile& t, DType dt) {
@@ -216,11 +231,8 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
   if (!extend) t.qb = std::min(t.qb, pow2_ceil(opt.num_heads));  // decode: no idle heads in a group
   const size_t maxwg = prof.max_work_group_size ? prof.max_work_group_size : 256;
   while (t.qb > 1 && size_t(t.qb) * t.lanes > maxwg) t.qb /= 2;
+  // (A generic tile that still does not fit is refused by select_and_build, after the others.)
   while (t.qb > 1 && prof.local_mem_bytes && local_bytes(t, c.dtype) > prof.local_mem_bytes) t.qb /= 2;
-  if (prof.local_mem_bytes && local_bytes(t, c.dtype) > prof.local_mem_bytes)
-    throw Error(Status::Unsupported, "mla tile (LANES " + to_string(t.lanes) + ", " + dtype_name(c.dtype) + ") needs " +
-                                         to_string(local_bytes(t, c.dtype)) + " bytes of local memory, device has " +
-                                         to_string(prof.local_mem_bytes));
   // Widest load that keeps every latent row chunk aligned.
   const int64_t es = int64_t(dtype_size(c.dtype));
   const int64_t offs[] = {c.ckv_page_stride(), c.ckv_token_stride(), c.kpe_page_stride(), c.kpe_token_stride(),
@@ -237,6 +249,44 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
     throw Error(Status::Unsupported, "latent cache strides/offsets (elements of " + std::string(dtype_name(c.dtype)) +
                                          ") must be multiples of 4 bytes");
   t.load_bytes = lb;
+
+  // Register-blocked portable variant: the parameters' tile, halved where the device's work-group
+  // or local-memory limits ask for it (query vectors first, then tile tokens).
+  if (ops::param_or(e, ov, "TILED", 0) != 0) {
+    t.kt = ops::param_or(e, ov, "KT", 8);
+    t.ds = ops::param_or(e, ov, "DS", 16);
+    t.dsw = ops::param_or(e, ov, "DSW", 8);
+    t.mo = ops::param_or(e, ov, "MO", 8);
+    t.ms = ops::param_or(e, ov, "MS", 1);
+    t.unroll = ops::param_or(e, ov, "UNROLL_HINTS", prof.is_cpu ? 0 : 1) != 0;
+    auto check = [](const char* name, int v, int lo, int hi) {
+      if (!is_pow2(v) || v < lo || v > hi)
+        rt::invalid(std::string("mla parameter ") + name + " = " + to_string(v) + " must be a power of two in " +
+                    to_string(lo) + ".." + to_string(hi));
+    };
+    check("KT", t.kt, 4, 32), check("DS", t.ds, 1, 16), check("DSW", t.dsw, 1, 64), check("MO", t.mo, 1, 16);
+    check("MS", t.ms, 1, 8);
+    t.dsw = std::min(t.dsw, t.ds);
+    t.tqb = ops::param_or(e, ov, "QB", 16);  // validated above
+    if (!extend) t.tqb = std::min(t.tqb, pow2_ceil(opt.num_heads));
+    t.ms = std::min(t.ms, t.tqb);
+    while (t.tqb > t.ms && t.tiled_wg() > maxwg) t.tqb /= 2;
+    t.mo = std::min(t.mo, t.tqb);
+    const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
+    while (t.kt > 4 && tiled_local_bytes(t.tqb, t.kt, t.ds) > lmax) t.kt /= 2;
+    const int cb = t.ds * t.mo / t.ms;  // P V: work-items per block of MO vectors (float4 column stride)
+    if (t.ds * t.mo < t.ms || cb > 128)
+      t.why_not_tiled = "DS x MO / MS = " + to_string(t.ds) + " x " + to_string(t.mo) + " / " + to_string(t.ms) +
+                        " must be 1..128 (work-items across the 128 float4 output columns)";
+    else if (t.tiled_wg() > maxwg)
+      t.why_not_tiled = "device allows " + to_string(maxwg) + " work-items per group, the tile needs " +
+                        to_string(t.tiled_wg());
+    else if (tiled_local_bytes(t.tqb, t.kt, t.ds) > lmax)
+      t.why_not_tiled = "tile needs " + to_string(tiled_local_bytes(t.tqb, t.kt, t.ds)) +
+                        " bytes of local memory, device has " + to_string(lmax);
+    else
+      t.tiled = true;
+  }
 
   // Tensor-core variant: capability (inline PTX, sm_80+), a 16-bit or fp8 latent, chunk
   // loads of 8 values (16 bytes, 8 for fp8) aligned, local memory for the tile.
@@ -289,18 +339,27 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.page_table = page_table;
   plan.page_ids_needed = r.page_ids_needed;
 
-  // Kernel: the tensor-core variant first when chosen, then the portable kernel (both take
-  // the same arguments and work entries: mla_run does not care which).
+  // Kernel: the tensor-core variant first when chosen, then the register-blocked portable
+  // kernel, then the generic one (all take the same arguments and work entries: mla_run does
+  // not care which).
   const std::string op = extend ? "mla_extend" : "mla_decode";
   const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
-  std::vector<ops::Variant> cands(2);
+  std::vector<ops::Variant> cands(3);
   ops::Variant& mv = cands[0];
   mv.name = "nv_mma_sync", mv.file = "mla_mma_nv.cl", mv.kernel = "mla_mma";
   mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
   mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
   mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
                                  {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"}});
-  ops::Variant& gv = cands[1];
+  ops::Variant& tv = cands[1];
+  tv.name = "tiled", tv.file = "mla_tiled.cl", tv.kernel = "mla_tiled";
+  tv.why_not = tile.tiled ? "" : tile.why_not_tiled.empty() ? "TILED = 0" : tile.why_not_tiled;
+  tv.wg = tile.tiled_wg(), tv.local_bytes = tiled_local_bytes(tile.tqb, tile.kt, tile.ds);
+  tv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.tqb)},
+                                 {"KT", to_string(tile.kt)}, {"MS", to_string(tile.ms)}, {"DS", to_string(tile.ds)},
+                                 {"DSW", to_string(tile.dsw)}, {"MO", to_string(tile.mo)},
+                                 {"LOAD_BYTES", to_string(tile.load_bytes)}, {"UNROLL_HINTS", tile.unroll ? "1" : "0"}});
+  ops::Variant& gv = cands[2];
   gv.name = "generic", gv.file = "mla.cl", gv.kernel = "mla_attn";
   gv.wg = size_t(tile.qb) * tile.lanes, gv.local_bytes = local_bytes(tile, cache.dtype);
   gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.qb)},
@@ -311,7 +370,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->wg = built.variant.wg;
   plan.variant = built.variant.name;
   plan.kernel_options = built.variant.options;
-  const bool mma = plan.variant == "nv_mma_sync";
+  const bool mma = plan.variant == "nv_mma_sync", tiled = plan.variant == "tiled";
   st->fuse_kernel = mma && fuse;
 
   std::vector<int32_t>& h = st->host;
@@ -321,8 +380,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   };
   std::vector<planner::MergeItem> merges;
   // Work entries: blocks of the chosen kernel's query vectors; KV chunks aligned to its tile.
-  const int qb = mma ? 16 : tile.qb;  // one MMA m-tile of query vectors (H < 16: masked rows)
-  const int align = mma ? tile.mma_keys : tile.lanes;
+  const int qb = mma ? 16 : tiled ? tile.tqb : tile.qb;  // MMA: one m-tile (H < 16: masked rows)
+  const int align = mma ? tile.mma_keys : tiled ? tile.kt : tile.lanes;
   if (!extend) {
     const int n_hblk = (H + qb - 1) / qb;
     st->n_hblk = n_hblk;
@@ -388,9 +447,10 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   }
   st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "mla plan table", opt.plan_buffer);
-  // nv_mma_sync: lanes = tokens per tile (MMA_KEYS), loads of 8 values (16 bytes, 8 for fp8).
+  // lanes = tokens per tile (LANES, KT for tiled, MMA_KEYS for nv_mma_sync, whose loads are 8
+  // values: 16 bytes, 8 for fp8).
   plan.tile = mma ? MlaPlan::Tile{qb, tile.mma_keys, int(st->wg), int(8 * es)}
-                  : MlaPlan::Tile{qb, tile.lanes, int(st->wg), tile.load_bytes};
+                  : MlaPlan::Tile{qb, tiled ? tile.kt : tile.lanes, int(st->wg), tile.load_bytes};
   rt::log().debug("{} plan: B={} T={} H={} P={} latent={} variant={} QB={} LANES={} WG={} LOAD={} ({}); {} work "
                   "entries, chunk {}, {} partials, {} merges, workspace {} B",
                   op, B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype), plan.variant, plan.tile.qb,

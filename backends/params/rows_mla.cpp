@@ -12,6 +12,20 @@
 //   WGS_PER_CU  work-groups resident per compute unit (one wave = CUs x this)
 //   MIN_CHUNK   never split below this many tokens; MAX_SPLITS chunks per request at most
 // Local memory per group: LANES x 576 x dtype bytes (latent tile) + QB x LANES x (LANES+3) x 4.
+// Register-blocked kernel (cl_kernels/mla_tiled.cl, variant "tiled"; docs/mla.md):
+//   TILED       1: prefer it to the kernel above (falls back to it where it does not fit)
+//   QB          query vectors per work-group, as above (work-group = QB / MS x DS work-items)
+//   KT          tokens per tile = one online-softmax step (4..32; halved to fit local memory)
+//   MS          S = Q K^T: query vectors per work-item (its micro-tile is MS x KT)
+//   DS          S: work-items per query vector, each holding 576 / DS q values of its MS
+//               vectors and dotting them with the tile (partials summed in local memory)
+//   DSW         ... of which DSW are adjacent in the work-item order, then the vector groups:
+//               a SIMD group reads DSW distinct float4s per load, each broadcast to the rest
+//   MO          O += P V: query vectors per work-item; each owns MO x 512 MS / (MO DS) output
+//               columns (512 MS / DS accumulators in all, float4 columns DS MO / MS apart)
+//   UNROLL_HINTS  full-unroll pragmas; not in the rows: on for GPUs, off for CPU devices
+//   local = 2304 KT + 4 QB KT (DS + 3) + 4 QB bytes (28 KB at QB 16, KT 8, DS 16); registers per
+//   work-item ~ MS (576/DS q + KT scores) + 512 MS/DS accumulators + MO p + the prefetched chunks.
 // Tensor-core kernel (cl_kernels/mla_mma_nv.cl, where variant_available("nv_mma_sync")):
 //   MMA         1: prefer it (16 query vectors per group = one mma m-tile)
 //   MMA_WARPS   warps per group (2 or 4): warp w owns 512 / MMA_WARPS latent dims of S and the
@@ -29,47 +43,83 @@ namespace clattn::params {
 const std::vector<Row>& rows_mla() {
   static const std::vector<Row> rows = {
       // 256 work-items (16 heads x 16 lanes), 16-token tiles, 128-bit loads; ~38 KB local memory
-      // for a bf16 tile (fits the 48 KB OpenCL minimum of GPUs); 2 groups per CU.
+      // for a bf16 tile (fits the 48 KB OpenCL minimum of GPUs); 2 groups per CU. Tiled: 16
+      // vectors x 16 slices, 8-token tiles: 28 KB of local memory, inside the 32 KB floor of
+      // OpenCL 1.2's full profile; DSW 8 x 4 vectors fill a 32-wide SIMD group.
       {"mla_decode", Level::Generic, "", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
+        {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 8}, {"MO", 8}},
        "portable default (by design; not tuned)"},
       // Generic kernel: 256 threads at <= 128 registers (2 groups per SM by the register file);
       // 18 KB of bf16 latent in flight per group through the register prefetch; split-K
       // thresholds as the generic row. MMA=1: mla_mma_nv.cl where nv_inline_ptx and sm_80+ (4
-      // warps, 16-token tiles, 24 KB local, merge fused; docs/mla.md). H100 figures:
-      // docs/results-h100.md.
+      // warps, 16-token tiles, 24 KB local, merge fused; docs/mla.md). Without it (portable-only
+      // mode) the tiled kernel: a warp = 8 slices x 4 vectors reads 8 distinct float4s = one
+      // 128-byte shared-memory wavefront per load (CUDA C++ Best Practices Guide, shared memory
+      // banks); ~100 registers -> 2 groups of 256 per SM. H100 figures: docs/results-h100.md.
       {"mla_decode", Level::Vendor, "nvidia", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
-        {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
-       "by design: CUDA occupancy calculator (sm_90); the MMA tile by docs/mla.md's arithmetic"},
+        {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 8},
+        {"MO", 8}},
+       "by design: CUDA occupancy calculator (sm_90), CUDA C++ Best Practices Guide (shared-memory banks); the "
+       "MMA tile by docs/mla.md's arithmetic"},
       // 4 x wave64 per group; 64 KB LDS per CU holds one bf16 group plus change; dwordx4 loads;
-      // split-K thresholds as the generic row.
+      // split-K thresholds as the generic row. Tiled (CDNA / GCN, wave64): the LDS returns 128
+      // bytes per clock (8 lanes of a ds_read_b128) against 64 FMA lanes per CU, so S takes two
+      // vectors per work-item (MS 2: 8 FMAs per float4 read) in 128-work-item groups (2 waves of
+      // 8 slices x 8 vector pairs); 28 KB of LDS; ~170 VGPRs (of 512) keep 2-3 waves per SIMD.
       {"mla_decode", Level::Vendor, "amd", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
+        {"TILED", 1}, {"KT", 8}, {"MS", 2}, {"DS", 16}, {"DSW", 8}, {"MO", 8}},
        "vendor guide: AMD CDNA3 ISA / tuning guide, LDS and occupancy; not tuned on hardware"},
+      // RDNA (wave32, 1536 VGPRs per SIMD lane in RDNA3): a wave = 8 slices x 4 vectors as in the
+      // generic row, one vector per work-item, 256 work-items = 8 waves per group.
+      {"mla_decode", Level::Arch, "rdna", "*", {{"MS", 1}, {"DSW", 8}},
+       "vendor guide: AMD RDNA3 ISA (wave32, LDS); not tuned on hardware"},
       // Xe: 256 work-items per group is the common maximum, 64 KB SLM per Xe-core; 16 lanes = one
       // SIMD16 sub-group per query vector (cl_intel_required_subgroup_size offers 8/16/32);
       // split-K thresholds as the generic row.
+      // Tiled: a SIMD16 sub-group = 4 slices x 4 vectors, so a load reads 4 distinct float4s (64
+      // bytes, one SLM access per clock); ~100 values per work-item fit the 128-GRF file in SIMD8
+      // or the 256-GRF mode in SIMD16.
       {"mla_decode", Level::Vendor, "intel", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}},
-       "vendor guide: Intel oneAPI GPU optimization guide, SLM; not tuned on hardware"},
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
+        {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 4}, {"MO", 8}},
+       "vendor guide: Intel oneAPI GPU optimization guide, SLM, sub-groups and GRF modes; not tuned on hardware"},
       // PoCL pthread device: a group is one vectorised loop per core; 64 work-items keep the
       // per-barrier work-item loops short; 2 groups per core; small so the CI suite stays fast.
+      // Tiled, the CPU shape (llama.cpp's CPU flash attention): 4 work-items per group, each
+      // scoring all 8 vectors over a quarter of the dims and owning 8 vectors x 128 output
+      // columns, so the barriers cost little. Faster than the kernel above on every case of
+      // `clattn-bench --device cpu mla --quick` (bf16 H=16 8.0 vs 10.4 ms, H=128 15.3 vs 19.6,
+      // fp8 6.4 vs 12.0, B=1 split 8.2 vs 10.4; PoCL 3.1, 2-core EPYC VM, 2026-11-26).
       {"mla_decode", Level::Vendor, "cpu", "*",
-       {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 16}},
-       "vendor docs: PoCL pthread device; sized for CI speed"},
+       {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 16},
+        {"TILED", 1}, {"KT", 8}, {"MS", 8}, {"DS", 4}, {"DSW", 4}, {"MO", 8}},
+       "vendor docs: PoCL pthread device; sized for CI speed; TILED and its tile by clattn-bench --device cpu mla "
+       "--quick (PoCL 3.1)"},
       // The same tile as mla_decode: query vectors are (row, head) pairs of one request.
       {"mla_extend", Level::Generic, "", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 8},
+        {"MO", 8}},
        "portable default (by design, as mla_decode; not tuned)"},
       {"mla_extend", Level::Vendor, "nvidia", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}},
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}, {"TILED", 1},
+        {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 8}, {"MO", 8}},
        "by design, as mla_decode"},
-      {"mla_extend", Level::Vendor, "amd", "*", {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
+      {"mla_extend", Level::Vendor, "amd", "*",
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 2}, {"DS", 16}, {"DSW", 8},
+        {"MO", 8}},
        "vendor guide, as mla_decode; not tuned on hardware"},
-      {"mla_extend", Level::Vendor, "intel", "*", {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}},
+      {"mla_extend", Level::Arch, "rdna", "*", {{"MS", 1}, {"DSW", 8}},
        "vendor guide, as mla_decode; not tuned on hardware"},
-      {"mla_extend", Level::Vendor, "cpu", "*", {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}},
+      {"mla_extend", Level::Vendor, "intel", "*",
+       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 4},
+        {"MO", 8}},
+       "vendor guide, as mla_decode; not tuned on hardware"},
+      {"mla_extend", Level::Vendor, "cpu", "*",
+       {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 8}, {"DS", 4}, {"DSW", 4},
+        {"MO", 8}},
        "vendor docs: PoCL pthread device, as mla_decode; sized for CI speed"},
       // Tuned on the machine itself with the tensor-core kernel (clattn-tune --time-budget 240,
       // docs/tuning.md; the figures: docs/results-h100.md).

@@ -1,10 +1,21 @@
 #include "backends/params/variants.hpp"
 
+#include "backends/params/database.hpp"
+
 namespace clattn::params {
 
 const std::vector<std::string>& all_variants() {
-  static const std::vector<std::string> v = {"generic", "nv_ptx_shfl", "nv_mma_sync", "nv_wgmma"};
+  static const std::vector<std::string> v = {"generic", "tiled", "nv_ptx_shfl", "nv_mma_sync", "nv_wgmma"};
   return v;
+}
+
+// Vendor-specific variants carry their vendor's prefix, so one added later is excluded from
+// portable-only mode without being listed here.
+bool vendor_specific(const std::string& v) {
+  static const char* const prefixes[] = {"nv_", "amd_", "intel_", "arm_", "qcom_", "apple_"};
+  for (const char* pre : prefixes)
+    if (v.rfind(pre, 0) == 0) return true;
+  return false;
 }
 
 bool variant_available(const DeviceProfile& p, const std::string& v, std::string* why) {
@@ -13,6 +24,8 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
     return ok;
   };
   if (v == "generic") return say(true, "OpenCL C 1.2 and local memory");
+  if (v == "tiled") return say(true, "OpenCL C 1.2, local memory, register-blocked");
+  if (p.portable_only && vendor_specific(v)) return say(false, "portable-only mode (CLATTN_VARIANTS=portable)");
   if (v == "nv_ptx_shfl")
     return p.nv_inline_ptx ? say(true, "NVIDIA inline PTX, sm_" + std::to_string(p.nv_compute_capability))
                            : say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");
@@ -36,6 +49,38 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
 std::string why_unavailable(const DeviceProfile& p, const std::string& variant) {
   std::string why;
   return variant_available(p, variant, &why) ? std::string() : why;
+}
+
+std::vector<OpChoice> op_choices(const DeviceProfile& p) {
+  // Per op, its variants other than "generic" best first, each with the parameters (all
+  // non-zero) that ask for it; the ops decide the same way (ops/decode.cpp, extend.cpp,
+  // mla.cpp, linear.cpp).
+  struct Candidate {
+    const char* op;
+    const char* key;
+    std::vector<const char*> wants;
+    const char* variant;
+  };
+  static const std::vector<Candidate> table = {
+      {"decode", "bf16", {"PTX_SHFL"}, "nv_ptx_shfl"},
+      {"extend", "d128", {"MMA", "MMA_WGMMA"}, "nv_wgmma"},
+      {"extend", "d128", {"MMA"}, "nv_mma_sync"},
+      {"mla_decode", "*", {"MMA"}, "nv_mma_sync"},
+      {"mla_decode", "*", {"TILED"}, "tiled"},
+      {"mla_extend", "*", {"MMA"}, "nv_mma_sync"},
+      {"mla_extend", "*", {"TILED"}, "tiled"},
+      {"linear_prefill", "*", {"PF_MMA"}, "nv_mma_sync"},
+  };
+  std::vector<OpChoice> out;
+  for (const Candidate& c : table) {
+    if (out.empty() || out.back().op != c.op) out.push_back({c.op, "generic"});
+    if (out.back().variant != "generic" || !variant_available(p, c.variant)) continue;
+    const Entry e = lookup(p, c.op, c.key);
+    bool wanted = true;
+    for (const char* w : c.wants) wanted = wanted && e.get_or(w, 0) != 0;
+    if (wanted) out.back().variant = c.variant;
+  }
+  return out;
 }
 
 }  // namespace clattn::params

@@ -1,5 +1,8 @@
 // Capability-gated kernel variants. Capabilities decide; a forced vendor (CLATTN_FORCE_VENDOR)
-// can only select variants the device at hand can actually run.
+// can only select variants the device at hand can actually run. In portable-only mode
+// (DeviceProfile::portable_only, CLATTN_VARIANTS=portable) every vendor-specific variant is
+// unavailable, so no op compiles vendor code: each op's choice goes through
+// variant_available().
 #pragma once
 #include <string>
 #include <vector>
@@ -15,8 +18,21 @@ namespace clattn::params {
 //                    (extend, MLA, linear-attention prefill)
 // "nv_wgmma"       : NVIDIA wgmma + TMA, compute capability 9.x, PTX rebuilt for sm_90a (extend)
 const std::vector<std::string>& all_variants();
+// True for variants that use vendor-specific code (inline PTX, vendor extensions or builtins):
+// those named after their vendor (nv_*, amd_*, intel_*, arm_*, qcom_*, apple_*). Portable
+// kernels and standard cl_khr_* paths have other names.
+bool vendor_specific(const std::string& variant);
 bool variant_available(const DeviceProfile& p, const std::string& variant, std::string* why = nullptr);
 // "" when the device can run `variant`, else why not.
 std::string why_unavailable(const DeviceProfile& p, const std::string& variant);
+
+// What each op with several variants would choose on this device for its usual call (decode of
+// bf16 KV, extend at head dim 128, MLA, linear-attention prefill): the first variant its
+// parameters ask for that the device can run, else "generic". A call's dtypes, strides or
+// shapes can still send it to the generic kernel. (clattn-probe prints this.)
+struct OpChoice {
+  std::string op, variant;
+};
+std::vector<OpChoice> op_choices(const DeviceProfile& p);
 
 }  // namespace clattn::params

@@ -1,8 +1,11 @@
 #!/bin/bash
 # One full pass on the NVIDIA GPU machine (shared DEVICE notes: carry .device/, filled by
 # fetch-debs.sh): build, probe, the GPU test suite (native = NVIDIA variants), every
-# benchmark (with torch SDPA and shuffled page ids beside extend), and clattn-serve-sim --big
-# for each model preset (SIM="" skips it). Results go to $OUT (or ./h100-out). Usage: OPS="decode extend" bash bench/h100/h100-pass.sh
+# benchmark (with torch SDPA and shuffled page ids beside extend), a portable-only pass of the
+# decode, extend and mla benchmarks (CLATTN_VARIANTS=portable: no vendor variant, the
+# portable kernels against the same-process limits; PORTABLE_OPS="" skips it), and
+# clattn-serve-sim --big for each model preset (SIM="" skips it). Results go to $OUT (or
+# ./h100-out). Usage: OPS="decode extend" bash bench/h100/h100-pass.sh
 set -o pipefail
 source bench/h100/h100-common.sh
 h100_build || exit 1
@@ -22,6 +25,12 @@ case " ${OPS:-extend} " in *" extend "*)
     echo "== torch SDPA rc=$?"; tail -3 "$OUT/torch_sdpa.txt"
   fi;;
 esac
+for op in ${PORTABLE_OPS-decode extend mla}; do
+  CLATTN_VARIANTS=portable timeout 200 ./build-gpu/bench/clattn-bench --device nvidia "$op" \
+    > "$OUT/bench_${op}_portable.txt" 2>&1
+  echo "== bench $op, portable-only (CLATTN_VARIANTS=portable) rc=$?"
+  grep -vE "^#" "$OUT/bench_${op}_portable.txt" | head -40 | cut -c1-230
+done
 for m in ${SIM-llama-8b qwen3-next deepseek-v3-tp8 gpt-oss}; do
   layers=""; case $m in qwen3-next|deepseek-v3-tp8) layers="--layers 16";; esac
   timeout 150 ./build-gpu/tools/clattn-serve-sim --device nvidia --model $m $layers --big --no-progress > "$OUT/sim_$m.txt" 2>&1

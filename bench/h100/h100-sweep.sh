@@ -14,5 +14,5 @@ for cmd in "$@"; do
   # shellcheck disable=SC2086
   timeout ${CASE_TIMEOUT:-200} ./build-gpu/bench/clattn-bench --device nvidia $cmd > "$OUT/sweep_$n.txt" 2>&1
   echo "   rc=$?"
-  grep -E "^(decode|mla_decode|extend|gdn|gla|limits|#   last)|registers|spill" "$OUT/sweep_$n.txt" | cut -c1-210
+  grep -E "^(decode|mla_decode|extend|gdn|gla|limits|#   last| +ceilings)|registers|spill" "$OUT/sweep_$n.txt" | cut -c1-210
 done

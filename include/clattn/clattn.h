@@ -43,6 +43,14 @@ CLATTN_API clattn_status clattn_context_create(const char* selector, clattn_cont
 /* Adopts an engine's objects (retained; released once by clattn_context_release). */
 CLATTN_API clattn_status clattn_context_adopt(cl_context ctx, cl_device_id device, cl_command_queue queue,
                                               clattn_context* out);
+/* The same with the kernel variants the context may choose (clattn::ContextOptions::variants):
+ * NULL or "" = $CLATTN_VARIANTS (unset: all), "all", or "portable" (no vendor-specific
+ * variant: inline PTX, vendor extensions or builtins). Another value: CLATTN_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_context_create_with_variants(const char* selector, const char* variants,
+                                                             clattn_context* out);
+CLATTN_API clattn_status clattn_context_adopt_with_variants(cl_context ctx, cl_device_id device,
+                                                            cl_command_queue queue, const char* variants,
+                                                            clattn_context* out);
 CLATTN_API void clattn_context_release(clattn_context ctx);
 CLATTN_API clattn_status clattn_context_queue(clattn_context ctx, cl_command_queue* out);
 
@@ -181,7 +189,8 @@ typedef struct clattn_device_info {
   int nv_compute_capability;     /* major*10+minor, 0 when not NVIDIA */
   unsigned amd_wavefront;        /* 0 when not AMD */
   unsigned warp_size;            /* hardware SIMD width where known, else 0 */
-  int reserved[16];              /* zero; room for later fields */
+  int portable_only;             /* portable-only mode: no vendor-specific kernel variant */
+  int reserved[15];              /* zero; room for later fields */
 } clattn_device_info;
 
 /* The context's device (index -1 when an adopted device is not in the list). */

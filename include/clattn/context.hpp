@@ -30,6 +30,10 @@ enum DeviceFault : std::uint32_t {
 struct DeviceProfile {
   std::string vendor;            // normalised: nvidia amd intel apple arm qualcomm cpu generic
   std::string vendor_forced;     // CLATTN_FORCE_VENDOR value in effect ("" when none)
+  // Portable-only mode (CLATTN_VARIANTS=portable or ContextOptions::variants = "portable"):
+  // no vendor-specific kernel variant (inline PTX, vendor extensions or builtins) is chosen;
+  // standard cl_khr_* paths and the vendor's parameter rows still apply.
+  bool portable_only = false;
   std::string device_name, device_vendor, driver_version, device_version;
   std::string platform_name, platform_vendor, platform_version, opencl_c_version;
   std::string architecture;      // "sm_90", "gfx90a", "xe-hpg", "" when unknown
@@ -62,6 +66,14 @@ struct DeviceEntry {
 // Every device on every platform, in platform order.
 CLATTN_API std::vector<DeviceEntry> list_devices();
 
+// How a context chooses kernels.
+struct ContextOptions {
+  // Kernel variants ops may choose: "" = $CLATTN_VARIANTS (unset: "all"); "all" = every
+  // variant the device can run; "portable" = portable-only mode (DeviceProfile::portable_only).
+  // Any other value is InvalidArgument. Set here, it wins over the environment.
+  std::string variants;
+};
+
 // A device + context + in-order queue. Either owns its OpenCL objects or adopts an
 // engine's (adopted objects are retained and released once, never double-released).
 class CLATTN_API Context {
@@ -69,7 +81,9 @@ class CLATTN_API Context {
   // selector: "" = $CLATTN_DEVICE, else first GPU, else first CPU. Otherwise an index
   // ("0"), a vendor ("nvidia", "cpu", ...), or a substring of the device name.
   static Context create(const std::string& selector = "");
+  static Context create(const std::string& selector, const ContextOptions& options);
   static Context adopt(cl_context ctx, cl_device_id dev, cl_command_queue queue);
+  static Context adopt(cl_context ctx, cl_device_id dev, cl_command_queue queue, const ContextOptions& options);
 
   cl_context cl_ctx() const;
   cl_device_id cl_device() const;

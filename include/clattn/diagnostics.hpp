@@ -40,6 +40,32 @@ struct Limits {
 // Measures on the context's queue (blocking). bytes = 0 picks a size from the device.
 CLATTN_API Limits measure_limits(const Context& ctx, std::size_t bytes = 0);
 
+// Compute ceilings: what portable OpenCL FP32 reaches on the device, for compute-bound ops.
+struct ComputeCeiling {
+  bool available = false;  // false: not measured here (`method` says why)
+  double tflops = 0;
+  std::string method;      // how it was measured
+};
+
+// FP32 FMA-loop peak (cl_kernels/fma_peak.cl): independent fma() chains in every work-item,
+// enough work-groups to fill every compute unit; the best of `samples` timed launches of
+// about `target_ms` each. 0 in a field = the device's default (see backends/diagnostics/
+// fma_peak.cpp); the kernel tunables VEC, CHAINS and UNROLL are its -D options.
+struct FmaPeakOptions {
+  int vec = 0, chains = 0, unroll = 0;  // lanes per chain (1, 2, 4, 8, 16), chains, steps per loop
+  int wg = 0, groups_per_cu = 0;        // work-group size, work-groups per compute unit
+  double target_ms = 20;
+  int samples = 5;
+};
+// Blocking; needs a queue with profiling (Context::create's).
+CLATTN_API ComputeCeiling measure_fma_peak(const Context& ctx, const FmaPeakOptions& options = {});
+
+// CLBlast SGEMM C = A x B, n x n x n, f32, row-major: what a tuned portable OpenCL FP32 GEMM
+// reaches on the device (2 n^3 FLOPs per call; the best of `samples` calls, timed between
+// markers on the context's queue, after one untimed call that builds CLBlast's kernels).
+// Not available when clattn was built without CLBlast or CLBlast fails on the device.
+CLATTN_API ComputeCeiling measure_sgemm(const Context& ctx, int n = 4096, int samples = 5);
+
 }  // namespace clattn
 
 namespace clattn {

@@ -111,6 +111,7 @@ py::dict profile_dict(const clattn::DeviceProfile& p) {
   d["intel_subgroups"] = p.intel_subgroups;
   d["intel_required_subgroup_size"] = p.intel_required_subgroup_size;
   d["integer_dot_product"] = p.integer_dot_product;
+  d["portable_only"] = p.portable_only;
   d["nv_inline_ptx"] = p.nv_inline_ptx;
   d["nv_compute_capability"] = p.nv_compute_capability;
   d["amd_wavefront"] = p.amd_wavefront;
@@ -137,13 +138,14 @@ int64_t int_ptr(const py::handle& o, const char* what) {
   invalid(std::string(what) + ": expected a pyopencl object (with .int_ptr) or an int handle");
 }
 
-clattn::Context make_context(const py::object& device) {
-  if (device.is_none()) return clattn::Context::create("");
-  if (py::isinstance<py::str>(device)) return clattn::Context::create(device.cast<std::string>());
+clattn::Context make_context(const py::object& device, const std::string& variants) {
+  const clattn::ContextOptions opts{variants};
+  if (device.is_none()) return clattn::Context::create("", opts);
+  if (py::isinstance<py::str>(device)) return clattn::Context::create(device.cast<std::string>(), opts);
   if (py::isinstance<py::int_>(device)) {
     int64_t i = device.cast<int64_t>();
     if (i < 0) invalid("Context: device index " + std::to_string(i) + " is negative");
-    return clattn::Context::create(std::to_string(i));
+    return clattn::Context::create(std::to_string(i), opts);
   }
   if (py::isinstance<py::tuple>(device) || py::isinstance<py::list>(device)) {
     auto seq = device.cast<py::sequence>();
@@ -155,12 +157,12 @@ clattn::Context make_context(const py::object& device) {
       auto cp = int_ptr(c, "Context(context)"), qp = int_ptr(q, "Context(queue)");
       auto dp = int_ptr(q.attr("device"), "Context(queue.device)");
       return clattn::Context::adopt(reinterpret_cast<cl_context>(cp), reinterpret_cast<cl_device_id>(dp),
-                                    reinterpret_cast<cl_command_queue>(qp));
+                                    reinterpret_cast<cl_command_queue>(qp), opts);
     }
     auto cp = int_ptr(seq[0], "Context(context)"), dp = int_ptr(seq[1], "Context(device)");
     auto qp = int_ptr(seq[2], "Context(queue)");
     return clattn::Context::adopt(reinterpret_cast<cl_context>(cp), reinterpret_cast<cl_device_id>(dp),
-                                  reinterpret_cast<cl_command_queue>(qp));
+                                  reinterpret_cast<cl_command_queue>(qp), opts);
   }
   invalid("Context: device must be None, a selector string, an index or (pyopencl.Context, pyopencl.CommandQueue)");
 }
@@ -414,8 +416,12 @@ device : None | str | int | tuple
     :func:`clattn.devices`. ``(pyopencl.Context, pyopencl.CommandQueue)``: adopt an
     engine's own context and queue (retained, never finished behind its back); tensors
     of that context can then be passed zero-copy. ``(cl_context, cl_device_id,
-    cl_command_queue)`` ints adopt raw handles.)doc")
-      .def(py::init(&make_context), py::arg("device") = py::none())
+    cl_command_queue)`` ints adopt raw handles.
+variants : str
+    Kernel variants the context may choose: ``""`` (``$CLATTN_VARIANTS``, unset: all),
+    ``"all"``, or ``"portable"`` (no vendor-specific variant such as NVIDIA inline PTX;
+    ``profile["portable_only"]`` says which mode is in effect).)doc")
+      .def(py::init(&make_context), py::arg("device") = py::none(), py::arg("variants") = "")
       .def_property_readonly("profile", [](const clattn::Context& c) { return profile_dict(c.profile()); },
                              "The device profile as a dict (see :func:`clattn.devices`).")
       .def_property_readonly("device_name", [](const clattn::Context& c) { return c.profile().device_name; },

@@ -36,6 +36,27 @@ int main(void) {
   CHECK(clattn_context_adopt(clctx, dev, q, &adopted) == CLATTN_SUCCESS);
   clattn_context_release(adopted);
   CHECK(clFinish(q) == CL_SUCCESS);
+
+  /* Portable-only mode as a context option: shown by the device info and the profile JSON. */
+  clattn_context portable = NULL;
+  CHECK(clattn_context_create_with_variants(NULL, "portable", &portable) == CLATTN_SUCCESS);
+  clattn_device_info info;
+  CHECK(clattn_device_info_get(portable, &info) == CLATTN_SUCCESS);
+  CHECK(info.portable_only == 1);
+  size_t json_size = 0;
+  CHECK(clattn_device_profile_json(portable, NULL, 0, &json_size) == CLATTN_SUCCESS);
+  char* json = (char*)malloc(json_size);
+  CHECK(json && clattn_device_profile_json(portable, json, json_size, NULL) == CLATTN_SUCCESS);
+  CHECK(json && strstr(json, "\"clattn_portable_only\":true") != NULL);
+  free(json);
+  clattn_context_release(portable);
+  CHECK(clattn_context_adopt_with_variants(clctx, dev, q, "all", &adopted) == CLATTN_SUCCESS);
+  CHECK(clattn_device_info_get(adopted, &info) == CLATTN_SUCCESS);
+  CHECK(info.portable_only == 0);
+  clattn_context_release(adopted);
+  bad = NULL;
+  CHECK_FAILS(clattn_context_create_with_variants(NULL, "fastest", &bad), CLATTN_INVALID_ARGUMENT, "variants");
+  CHECK(bad == NULL);
   clattn_context_release(ctx);
 
   return report();

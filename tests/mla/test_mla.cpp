@@ -13,7 +13,11 @@
 // docs/mla.md) rounds the scaled q and P to the MMA type (bf16 for bf16 latents: 2^-9
 // relative; f16 for f16 and fp8: 2^-11): o 1e-2 (bf16) / 3e-3 (f16); lse 1e-2 (bf16) /
 // 3e-3 (f16): with one key, lse is that key's score, which carries q's rounding unaveraged.
+// The portable kernels, "tiled" (register-blocked, mla_tiled.cl) and "generic" (mla.cl), are
+// both f32 throughout and share the f32 tolerances; the vendor parameter rows choose between
+// them (TILED), and MlaPortable.* runs each one explicitly, asserting the plan's variant.
 #include <cmath>
+#include <map>
 
 #include "clattn/diagnostics.hpp"
 #include "mla_fixture.hpp"
@@ -68,6 +72,11 @@ std::vector<uint8_t> run_and_check(const Batch& b, MlaOptions opt = {}, uint64_t
     }
     if (::testing::Test::HasFailure()) break;
   }
+  // A call that names a portable kernel (TILED, with the tensor cores off) must have run it.
+  const auto tiled = opt.params.find("TILED");
+  const auto mma = opt.params.find("MMA");
+  if (tiled != opt.params.end() && mma != opt.params.end() && mma->second == 0)
+    EXPECT_EQ(plan.variant, tiled->second ? "tiled" : "generic") << b.describe();
   if (plan_out) *plan_out = plan;
   return ob;
 }
@@ -180,6 +189,63 @@ TEST(MlaDecode, SingleBufferMatchesSplitBuffersBitwise) {
     b.single = true;
     auto c = run_and_check(b, {}, 21);
     EXPECT_EQ(a, c) << "single 576-wide buffer differs from split buffers (" << dtype_name(kv) << ")";
+  }
+}
+
+// Both portable kernels, asked for by name (TILED 1 / 0, MMA 0), each case asserting the
+// variant: the tiled kernel over every latent dtype (f32, f16, bf16, fp8 e4m3 and e5m2 with a
+// scale), q/o dtypes, page sizes 1..64, CSR / page table / 576-wide buffer, decode with
+// split-K on and off (an empty request included), extend causal and not, and its other tile
+// shapes (KT 4 / 16, MS 2 / 4, DS 4 / 8, DSW 4 / 16, MO 1 / 4 / 8, QB 32, 8- and 4-byte loads);
+// the generic kernel on three of them (bf16 decode with split-K, e5m2, extend fp8 e4m3). Few
+// programs: each costs seconds of PoCL compilation.
+TEST(MlaPortable, TiledAndGenericMatchTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(6);
+  struct C {
+    DType kv, q, o;
+    int H, P;
+    bool extend, causal, split, single, table, generic;
+    std::map<std::string, int> tile;  // tiled kernel only
+  };
+  const C cases[] = {
+      {DType::BF16, DType::BF16, DType::F32, 16, 16, false, true, true, false, false, true, {}},
+      {DType::F32, DType::F32, DType::F32, 8, 1, false, true, false, false, true, false,
+       {{"KT", 4}, {"DS", 8}, {"DSW", 4}, {"MO", 8}, {"LOAD_BYTES", 8}}},
+      {DType::F16, DType::F16, DType::BF16, 32, 32, false, true, true, true, false, false,
+       {{"KT", 16}, {"MS", 2}, {"DSW", 16}, {"MO", 4}}},
+      {DType::FP8_E5M2, DType::F32, DType::F16, 4, 16, false, true, true, false, true, true, {{"MS", 4}, {"MO", 1}}},
+      {DType::BF16, DType::F16, DType::F32, 8, 16, true, true, false, false, false, false,
+       {{"QB", 32}, {"DS", 4}, {"MS", 2}, {"LOAD_BYTES", 4}}},
+      {DType::FP8_E4M3, DType::BF16, DType::BF16, 16, 64, true, false, false, true, false, true, {}},
+  };
+  int k = 0;
+  for (const C& c : cases) {
+    Batch b;
+    b.kvd = c.kv, b.qd = c.q, b.od = c.o, b.H = c.H, b.P = c.P, b.extend = c.extend, b.causal = c.causal;
+    b.single = c.single, b.table = c.table;
+    b.kv_scale = c.kv == DType::FP8_E4M3 || c.kv == DType::FP8_E5M2 ? 0.5 : 1.0;
+    const int B = rng.uniform_int(2, 3);
+    for (int i = 0; i < B; ++i) {
+      const int q = c.extend ? rng.uniform_int(1, 9) : 1;
+      b.qo.push_back(q), b.kv.push_back(q + rng.uniform_int(c.extend ? 0 : 20, 120));
+    }
+    if (k == 0) b.kv[1] = 0, b.qo[1] = 1;  // empty decode request: o = 0, lse = -inf
+    for (int tiled : {1, 0}) {
+      if (!tiled && !c.generic) continue;
+      MlaOptions o;
+      o.params["MMA"] = 0, o.params["TILED"] = tiled;
+      if (tiled)
+        for (const auto& [name, v] : c.tile) o.params[name] = v;
+      if (c.split) o.params["MIN_CHUNK"] = 16, o.params["WGS_PER_CU"] = 1024;
+      else o.max_splits = 1;
+      MlaPlan p;
+      run_and_check(b, o, 500 + k, &p);
+      EXPECT_EQ(p.variant, tiled ? "tiled" : "generic") << b.describe();
+      if (c.split && !c.extend) EXPECT_GT(p.num_merges, 0) << b.describe();
+      if (::testing::Test::HasFailure()) return;
+    }
+    ++k;
   }
 }
 

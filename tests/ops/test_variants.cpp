@@ -2,8 +2,12 @@
 // kernel (a pre-filter for parameter choices) equals what the driver reports for the
 // compiled kernel (CL_KERNEL_LOCAL_MEM_SIZE). Asserted on CPU devices (PoCL reports the
 // kernel's __local arrays exactly); on GPUs the figures are printed (drivers may add their
-// own reservations).
+// own reservations). MLA: the vendor rows' choice, then both portable kernels by name (tiled,
+// also with a tile of other proportions, and generic), for bf16, fp8 and f32 latents.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
 
 #include <clattn/clattn.hpp>
 
@@ -52,7 +56,7 @@ TEST(Variants, LocalMemoryEstimatesMatchTheDriver) {
     extend_plan(ctx(), csr(true), cache, o);
     expect_estimates_match("extend");
   }
-  for (DType kv : {DType::BF16, DType::FP8_E4M3}) {
+  for (DType kv : {DType::BF16, DType::FP8_E4M3, DType::F32}) {
     MlaCache m;
     m.num_pages = 8, m.page_size = 16, m.dtype = kv;
     MlaOptions o;
@@ -61,6 +65,19 @@ TEST(Variants, LocalMemoryEstimatesMatchTheDriver) {
     expect_estimates_match("mla_decode");
     mla_extend_plan(ctx(), csr(true), m, o);
     expect_estimates_match("mla_extend");
+    // Both portable kernels by name, the tiled one also with a tile of other proportions.
+    const std::map<std::string, int> tiled = {{"MMA", 0}, {"TILED", 1}};
+    const std::map<std::string, int> shaped = {{"MMA", 0}, {"TILED", 1}, {"KT", 16}, {"MS", 2}, {"DS", 8}, {"QB", 32}};
+    const std::map<std::string, int> generic = {{"MMA", 0}, {"TILED", 0}};
+    for (const auto* params : {&tiled, &shaped, &generic}) {
+      o.params = *params;
+      const char* want = params->at("TILED") ? "tiled" : "generic";
+      for (bool extend : {false, true}) {
+        MlaPlan plan = extend ? mla_extend_plan(ctx(), csr(true), m, o) : mla_decode_plan(ctx(), csr(false), m, o);
+        EXPECT_EQ(plan.variant, want);
+        expect_estimates_match(extend ? "mla_extend" : "mla_decode");
+      }
+    }
   }
 }
 

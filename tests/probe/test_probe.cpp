@@ -93,3 +93,34 @@ TEST(Probe, ShowsTheTunedFileAndWhereEachEntryComesFrom) {
   EXPECT_NE(ch["ops"]["decode"]["source"], "tuned:" + file.string());
   std::filesystem::remove(file);
 }
+
+TEST(Probe, ShowsTheVariantsModeAndTheChoicePerOp) {
+  const std::string dev = " --device '" + clattn::test::ctx().profile().device_name + "'";
+  int st = -1;
+  std::string out = run("CLATTN_VARIANTS=portable " + std::string(CLATTN_PROBE_EXE) + " --json" + dev, &st);
+  ASSERT_EQ(st, 0) << out;
+  auto doc = nlohmann::json::parse(out);
+  ASSERT_FALSE(doc["devices"].empty());
+  auto& d = doc["devices"][0];
+  EXPECT_EQ(d["profile"]["clattn_portable_only"], true);
+  EXPECT_EQ(d["choices"]["variants_mode"], "portable");
+  for (auto& [op, variant] : d["choices"]["op_variants"].items())
+    EXPECT_NE(variant.get<std::string>().rfind("nv_", 0), 0u) << op << " " << variant;
+  for (auto& v : d["choices"]["variants"])
+    if (v["name"].get<std::string>().rfind("nv_", 0) == 0)
+      EXPECT_NE(v["reason"].get<std::string>().find("portable-only"), std::string::npos) << v;
+  std::string text = run("CLATTN_VARIANTS=portable " + std::string(CLATTN_PROBE_EXE) + dev, &st);
+  ASSERT_EQ(st, 0) << text;
+  EXPECT_NE(text.find("variants mode portable"), std::string::npos) << text;
+  EXPECT_NE(text.find("chosen variant per op"), std::string::npos) << text;
+  text = run(std::string(CLATTN_PROBE_EXE) + dev, &st);
+  ASSERT_EQ(st, 0) << text;
+  EXPECT_NE(text.find("variants mode all"), std::string::npos) << text;
+}
+
+TEST(Probe, UnknownVariantsModeFailsClearly) {
+  int st = -1;
+  std::string out = run("CLATTN_VARIANTS=fastest " + std::string(CLATTN_PROBE_EXE) + " 2>&1", &st);
+  EXPECT_NE(st, 0);
+  EXPECT_NE(out.find("CLATTN_VARIANTS='fastest'"), std::string::npos) << out;
+}

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "backends/params/database.hpp"
+#include "backends/params/variants.hpp"
 
 using nlohmann::json;
 
@@ -41,6 +42,9 @@ json tuned_file_json(const clattn::DeviceProfile& p) {
   return t;
 }
 
+// "portable" (CLATTN_VARIANTS=portable: no vendor-specific variant) or "all".
+const char* variants_mode(const clattn::DeviceProfile& p) { return p.portable_only ? "portable" : "all"; }
+
 json choices_json(const clattn::DeviceProfile& p) {
   json ops = json::object();
   for (auto& op : clattn::parameter_ops()) {
@@ -53,7 +57,13 @@ json choices_json(const clattn::DeviceProfile& p) {
   }
   json vars = json::array();
   for (auto& v : clattn::variants(p)) vars.push_back({{"name", v.name}, {"available", v.available}, {"reason", v.reason}});
-  return json{{"ops", ops}, {"variants", vars}, {"tuned_file", tuned_file_json(p)}};
+  json chosen = json::object();
+  for (auto& c : clattn::params::op_choices(p)) chosen[c.op] = c.variant;
+  return json{{"ops", ops},
+              {"variants_mode", variants_mode(p)},
+              {"variants", vars},
+              {"op_variants", chosen},
+              {"tuned_file", tuned_file_json(p)}};
 }
 
 void print_text(const clattn::DeviceEntry& d, const json& bench) {
@@ -72,9 +82,13 @@ void print_text(const clattn::DeviceEntry& d, const json& bench) {
     std::printf("    NVIDIA compute capability %d.%d, warp %u, inline PTX %s\n", p.nv_compute_capability / 10,
                 p.nv_compute_capability % 10, p.warp_size, p.nv_inline_ptx ? "yes" : "no");
   if (p.amd_wavefront) std::printf("    AMD wavefront %u\n", p.amd_wavefront);
+  std::printf("    variants mode %s\n", p.portable_only ? "portable (CLATTN_VARIANTS=portable: no vendor-specific variant)"
+                                                         : "all (every variant the device can run)");
   std::printf("    variants:\n");
   for (auto& v : clattn::variants(p))
     std::printf("      %-16s %-3s %s\n", v.name.c_str(), v.available ? "yes" : "no", v.reason.c_str());
+  std::printf("    chosen variant per op (usual call; dtypes or shapes may still fall back to generic):\n");
+  for (auto& c : clattn::params::op_choices(p)) std::printf("      %-16s %s\n", c.op.c_str(), c.variant.c_str());
   json tf = tuned_file_json(p);
   std::printf("    tuned file %s (%s)\n", tf["path"].get<std::string>().c_str(),
               tf.contains("ignored")   ? tf["ignored"].get<std::string>().c_str()

@@ -250,6 +250,14 @@ struct MlaInst : Instance {
   }
 };
 
+// The register-blocked MLA kernel's tile (mla_tiled.cl; rows_mla.cpp explains each): TILED
+// first (it decides which kernel the other axes tune), combinations the kernel rejects are
+// skipped by the tuner.
+std::vector<Axis> mla_tiled_axes() {
+  return {{"TILED", {1, 0}}, {"KT", {4, 8, 16, 32}}, {"MS", {1, 2, 4}},
+          {"DS", {4, 8, 16}}, {"DSW", {4, 8, 16}}, {"MO", {1, 2, 4, 8}}};
+}
+
 // ------------------------------------------------------------------------------ linear
 struct LinearInst : Instance {
   Context ctx;
@@ -438,9 +446,17 @@ std::vector<OpSpec> build_specs() {
                    a.push_back({"MMA_PINGPONG", {1, 0}});  // warpgroups take turns (TMA form)
                    a[1].values.push_back(12);  // MMA_WARPS 12: three warpgroups (nv_wgmma only)
                  }
-                 for (Axis x : std::vector<Axis>{{"ROWS", {8, 16, 32, 64}}, {"WG", {32, 64, 128, 256}}, {"KEYS", {16, 32, 64}}})
+                 // The portable kernel's tile (a combination the kernel cannot take is rejected by
+                 // the plan and skipped).
+                 for (Axis x : std::vector<Axis>{{"ROWS", {32, 64, 128}},
+                                                 {"WG", {64, 128, 256}},
+                                                 {"KEYS", {32, 64}},
+                                                 {"TM", {4, 8}},
+                                                 {"DC", {16, 32, 64}},
+                                                 {"VC", {8, 16, 32}},
+                                                 {"QRES", {1, 0}}})
                    a.push_back(x);
-                 if (quick) a = {{"ROWS", {8, 32}}, {"KEYS", {16, 64}}};
+                 if (quick) a = {{"ROWS", {32, 64}}, {"KEYS", {32, 64}}, {"TM", {4, 8}}};
                  return a;
                },
                [](const Context& c, bool quick) {
@@ -463,6 +479,7 @@ std::vector<OpSpec> build_specs() {
                      a.push_back(x);
                  for (Axis x : std::vector<Axis>{{"QB", {4, 8, 16, 32}}, {"LANES", {4, 8, 16}}, {"LOAD_BYTES", {8, 16}}})
                    a.push_back(x);
+                 for (Axis x : mla_tiled_axes()) a.push_back(x);
                  if (quick) a = {{"MAX_SPLITS", {4, 16}}, {"LANES", {4, 16}}};
                  return a;
                },
@@ -485,6 +502,7 @@ std::vector<OpSpec> build_specs() {
                    a = {{"MMA", {1, 0}}, {"MMA_WARPS", {2, 4}}, {"MMA_KEYS", {16, 32}}};
                  for (Axis x : std::vector<Axis>{{"QB", {4, 8, 16, 32}}, {"LANES", {4, 8, 16}}, {"LOAD_BYTES", {8, 16}}})
                    a.push_back(x);
+                 for (Axis x : mla_tiled_axes()) a.push_back(x);
                  if (quick) a = {{"QB", {4, 16}}};
                  return a;
                },
