@@ -123,8 +123,16 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.fuse_merge = ops::param_or(e, over, "FUSE_MERGE", 1) != 0;
   t.prefetch = ops::param_or(e, over, "PREFETCH", 0) != 0;
   t.merge_batch = std::clamp(ops::param_or(e, over, "MERGE_BATCH", 8), 1, 32);
-  const int qregs = std::max(1, ops::param(e, over, "QREGS"));
-  const int qregs_max = std::max(qregs, ops::param(e, over, "QREGS_MAX"));
+  // The local-memory butterfly costs a barrier pair per step, so where it runs instead of the
+  // shfl form (the device or portable-only mode rules the shfl variant out) fewer lanes per
+  // token can pay: QREGS_LMEM / QREGS_MAX_LMEM (default: QREGS / QREGS_MAX).
+  const bool lmem = !t.ptx_shfl || !params::variant_available(prof, "nv_ptx_shfl");
+  int qregs = std::max(1, ops::param(e, over, "QREGS"));
+  int qregs_max = std::max(qregs, ops::param(e, over, "QREGS_MAX"));
+  if (lmem) {
+    qregs = std::max(1, ops::param_or(e, over, "QREGS_LMEM", qregs));
+    qregs_max = std::max(qregs, ops::param_or(e, over, "QREGS_MAX_LMEM", qregs_max));
+  }
   const int gcap = std::clamp(ops::param(e, over, "GMAX_CAP"), 1, 16);
   sp->wgs_per_cu = std::max(1, ops::param(e, over, "WGS_PER_CU"));
   sp->min_chunk = std::max(1, ops::param(e, over, "MIN_CHUNK"));

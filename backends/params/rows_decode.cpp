@@ -7,6 +7,8 @@
 //               sets TPT (lanes per token) = GMAX_bucket * head_dim / QREGS
 //   QREGS_MAX   hard cap: a GQA group whose q would exceed it even at the widest TPT is
 //               split into query-head blocks (each block re-reads K/V, mostly from L2)
+//   QREGS_LMEM, QREGS_MAX_LMEM  the same where the butterfly goes through local memory
+//               (no shfl variant: other devices, portable-only mode); default QREGS, QREGS_MAX
 //   UNROLL      tokens per slot per tile step (one softmax rescale per tile)
 //   LOAD_BYTES  bytes per K/V load (16 = ld.global.v4; lowered automatically for strides)
 //   PTX_SHFL    1: prefer the inline-PTX shfl.sync butterfly (NVIDIA variant "nv_ptx_shfl";
@@ -38,9 +40,11 @@ const std::vector<Row>& rows_decode() {
       // figures: docs/results-h100.md.
       {"decode", Level::Vendor, "nvidia", "*",
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 1},
-        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},
+        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024},
+        {"QREGS_LMEM", 64}, {"QREGS_MAX_LMEM", 128}},
        "clattn-bench decode --grid, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; WGS_PER_CU: CUDA "
-       "occupancy calculator (sm_90)"},
+       "occupancy calculator (sm_90); QREGS_LMEM / QREGS_MAX_LMEM: clattn-tune --ops decode with "
+       "CLATTN_VARIANTS=portable, NVIDIA H200, driver 580.159.04, 2026-11-26"},
       // Tuned on the machine itself (clattn-tune --ops decode --time-budget 180 --emit-rows; the
       // tables: docs/results-h100.md). PREFETCH, added by hand, is used by split plans only.
       {"decode", Level::Device, "NVIDIA H100 80GB HBM3", "bf16",

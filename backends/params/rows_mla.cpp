@@ -54,15 +54,17 @@ const std::vector<Row>& rows_mla() {
       // 18 KB of bf16 latent in flight per group through the register prefetch; split-K
       // thresholds as the generic row. MMA=1: mla_mma_nv.cl where nv_inline_ptx and sm_80+ (4
       // warps, 16-token tiles, 24 KB local, merge fused; docs/mla.md). Without it (portable-only
-      // mode) the tiled kernel: a warp = 8 slices x 4 vectors reads 8 distinct float4s = one
-      // 128-byte shared-memory wavefront per load (CUDA C++ Best Practices Guide, shared memory
-      // banks); ~100 registers -> 2 groups of 256 per SM. H100 figures: docs/results-h100.md.
+      // mode) the tiled kernel: 32 query vectors per group (decode: at most the head count), two
+      // per work-item in S, a warp = 4 slices x 8 vectors (the tuner's choice over the
+      // by-design 16 / 1 / 8, which reads 8 distinct float4s per 128-byte wavefront). Figures:
+      // docs/results-h100.md.
       {"mla_decode", Level::Vendor, "nvidia", "*",
-       {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
-        {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 8},
+       {{"QB", 32}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
+        {"MMA", 1}, {"MMA_WARPS", 4}, {"MMA_KEYS", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 2}, {"DS", 16}, {"DSW", 4},
         {"MO", 8}},
        "by design: CUDA occupancy calculator (sm_90), CUDA C++ Best Practices Guide (shared-memory banks); the "
-       "MMA tile by docs/mla.md's arithmetic"},
+       "MMA tile by docs/mla.md's arithmetic; QB, MS, DSW (tiled): clattn-tune --ops mla_decode with "
+       "CLATTN_VARIANTS=portable, NVIDIA H200, driver 580.159.04, 2026-11-26"},
       // 4 x wave64 per group; 64 KB LDS per CU holds one bf16 group plus change; dwordx4 loads;
       // split-K thresholds as the generic row. Tiled (CDNA / GCN, wave64): the LDS returns 128
       // bytes per clock (8 lanes of a ds_read_b128) against 64 FMA lanes per CU, so S takes two
