@@ -356,6 +356,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       {"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))}, {"WG", to_string(gt.wg)},
       {"ROWS", to_string(gt.rows)},         {"KEYS", to_string(gt.keys)},        {"TM", to_string(gt.tm)},
       {"DC", to_string(gt.dc)},             {"VC", to_string(gt.vc)},          {"QRES", to_string(gt.qres)},
+      {"SUB_TX", to_string(ops::param_or(e, over, "SUB_TX", 8))},
       {"SUNROLL", to_string(ops::param_or(e, over, "SUNROLL", gt.dc / 4))},
       {"PUNROLL", to_string(ops::param_or(e, over, "PUNROLL", gt.vc))},
       {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};

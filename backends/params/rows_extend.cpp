@@ -11,6 +11,8 @@
 //   DC    head-dim chunk of the Q and K staging (lowered to a divisor of head_dim)
 //   VC    keys per V chunk
 //   QRES  1 (default): the group's Q rows stay in local memory, staged once
+//   SUB_TX  work-items along tx in each 32 consecutive ones (default 8: 8 x 4 of the grid per
+//         NVIDIA warp; H200 1x4096: 4 as fast, 2 and 16 17 % slower)
 //   local memory = max(SR (DC + 4), VC (D + 4)) + QRES ROWS (D + 4) + KEYS (ROWS + 4) +
 //   ROWS (TX + 4) floats + KEYS longs, SR = KEYS with QRES, else ROWS + KEYS (the dispatcher
 //   drops QRES, then halves KEYS, then ROWS and WG, while it exceeds the device's). Registers per work-item: about TM x (D / TX + KEYS / TX) + 4 (TM + KEYS / TX).
