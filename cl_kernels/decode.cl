@@ -59,18 +59,6 @@
 #define USE_PTX_SHFL 0
 #endif
 
-// Full unrolling keeps the per-lane arrays in registers on GPUs. CPU compilers (PoCL)
-// spend most of their time on the unrolled code and keep such arrays on the stack anyway,
-// so the dispatcher turns the hints off there (UNROLL_HINTS=0); the math is unchanged.
-#ifndef UNROLL_HINTS
-#define UNROLL_HINTS 1
-#endif
-#if UNROLL_HINTS
-#define UNROLL_LOOP _Pragma("unroll")
-#else
-#define UNROLL_LOOP _Pragma("unroll 1")
-#endif
-
 #if KV_DT == DT_F32
 #define KV_ESIZE 4
 #define WORD_ELEM WORD_ELEM_F32

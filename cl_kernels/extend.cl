@@ -62,17 +62,6 @@
 #ifndef PUNROLL  // unroll of the P V loop over a chunk's keys
 #define PUNROLL VC
 #endif
-#ifndef UNROLL_HINTS
-#define UNROLL_HINTS 1
-#endif
-#define CLATTN_STR(x) #x
-#if UNROLL_HINTS
-#define UNROLL_LOOP _Pragma("unroll")
-#define UNROLL_BY(n) _Pragma(CLATTN_STR(unroll n))
-#else
-#define UNROLL_LOOP _Pragma("unroll 1")
-#define UNROLL_BY(n) _Pragma("unroll 1")
-#endif
 
 #define TY (ROWS / TM)
 #define TX (WG / TY)

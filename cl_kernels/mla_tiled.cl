@@ -51,11 +51,12 @@
 
 // Full unrolling keeps the per-work-item arrays (q, scores, accumulators) in registers on
 // GPUs; on CPU devices the dispatcher leaves the choice to the compiler (UNROLL_HINTS=0:
-// PoCL compiles fully unrolled code for seconds longer). The math is unchanged.
+// PoCL compiles fully unrolled code for seconds longer), unlike common.clh's UNROLL_LOOP,
+// which keeps the loops rolled there. The math is unchanged.
 #if !defined(UNROLL_HINTS) || UNROLL_HINTS
-#define UNROLL_LOOP _Pragma("unroll")
+#define MLA_UNROLL _Pragma("unroll")
 #else
-#define UNROLL_LOOP
+#define MLA_UNROLL
 #endif
 #define TILE_TOKENS KT
 #include "mla_latent.clh"
@@ -94,11 +95,11 @@ void mla_tiled(MLA_KERNEL_ARGS) {
   float4 q4[MS * NQ4];
   {
     uint4 raw[MS * NQ4];
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int m = 0; m < MS; ++m) {
       const int v = vbeg + sv + QS * m;
       const size_t qrow = (size_t)(row0 + (v < nvec ? v / H : 0)) * H + (v < nvec ? v % H : 0);
-      UNROLL_LOOP
+      MLA_UNROLL
       for (int i = 0; i < NQ4; ++i) {
         const int g = ds + DS * i;
         raw[m * NQ4 + i] = v >= nvec ? (uint4)(0u)
@@ -106,21 +107,21 @@ void mla_tiled(MLA_KERNEL_ARGS) {
                                              : load4_bits(q_pe, qrow * KPE_DIM + 4 * (g - CKV_DIM / 4), q_dt);
       }
     }
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int i = 0; i < MS * NQ4; ++i) q4[i] = bits4_to_float4(raw[i], q_dt) * q_scale;
   }
 
   // Softmax state of the scores this work-item owns; last visible key of their vectors.
   float m_r[RS], l_r[RS], s_r[RS];
   int lim[RS];
-  UNROLL_LOOP
+  MLA_UNROLL
   for (int r = 0; r < RS; ++r) {
     const int v = vbeg + (wi + WG * r) / KT;
     m_r[r] = CLATTN_NEG_INF, l_r[r] = 0.0f;
     lim[r] = wi + WG * r < NS && v < nvec ? cbase + v / H : -1;
   }
   float4 acc[MO * NO4];
-  UNROLL_LOOP
+  MLA_UNROLL
   for (int c = 0; c < MO * NO4; ++c) acc[c] = (float4)(0.0f);
 
   const int pmask = (1 << log2_page) - 1;
@@ -130,22 +131,22 @@ void mla_tiled(MLA_KERNEL_ARGS) {
   __local float* lf = (__local float*)lat;
   for (int t0 = kb; t0 < ke; t0 += KT) {
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile's readers are done
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int i = 0; i < PF; ++i) {
       const int ch = wi + i * WG;
       if (ch < TCH) {
         __local float* dst = lf + (ch / ROWC) * (4 * ROW4) + (ch % ROWC) * FPC;
         float x[FPC];
-        UNROLL_LOOP
+        MLA_UNROLL
         for (int w = 0; w < VW; ++w) {
-          UNROLL_LOOP
+          MLA_UNROLL
           for (int e = 0; e < EPW; ++e) x[w * EPW + e] = ELEM(VWORD(pf[i], w), e);
         }
 #if FPC % 4 == 0
-        UNROLL_LOOP
+        MLA_UNROLL
         for (int c = 0; c < FPC / 4; ++c) vstore4((float4)(x[4 * c], x[4 * c + 1], x[4 * c + 2], x[4 * c + 3]), c, dst);
 #else
-        UNROLL_LOOP
+        MLA_UNROLL
         for (int c = 0; c < FPC; ++c) dst[c] = x[c];
 #endif
       }
@@ -155,34 +156,34 @@ void mla_tiled(MLA_KERNEL_ARGS) {
 
     // S: this slice's partial scores of its MS vectors against the KT keys.
     float s[MS * KT];
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int c = 0; c < MS * KT; ++c) s[c] = 0.0f;
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int i = 0; i < NQ4; ++i) {
-      UNROLL_LOOP
+      MLA_UNROLL
       for (int n = 0; n < KT; ++n) {
         const float4 k = lat[n * ROW4 + ds + DS * i];
-        UNROLL_LOOP
+        MLA_UNROLL
         for (int m = 0; m < MS; ++m) {
           const float4 q = q4[m * NQ4 + i];
           s[m * KT + n] = fma(q.w, k.w, fma(q.z, k.z, fma(q.y, k.y, fma(q.x, k.x, s[m * KT + n]))));
         }
       }
     }
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int m = 0; m < MS; ++m) {
-      UNROLL_LOOP
+      MLA_UNROLL
       for (int n = 0; n < KT; ++n) part[((sv + QS * m) * KT + n) * PST + ds] = s[m * KT + n];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     // Scores: sum the slices, mask.
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int r = 0; r < RS; ++r) {
       const int so = wi + WG * r;
       if (so < NS) {
         float x = 0.0f;
-        UNROLL_LOOP
+        MLA_UNROLL
         for (int d = 0; d < DS; ++d) x += part[so * PST + d];
         const int t = t0 + so % KT;
         s_r[r] = t < ke && t <= lim[r] ? x : CLATTN_NEG_INF;
@@ -192,12 +193,12 @@ void mla_tiled(MLA_KERNEL_ARGS) {
     barrier(CLK_LOCAL_MEM_FENCE);
 
     // Online softmax: each score's owner rescales with its vector's tile max.
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int r = 0; r < RS; ++r) {
       const int so = wi + WG * r, q = so / KT, n = so % KT;
       if (so < NS) {
         float tmax = CLATTN_NEG_INF;
-        UNROLL_LOOP
+        MLA_UNROLL
         for (int j = 0; j < KT; ++j) tmax = fmax(tmax, sc[q * KT + j]);
         const float mn = fmax(m_r[r], tmax);
         const float alpha = mn == CLATTN_NEG_INF ? 1.0f : exp2(m_r[r] - mn);
@@ -211,29 +212,29 @@ void mla_tiled(MLA_KERNEL_ARGS) {
     barrier(CLK_LOCAL_MEM_FENCE);
 
     // O = alpha O + P V over this tile's ckv rows.
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int mi = 0; mi < MO; ++mi) {
       const float a = al[pq * MO + mi];
-      UNROLL_LOOP
+      MLA_UNROLL
       for (int j = 0; j < NO4; ++j) acc[mi * NO4 + j] *= a;
     }
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int n = 0; n < KT; ++n) {
       float p[MO];
 #if MO % 4 == 0
-      UNROLL_LOOP
+      MLA_UNROLL
       for (int c = 0; c < MO / 4; ++c) {
         const float4 p4 = pr4[(n * QB + pq * MO) / 4 + c];
         p[4 * c] = p4.x, p[4 * c + 1] = p4.y, p[4 * c + 2] = p4.z, p[4 * c + 3] = p4.w;
       }
 #else
-      UNROLL_LOOP
+      MLA_UNROLL
       for (int mi = 0; mi < MO; ++mi) p[mi] = pr[n * QB + pq * MO + mi];
 #endif
-      UNROLL_LOOP
+      MLA_UNROLL
       for (int j = 0; j < NO4; ++j) {
         const float4 v = lat[n * ROW4 + cb + CB * j];
-        UNROLL_LOOP
+        MLA_UNROLL
         for (int mi = 0; mi < MO; ++mi) acc[mi * NO4 + j] = fma((float4)(p[mi]), v, acc[mi * NO4 + j]);
       }
     }
@@ -241,7 +242,7 @@ void mla_tiled(MLA_KERNEL_ARGS) {
 
   // Row sums (each score's owner summed its own key column) and maxima through local memory.
   barrier(CLK_LOCAL_MEM_FENCE);
-  UNROLL_LOOP
+  MLA_UNROLL
   for (int r = 0; r < RS; ++r) {
     const int so = wi + WG * r;
     if (so < NS) {
@@ -251,7 +252,7 @@ void mla_tiled(MLA_KERNEL_ARGS) {
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
-  UNROLL_LOOP
+  MLA_UNROLL
   for (int mi = 0; mi < MO; ++mi) {
     const int q = pq * MO + mi, v = vbeg + q;
     if (v >= nvec) continue;
@@ -261,7 +262,7 @@ void mla_tiled(MLA_KERNEL_ARGS) {
     const float lse_v = l > 0.0f ? (al[q] + log2(l)) * LOG2E_INV : CLATTN_NEG_INF;
     const int head = v % H;
     const size_t qrow = (size_t)(row0 + v / H) * H + head, wrow = (size_t)wpart * H + head;
-    UNROLL_LOOP
+    MLA_UNROLL
     for (int j = 0; j < NO4; ++j) {
       const float4 x = acc[mi * NO4 + j] * inv;
       const int d = 4 * (cb + CB * j);
