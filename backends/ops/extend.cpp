@@ -351,14 +351,20 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       throw Error(Status::Unsupported, "extend tile needs " + to_string(generic_local_bytes(gt, kv.head_dim)) +
                                            " bytes of local memory, device has " + to_string(lmax));
   }
+  // (SUB_TX only shapes the grid inside 32 work-items: a power of two up to 32.)
+  const int sub_tx = ops::param_or(e, over, "SUB_TX", 8);
+  const int sunroll = ops::param_or(e, over, "SUNROLL", gt.dc / 4), punroll = ops::param_or(e, over, "PUNROLL", gt.vc);
+  if (sub_tx < 1 || sub_tx > 32 || (sub_tx & (sub_tx - 1)) != 0)
+    rt::invalid("extend parameter SUB_TX = " + to_string(sub_tx) + " must be a power of two 1..32");
+  if (sunroll < 1 || punroll < 1)
+    rt::invalid("extend parameters SUNROLL = " + to_string(sunroll) + ", PUNROLL = " + to_string(punroll) +
+                ": unroll counts must be >= 1");
   g.wg = gt.wg, g.rows = gt.rows, g.keys = gt.keys;
   std::map<std::string, std::string> d = {
       {"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))}, {"WG", to_string(gt.wg)},
       {"ROWS", to_string(gt.rows)},         {"KEYS", to_string(gt.keys)},        {"TM", to_string(gt.tm)},
       {"DC", to_string(gt.dc)},             {"VC", to_string(gt.vc)},          {"QRES", to_string(gt.qres)},
-      {"SUB_TX", to_string(ops::param_or(e, over, "SUB_TX", 8))},
-      {"SUNROLL", to_string(ops::param_or(e, over, "SUNROLL", gt.dc / 4))},
-      {"PUNROLL", to_string(ops::param_or(e, over, "PUNROLL", gt.vc))},
+      {"SUB_TX", to_string(sub_tx)},        {"SUNROLL", to_string(sunroll)},     {"PUNROLL", to_string(punroll)},
       {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};
   g.options = rt::make_options(d);
   g.local_bytes = generic_local_bytes(gt, kv.head_dim);

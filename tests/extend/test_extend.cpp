@@ -792,6 +792,18 @@ TEST(Extend, RejectedCallsLeaveOutputUntouched) {
     EXPECT_TRUE(test::throws_error([&] { prefill_plan(ctx(), {0, 4, 21}, {0, 7, 23}, RaggedKV{23, 2, 128}, oo); },
                                    Status::InvalidArgument, "request 1"));
   }
+  {  // portable tile parameters the kernel cannot take: rejected at plan time, naming them
+    ExtendOptions oo = o;
+    oo.variant = "generic";
+    oo.params = {{"TM", 3}};
+    EXPECT_TRUE(test::throws_error([&] { extend_plan(ctx(), b.csr, b.cache, oo); }, Status::InvalidArgument, "TM"));
+    oo.params = {{"SUB_TX", 6}};
+    EXPECT_TRUE(
+        test::throws_error([&] { extend_plan(ctx(), b.csr, b.cache, oo); }, Status::InvalidArgument, "SUB_TX = 6"));
+    oo.params = {{"PUNROLL", 0}};
+    EXPECT_TRUE(
+        test::throws_error([&] { extend_plan(ctx(), b.csr, b.cache, oo); }, Status::InvalidArgument, "PUNROLL = 0"));
+  }
   {  // metadata validation: page id out of range
     Batch bb = b;
     bb.csr.kv_indices[0] = bb.cache.num_pages + 5;
