@@ -80,6 +80,7 @@
 #ifndef FP8_FAST
 #define FP8_FAST 0
 #endif
+
 #if KV_DT == DT_E4M3 || KV_DT == DT_E5M2
 #if FP8_FAST
 #define RAW_FP8 1
@@ -104,6 +105,16 @@
 #define RAW_FP8 0
 #define RAW_HALF 1.0f
 #define RAW_FULL 1.0f
+#endif
+// Lazy online-softmax rescaling threshold (log2 units): softmax weights stay below
+// 2^RESCALE_SLACK. Raw fp8 weights carry RAW_FULL (up to 2^120) as well, so 4 keeps them
+// inside the f32 range.
+#ifndef RESCALE_SLACK
+#if RAW_FP8
+#define RESCALE_SLACK 4.0f
+#else
+#define RESCALE_SLACK 8.0f
+#endif
 #endif
 
 #define LOAD_WORDS (LOAD_BYTES / 4)
@@ -173,7 +184,8 @@ UNROLL_LOOP
 UNROLL_LOOP
       for (int j = 0; j < NCH; ++j) {
         const int c = tl + j * TPT;
-        const bool in = g < ng && (FULL_CHUNKS || c < NCHUNK);
+        const bool in_row = FULL_CHUNKS || c < NCHUNK;  // a variable: no constant operand under &&
+        const bool in = g < ng && in_row;
 UNROLL_LOOP
         for (int e = 0; e < VEC; e += 4)
           qb[g][(j * VEC + e) / 4] =
@@ -302,12 +314,19 @@ UNROLL_LOOP
       float mt = s[g];
 UNROLL_LOOP
       for (int u = 1; u < UNROLL; ++u) mt = fmax(mt, s[u * GMAX + g]);
-      const float mnew = fmax(mrun[g], mt);
-      // mrun = -inf: nothing accumulated yet (acc, l are 0); mnew = -inf: no valid key yet.
-      const float alpha = mrun[g] == CLATTN_NEG_INF ? 0.0f : exp2(mrun[g] - mnew);
-      float lsum = lrun[g] * alpha;
+      // Lazy rescaling: the reference max moves (and acc, l are rescaled) only when the
+      // tile's max exceeds it by more than RESCALE_SLACK (log2 units), so weights stay below
+      // 2^RESCALE_SLACK and most tiles skip the multiply over acc. mrun = -inf: nothing
+      // accumulated yet (acc, l are 0); a finite mt always moves it.
+      float mnew = mrun[g];
+      float lsum = lrun[g];
+      if (mt > mrun[g] + RESCALE_SLACK) {
+        mnew = mt;
+        const float alpha = mrun[g] == CLATTN_NEG_INF ? 0.0f : exp2(mrun[g] - mnew);
+        lsum *= alpha;
 UNROLL_LOOP
-      for (int e = 0; e < EL; ++e) acc[g][e] *= alpha;
+        for (int e = 0; e < EL; ++e) acc[g][e] *= alpha;
+      }
 UNROLL_LOOP
       for (int u = 0; u < UNROLL; ++u) {
         const float x = s[u * GMAX + g];
