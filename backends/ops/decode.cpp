@@ -95,6 +95,10 @@ struct KTile {
   int n_hblk = 1;
   int unroll_hints = -1;  // -1: by device type (GPUs on, CPUs off)
   int fp8_fast = -1;      // -1: when the device keeps f32 denormals
+  // CPU variant (decode_cpu.cl), asked for by CPU_KERNEL: one work-item per group, tokens in
+  // blocks of `unroll` = VW (the vector width in floats); wg/tpt above serve the generic
+  // fallback.
+  bool cpu = false;
   std::string source;     // parameter source, for logs
 };
 
@@ -113,7 +117,7 @@ size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
 
 // Chooses the tile from the parameter entry (with overrides) for this shape.
 KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const std::map<std::string, int>& over,
-                 SplitParams* sp) {
+                 SplitParams* sp, int preferred_float_width) {
   params::Entry e = params::lookup(prof, "decode", kv_key(c.dtype));
   KTile t;
   t.source = e.source;
@@ -182,6 +186,21 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   const size_t budget = std::min<size_t>(32768, prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : 32768);
   while (local_bytes(t, c.head_dim, false) > budget && t.tpt < tpt_max && over_tpt == over.end()) t.tpt *= 2;
   while (local_bytes(t, c.head_dim, false) > budget && t.wg > 32 && t.wg > t.tpt) t.wg /= 2;
+  // CPU variant: VW (0 = the device's preferred float vector width) lowered to a width
+  // of 4, 8 or 16 that divides head_dim; the plan's tile then counts one work-item per group
+  // and VW tokens per step. No fused merge (no work-group barriers on one work-item) and no
+  // prefetch registers.
+  t.cpu = ops::param_or(e, over, "CPU_KERNEL", 0) != 0;
+  if (t.cpu) {
+    int vw = ops::param_or(e, over, "VW", 0);
+    if (vw != 0 && vw != 4 && vw != 8 && vw != 16)
+      rt::invalid("decode parameter VW = " + std::to_string(vw) + " must be 0 (device), 4, 8 or 16");
+    if (vw == 0) vw = std::clamp(pow2_ceil(std::max(1, preferred_float_width)), 4, 16);
+    while (vw > 4 && c.head_dim % vw != 0) vw /= 2;
+    t.unroll = vw;
+    t.fuse_merge = 0;
+    t.prefetch = 0;
+  }
   return t;
 }
 
@@ -202,6 +221,16 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
       {"PREFETCH", t.prefetch ? "1" : "0"},     {"MERGE_BATCH", std::to_string(t.merge_batch)}};
   // fp8 rows decoded by bit moves through f32 denormals (exact only where the device keeps
   // them); elsewhere the exact select-based decode.
+  if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
+    d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
+  return rt::make_options(d);
+}
+
+std::string cpu_build_options(const KTile& t, const PagedKV& c, bool denorms) {
+  std::map<std::string, std::string> d = {{"HEAD_DIM", std::to_string(c.head_dim)},
+                                          {"KV_DT", std::to_string(int(c.dtype))},
+                                          {"GMAX", std::to_string(t.gmax)},
+                                          {"VW", std::to_string(t.unroll)}};
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);
@@ -246,6 +275,16 @@ void check_options(const PagedKV& cache, const DecodeOptions& opt) {
 // ask for it, the local-memory butterfly everywhere.
 std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile, const PagedKV& cache, bool denorms) {
   std::vector<ops::Variant> v;
+  {
+    ops::Variant x;
+    x.name = "cpu";
+    x.file = "decode_cpu.cl", x.kernel = "paged_decode_cpu";
+    x.wg = 1, x.local_bytes = 0;
+    if (!tile.cpu) x.why_not = "CPU_KERNEL = 0";
+    else x.why_not = params::why_unavailable(prof, x.name);
+    if (x.why_not.empty()) x.options = cpu_build_options(tile, cache, denorms);
+    v.push_back(std::move(x));
+  }
   for (bool shfl : {true, false}) {
     ops::Variant x;
     x.name = shfl ? "nv_ptx_shfl" : "generic";
@@ -267,6 +306,7 @@ void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cac
   ops::BuiltVariant b = ops::select_and_build(c, "decode", variants(c.profile, tile, cache, denorms));
   st.decode_prog = b.program;
   st.decode_k = b.kernel;
+  st.wg = b.variant.wg;
   plan.variant = b.variant.name;
   plan.kernel_options = b.variant.options;
   auto mp = ops::merge_program(c);
@@ -287,14 +327,14 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   const int B = int(r.end.size());
   const int group = opt.num_qo_heads / cache.num_kv_heads;
   SplitParams sp;
-  KTile tile = choose_tile(c.profile, cache, group, opt.params, &sp);
+  KTile tile = choose_tile(c.profile, cache, group, opt.params, &sp, ops::preferred_float_width(c));
 
   planner::SplitKVConfig cfg;
   cfg.units_per_item = int64_t(cache.num_kv_heads) * tile.n_hblk;
   cfg.max_concurrent = int64_t(std::max(1u, c.profile.compute_units)) * sp.wgs_per_cu;
   cfg.min_chunk = sp.min_chunk;
   cfg.max_splits = std::min(kMaxMergeParts, opt.max_splits ? opt.max_splits : sp.max_splits);
-  cfg.align = std::max(16, (tile.wg / tile.tpt) * tile.unroll);
+  cfg.align = std::max(16, tile.cpu ? tile.unroll : (tile.wg / tile.tpt) * tile.unroll);
   cfg.deterministic = opt.deterministic;
   cfg.fixed_chunk = opt.split_tokens ? opt.split_tokens : sp.det_chunk;
   planner::SplitKVPlan sk = planner::plan_split_kv(r.begin.data(), r.end.data(), B, cfg);
@@ -329,7 +369,6 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   st->group = group;
   st->gmax = tile.gmax;
   st->n_hblk = tile.n_hblk;
-  st->wg = size_t(tile.wg);
   st->log2_page = log2_int(cache.page_size);
   st->lse_off_floats = ws.lse_offset_bytes / 4;
   fill_scales(*st, cache, opt);
@@ -367,7 +406,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
       tile.wg, tile.tpt, tile.gmax, tile.n_hblk, tile.unroll, tile.load_bytes, tile.source,
       plan.num_work, plan.chunk_tokens, plan.num_partials, plan.num_merges, plan.workspace_bytes);
   plan.state_ = st;
-  plan.tile = {tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.n_hblk};
+  plan.tile = {int(st->wg), plan.variant == "cpu" ? 1 : tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.n_hblk};
   return plan;
 }
 
@@ -473,6 +512,12 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
 }
 
 // ---- plain-data form ----
+namespace {
+// The variant in a plan vector: 0 generic, 1 nv_ptx_shfl, 2 cpu (versions before the CPU
+// variant wrote 0 or 1 here).
+int64_t variant_code(const std::string& v) { return v == "nv_ptx_shfl" ? 1 : v == "cpu" ? 2 : 0; }
+}  // namespace
+
 std::vector<int64_t> DecodePlan::to_vector() const {
   if (!state_) rt::invalid("DecodePlan::to_vector: empty plan");
   const DecodePlanState& st = *state_;
@@ -486,7 +531,7 @@ std::vector<int64_t> DecodePlan::to_vector() const {
                             int64_t(cache.layout), int64_t(cache.dtype), cache.page_stride(), cache.token_stride(),
                             cache.head_stride(), num_work, num_partials, num_merges, chunk_tokens, workspace_bytes,
                             tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes,
-                            tile.head_blocks, variant == "nv_ptx_shfl", int64_t(st.fuse), int64_t(st.prefetch), st.group, st.log2_page, fbits(st.q_scale),
+                            tile.head_blocks, variant_code(variant), int64_t(st.fuse), int64_t(st.prefetch), st.group, st.log2_page, fbits(st.q_scale),
                             fbits(st.cap_log2), fbits(st.inv_cap), st.lse_off_floats, st.work_off, st.merge_off,
                             st.sets.base, int64_t(st.host.size())};
   v.insert(v.end(), st.host.begin(), st.host.end());
@@ -520,6 +565,9 @@ void check_vector_tile(const DecodePlan& p, const KTile& t, const DecodePlanStat
   need(is_pow2(t.wg) && t.wg <= 1024 && is_pow2(t.tpt) && t.tpt <= 32 && t.tpt <= t.wg, "tile WG/TPT out of range");
   need(t.gmax >= 1 && t.gmax <= 16 && t.unroll >= 1 && t.unroll <= 16, "tile GMAX/UNROLL out of range");
   need(t.load_bytes == 4 || t.load_bytes == 8 || t.load_bytes == 16, "tile LOAD_BYTES out of range");
+  need(!t.cpu || ((t.unroll == 4 || t.unroll == 8 || t.unroll == 16) && p.head_dim % t.unroll == 0),
+       "CPU tile VW (UNROLL) must be 4, 8 or 16 and divide head_dim");
+  need(!t.cpu || !t.fuse_merge, "CPU tile with a fused merge");
   const int64_t es = int64_t(dtype_size(p.cache.dtype));
   need((p.cache.page_stride() * es) % t.load_bytes == 0 && (p.cache.token_stride() * es) % t.load_bytes == 0 &&
            (p.cache.head_stride() * es) % t.load_bytes == 0 && (int64_t(p.head_dim) * es) % t.load_bytes == 0,
@@ -592,7 +640,10 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   t.wg = next_int("WG"), t.tpt = next_int("TPT"), t.gmax = next_int("GMAX"), t.unroll = next_int("UNROLL");
   t.load_bytes = next_int("LOAD_BYTES");
   t.n_hblk = next_int("head blocks");
-  t.ptx_shfl = v[i++] != 0;
+  const int64_t vcode = v[i++];
+  if (vcode < 0 || vcode > 2) bad_vector("variant code out of range");
+  t.ptx_shfl = vcode == 1;
+  t.cpu = vcode == 2;
   t.fuse_merge = v[i++] != 0;
   t.prefetch = v[i++] != 0;
   auto st = std::make_shared<DecodePlanState>();

@@ -33,6 +33,15 @@ inline int param(const params::Entry& e, const std::map<std::string, int>& over,
   return it != over.end() ? it->second : e.get(name);
 }
 
+// The device's preferred float vector width (CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT; 16 on
+// AVX-512 CPUs, 8 on AVX2), 1 when it does not say. CPU variants take it as their default
+// vector width.
+inline int preferred_float_width(const detail::ContextImpl& c) {
+  cl_uint w = 0;
+  if (clGetDeviceInfo(c.device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof w, &w, nullptr) != CL_SUCCESS) return 1;
+  return w ? int(w) : 1;
+}
+
 // Head dims the decode and extend kernels are built for.
 inline bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
 

@@ -14,6 +14,9 @@
 //   PTX_SHFL    1: prefer the inline-PTX shfl.sync butterfly (NVIDIA variant "nv_ptx_shfl";
 //               only used when the device's compiler takes inline PTX)
 //   GMAX_CAP    largest query-head block per work-group
+//   CPU_KERNEL  1: the cpu variant (decode_cpu.cl): one work-item per group, VW tokens per
+//               step over vector types (CPU devices)
+//   VW          its vector width in floats: 4, 8, 16, or 0 = the device's preferred width
 //   MERGE_BATCH fused merge: partial states loaded per batch before use (default 8; speed
 //               only, the parts still add in index order)
 // Split-K planner (backends/planner/split_kv.hpp):
@@ -73,13 +76,17 @@ const std::vector<Row>& rows_decode() {
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
        "vendor guide: Intel oneAPI GPU optimization guide, GRF and occupancy; not tuned on hardware"},
-      // PoCL pthread device: a work-group is one loop on one core thread vectorised over
-      // work-items, so a token per work-item (TPT 1, no butterfly barriers) up to 512 floats of
-      // q per work-item; 2 groups per core.
+      // CPU devices: the cpu variant (decode_cpu.cl), one work-item per group (PoCL's pthread
+      // device runs a work-group as one loop on one core thread), VW 0 = the device's
+      // preferred float vector width; the whole GQA group per work-item (its q and output
+      // rows are private arrays in L1). The tile fields serve the generic fallback: a token
+      // per work-item (TPT 1, no butterfly barriers). 2 groups per core before splitting.
       {"decode", Level::Vendor, "cpu", "*",
        {{"WG", 32}, {"QREGS", 512}, {"QREGS_MAX", 4096}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
-        {"GMAX_CAP", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024}},
-       "vendor docs: PoCL pthread device; clattn-bench decode --quick, PoCL on the 2-core CI host, 2026-11-22"},
+        {"GMAX_CAP", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024},
+        {"CPU_KERNEL", 1}, {"VW", 0}},
+       "vendor docs: PoCL pthread device (work-group = one loop per core thread); VW: "
+       "CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT; clattn-bench decode --quick, PoCL on the 2-core CI host, 2026-11-26"},
   };
   return rows;
 }

@@ -5,7 +5,7 @@
 namespace clattn::params {
 
 const std::vector<std::string>& all_variants() {
-  static const std::vector<std::string> v = {"generic", "tiled", "nv_ptx_shfl", "nv_mma_sync", "nv_wgmma"};
+  static const std::vector<std::string> v = {"generic", "tiled", "cpu", "nv_ptx_shfl", "nv_mma_sync", "nv_wgmma"};
   return v;
 }
 
@@ -25,6 +25,7 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
   };
   if (v == "generic") return say(true, "OpenCL C 1.2 and local memory");
   if (v == "tiled") return say(true, "OpenCL C 1.2, local memory, register-blocked");
+  if (v == "cpu") return say(true, "OpenCL C 1.2, one work-item per group, vector types (for CPU devices)");
   if (p.portable_only && vendor_specific(v)) return say(false, "portable-only mode (CLATTN_VARIANTS=portable)");
   if (v == "nv_ptx_shfl")
     return p.nv_inline_ptx ? say(true, "NVIDIA inline PTX, sm_" + std::to_string(p.nv_compute_capability))
@@ -63,6 +64,7 @@ std::vector<OpChoice> op_choices(const DeviceProfile& p) {
   };
   static const std::vector<Candidate> table = {
       {"decode", "bf16", {"PTX_SHFL"}, "nv_ptx_shfl"},
+      {"decode", "bf16", {"CPU_KERNEL"}, "cpu"},
       {"extend", "d128", {"MMA", "MMA_WGMMA"}, "nv_wgmma"},
       {"extend", "d128", {"MMA"}, "nv_mma_sync"},
       {"mla_decode", "*", {"MMA"}, "nv_mma_sync"},

@@ -13,6 +13,9 @@ namespace clattn::params {
 
 // The variants some kernel has (a variant is listed only once a kernel implements it):
 // "generic"        : OpenCL 1.2, local memory only
+// "tiled"          : OpenCL 1.2, register-blocked local-memory tiles (MLA)
+// "cpu"            : OpenCL 1.2, one work-item per group over vector types, for CPU devices
+//                    (decode; chosen by the cpu rows' CPU_KERNEL)
 // "nv_ptx_shfl"    : NVIDIA inline PTX shfl.sync warp reductions (decode)
 // "nv_mma_sync"    : NVIDIA inline PTX mma.sync tensor cores, compute capability >= 8.0
 //                    (extend, MLA, linear-attention prefill)

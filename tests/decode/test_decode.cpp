@@ -362,13 +362,13 @@ TEST(PagedDecode, ButterflyAndHeadBlocksInEveryRun) {
   Case c;
   c.D = 128, c.G = 4, c.Hkv = 2, c.P = 16;
   c.lens = {1, 33, 250, 777};
-  c.opt.params = {{"TPT", 4}, {"GMAX", 2}, {"UNROLL", 2}};
+  c.opt.params = {{"TPT", 4}, {"GMAX", 2}, {"UNROLL", 2}, {"CPU_KERNEL", 0}};
   Batch b = build(c, 300);
   DevRun r = run(b, options_of(b));
   EXPECT_DECODE_OK(b, r);
   EXPECT_EQ(r.plan.tile.tpt, 4);
   EXPECT_EQ(r.plan.tile.head_blocks, 2);
-  c.opt.params = {{"TPT", 16}, {"LOAD_BYTES", 8}};
+  c.opt.params = {{"TPT", 16}, {"LOAD_BYTES", 8}, {"CPU_KERNEL", 0}};
   for (auto& kv : force_split()) c.opt.params.insert(kv);
   b = build(c, 301);
   r = run(b, options_of(b));
@@ -638,10 +638,45 @@ TEST(PagedDecode, UsesTheShflVariantWhereTheDeviceHasIt) {
   c.lens = {40, 7};
   Batch b = build(c, 1100);
   DecodeOptions o = options_of(b);
-  o.params = {{"PTX_SHFL", 1}, {"TPT", 8}};
+  o.params = {{"PTX_SHFL", 1}, {"TPT", 8}, {"CPU_KERNEL", 0}};
   const DecodePlan p = decode_plan(ctx(), b.csr, b.cache, o);
   bool available = false;
   for (const auto& v : variants(ctx().profile()))
     if (v.name == "nv_ptx_shfl") available = v.available;
   EXPECT_EQ(p.variant, available ? "nv_ptx_shfl" : "generic");
+}
+
+// The CPU variant (decode_cpu.cl) runs wherever the parameters ask for it (the cpu rows do
+// on CPU devices): every KV dtype, each vector width, GQA groups split into head blocks,
+// split-K with the merge pass, soft cap, sinks, windows and the HND layout.
+TEST(PagedDecode, CpuVariantMatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2026112601);
+  const DType kvs[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2};
+  const int vws[] = {4, 8, 16};
+  int i = 0;
+  for (DType kv : kvs)
+    for (int vw : vws) {
+      Case c;
+      c.kv = kv;
+      c.D = (i % 3 == 0) ? 64 : (i % 3 == 1 ? 128 : 96);
+      c.G = rng.uniform_int(1, 6), c.Hkv = rng.uniform_int(1, 2);
+      c.P = 1 << rng.uniform_int(0, 5);
+      const int B = rng.uniform_int(1, 4);
+      for (int r = 0; r < B; ++r) c.lens.push_back(rng.uniform_int(0, 300));
+      c.layout = rng.uniform_int(0, 1) ? KVLayout::NHD : KVLayout::HND;
+      c.sinks = rng.uniform_int(0, 3) == 0;
+      if (rng.uniform_int(0, 3) == 0) c.cap = 30.0;
+      if (rng.uniform_int(0, 3) == 0) c.window = rng.uniform_int(0, 100);
+      if (kv == DType::FP8_E4M3 || kv == DType::FP8_E5M2) c.k_scale = 0.3, c.v_scale = 0.2;
+      c.opt.params = {{"CPU_KERNEL", 1}, {"VW", vw}};
+      if (c.G > 2 && rng.uniform_int(0, 1)) c.opt.params["GMAX_CAP"] = 2;
+      if (i % 2) for (auto& kvp : force_split()) c.opt.params.insert(kvp);
+      Batch b = build(c, 2000 + uint64_t(i));
+      DevRun r = run(b, options_of(b));
+      EXPECT_DECODE_OK(b, r) << " (case " << i << ")";
+      EXPECT_EQ(r.plan.variant, "cpu") << c.describe();
+      EXPECT_EQ(r.plan.tile.unroll, c.D % vw == 0 ? vw : vw / 2) << c.describe();
+      ++i;
+    }
 }

@@ -1,0 +1,275 @@
+// Paged decode for CPU devices (variant "cpu"): one work-item per work-group, explicit
+// vector types.
+//
+// A CPU OpenCL driver (PoCL's pthread device) runs each work-group as one loop on one
+// core and vectorises across work-items; the GPU kernel's many lanes per token, butterflies
+// and barriers only add work there. Here a work-group is a single work-item that owns one
+// planner work item (request, key range [begin, end)) x one KV head x one block of up to
+// GMAX query heads, with the arguments and results of paged_decode (decode.cl), so the
+// planner, split-K and the merge pass are shared.
+//
+// Tokens go in blocks of VW (the vector width in floats: the device's preferred float
+// width, 16 on AVX-512, 8 on AVX2). Per block: the K rows are converted to f32 once into a
+// private (L1-resident) block; per query head the VW dot products are VW vectors of
+// partial sums, folded into one vector of VW scores by a transposing tree of .even/.odd
+// adds (VW-1 adds instead of VW horizontal sums); the online softmax updates once per
+// block and head (lazy rescaling as in decode.cl) with the exponentials on the score
+// vector; then P.V runs chunk-major (VW dims of the output for all heads in registers,
+// V chunks converted on the fly). Scores live in log2 space (q pre-scaled by
+// sm_scale * k_scale * log2(e)).
+//
+// Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST.
+#include "common.clh"
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef KV_DT
+#define KV_DT DT_BF16
+#endif
+#ifndef GMAX
+#define GMAX 4
+#endif
+#ifndef VW
+#define VW 16
+#endif
+#ifndef FP8_FAST
+#define FP8_FAST 0
+#endif
+
+#define NV (HEAD_DIM / VW)
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define floatV CAT(float, VW)
+#define intV CAT(int, VW)
+#define uintV CAT(uint, VW)
+#define vloadV CAT(vload, VW)
+#define vstoreV CAT(vstore, VW)
+#define as_floatV CAT(as_float, VW)
+#define as_intV CAT(as_int, VW)
+#define as_uintV CAT(as_uint, VW)
+#define convert_uintV CAT(convert_uint, VW)
+#define convert_floatV CAT(convert_float, VW)
+
+#if VW == 16
+#define LANE_IDS ((intV)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#elif VW == 8
+#define LANE_IDS ((intV)(0, 1, 2, 3, 4, 5, 6, 7))
+#elif VW == 4
+#define LANE_IDS ((intV)(0, 1, 2, 3))
+#else
+#error "VW must be 4, 8 or 16"
+#endif
+
+// fp8 rows: raw bit moves where the device keeps f32 denormals (FP8_FAST, common.clh: the
+// value times 2^-RAW_EXP, the power of two folded into q and the weights), else the exact
+// decode, both on whole vectors.
+#if (KV_DT == DT_E4M3 || KV_DT == DT_E5M2) && FP8_FAST
+#define RAW_FP8 1
+#if KV_DT == DT_E4M3
+#define RAW_HALF 0x1p60f
+#define RAW_FULL 0x1p120f
+#else
+#define RAW_HALF 0x1p56f
+#define RAW_FULL 0x1p112f
+#endif
+#else
+#define RAW_FP8 0
+#define RAW_HALF 1.0f
+#define RAW_FULL 1.0f
+#endif
+#if RAW_FP8
+#define RESCALE_SLACK 4.0f  // raw weights carry 2^120: stay inside the f32 range
+#else
+#define RESCALE_SLACK 8.0f
+#endif
+
+// IEEE binary16 bits (low 16 bits of each lane) -> f32, exact, no cl_khr_fp16.
+inline floatV halfbits_to_floatV(uintV h) {
+  const uintV e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  floatV mag = as_floatV(((e + 112u) << 23) | (m << 13));
+  mag = select(mag, convert_floatV(m) * 0x1p-24f, as_intV(e == 0u));
+  mag = select(mag, as_floatV((uintV)(0x7f800000u) | (m << 13)), as_intV(e == 31u));
+  return as_floatV(as_uintV(mag) | ((h & 0x8000u) << 16));
+}
+
+// VW elements of a K/V row at element offset `off` (any alignment of the element type).
+inline floatV load_kv(__global const uchar* base, long off) {
+#if KV_DT == DT_F32
+  return vloadV(0, (__global const float*)base + off);
+#elif KV_DT == DT_F16
+  return CAT(vload_half, VW)(0, (__global const half*)base + off);
+#elif KV_DT == DT_BF16
+  return as_floatV(convert_uintV(vloadV(0, (__global const ushort*)base + off)) << 16);
+#else
+  const uintV u = convert_uintV(vloadV(0, base + off));
+#if RAW_FP8 && KV_DT == DT_E4M3
+  return as_floatV((as_intV(u << 24) >> 4) & (int)0x87f00000);
+#elif RAW_FP8
+  return as_floatV((as_intV(u << 24) >> 3) & (int)0x8fe00000);
+#elif KV_DT == DT_E4M3
+  // E4M3FN: the NaN codes (never written by the saturating stores) read as +-480.
+  const uintV em = u & 0x7fu;
+  floatV mag = select(convert_floatV(em) * 0x1p-9f, as_floatV((em << 20) + (120u << 23)), as_intV(em >= 8u));
+  return as_floatV(as_uintV(mag) | ((u & 0x80u) << 24));
+#else
+  return halfbits_to_floatV(u << 8);
+#endif
+#endif
+}
+
+// VW vectors (d[t]: partial sums of token t) -> one vector of the VW sums, token order.
+#define FOLD(a, b) ((floatV)((a).even + (a).odd, (b).even + (b).odd))
+inline floatV fold_scores(floatV* d) {
+#if VW >= 16
+  for (int i = 0; i < 8; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
+#endif
+#if VW >= 8
+  for (int i = 0; i < 4; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
+#endif
+  for (int i = 0; i < 2; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
+  return FOLD(d[0], d[1]);
+}
+
+inline float hmax(floatV x) {
+#if VW == 16
+  float8 a = fmax(x.lo, x.hi);
+  float4 b = fmax(a.lo, a.hi);
+#elif VW == 8
+  float4 b = fmax(x.lo, x.hi);
+#else
+  float4 b = x;
+#endif
+  float2 c = fmax(b.lo, b.hi);
+  return fmax(c.x, c.y);
+}
+
+inline float hsum(floatV x) {
+#if VW == 16
+  float8 a = x.lo + x.hi;
+  float4 b = a.lo + a.hi;
+#elif VW == 8
+  float4 b = x.lo + x.hi;
+#else
+  float4 b = x;
+#endif
+  float2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+
+// tab layout and argument meaning: decode.cl (counters / merge_off / counter_off unused:
+// the CPU variant leaves split-K merging to the merge pass).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_cache, __global const uchar* v_cache,
+                      __global const int* page_ids, __global const int* tab, int work_off, __global void* o, int o_dt,
+                      __global float* lse, int has_lse, __global float* ws, ulong lse_off, __global const float* sinks,
+                      int has_sinks, int num_qo_heads, int group, int n_hblk, long stride_page, long stride_token,
+                      long stride_head, int log2_page, int num_pages, float q_scale, float cap_log2, float inv_cap,
+                      float v_scale, __global volatile int* counters, int merge_off, int counter_off,
+                      __global volatile int* faults) {
+  __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
+  const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
+  const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
+  const int h0 = kvh * group + hblk * GMAX;
+  const int ng = min(GMAX, group - hblk * GMAX);
+  const int pmask = (1 << log2_page) - 1;
+  const long head_off = (long)kvh * stride_head;
+
+  float qf[GMAX][HEAD_DIM];   // pre-scaled q rows (padding heads zero)
+  float acc[GMAX][HEAD_DIM];  // unnormalised output rows
+  float kf[VW][HEAD_DIM];     // the block's K rows in f32
+  float pw[GMAX][VW];         // the block's softmax weights
+  float mrun[GMAX], lrun[GMAX];
+  for (int g = 0; g < GMAX; ++g) {
+    for (int d = 0; d < HEAD_DIM; ++d) {
+      qf[g][d] = g < ng ? load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + d, q_dt) * (q_scale * RAW_HALF)
+                        : 0.0f;
+      acc[g][d] = 0.0f;
+    }
+    mrun[g] = CLATTN_NEG_INF;
+    lrun[g] = 0.0f;
+  }
+
+  bool bad = false;
+  long roff[VW];
+  for (int t0 = begin; t0 < end; t0 += VW) {
+    const int nt = min(VW, end - t0);
+    // Row offsets (elements) of the block's tokens; lanes past the end re-read the first
+    // token's row and are masked. Page ids outside the pool are clamped (and reported).
+    for (int t = 0; t < VW; ++t) {
+      const int ls = tok_off + (t < nt ? t0 + t : begin);
+      const int pid = page_ids[page_base + (ls >> log2_page)];
+      bad |= (uint)pid >= (uint)num_pages;
+      roff[t] = (long)POOL_PAGE(pid) * stride_page + (long)(ls & pmask) * stride_token + head_off;
+    }
+    for (int t = 0; t < VW; ++t)
+      for (int c = 0; c < NV; ++c) vstoreV(load_kv(k_cache, roff[t] + c * VW), c, kf[t]);
+
+    const intV valid = LANE_IDS < (intV)(nt);
+    for (int g = 0; g < GMAX; ++g) {
+      floatV d[VW];
+      for (int t = 0; t < VW; ++t) {
+        floatV a = vloadV(0, qf[g]) * vloadV(0, kf[t]);
+        for (int c = 1; c < NV; ++c) a = fma(vloadV(c, qf[g]), vloadV(c, kf[t]), a);
+        d[t] = a;
+      }
+      floatV x = fold_scores(d) * RAW_HALF;
+      if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
+      x = select((floatV)(CLATTN_NEG_INF), x, valid);
+      const float mt = hmax(x);
+      // Lazy rescaling (decode.cl): the reference max moves only when the block's max
+      // exceeds it by more than RESCALE_SLACK; a block with no valid key changes nothing.
+      if (mt > mrun[g] + RESCALE_SLACK) {
+        const float alpha = mrun[g] == CLATTN_NEG_INF ? 0.0f : exp2(mrun[g] - mt);
+        lrun[g] *= alpha;
+        for (int c = 0; c < NV; ++c) vstoreV(vloadV(c, acc[g]) * alpha, c, acc[g]);
+        mrun[g] = mt;
+      }
+      floatV p = mrun[g] == CLATTN_NEG_INF ? (floatV)(0.0f) : exp2(x - mrun[g]);
+      p = select((floatV)(0.0f), p, valid);
+      lrun[g] += hsum(p);
+      vstoreV(p * RAW_FULL, 0, pw[g]);
+    }
+
+    // P.V chunk-major: VW output dims of every head stay in registers over the block.
+    for (int c = 0; c < NV; ++c) {
+      floatV a[GMAX];
+      for (int g = 0; g < GMAX; ++g) a[g] = vloadV(c, acc[g]);
+      for (int t = 0; t < nt; ++t) {
+        const floatV v = load_kv(v_cache, roff[t] + c * VW);
+        for (int g = 0; g < GMAX; ++g) a[g] = fma((floatV)(pw[g][t]), v, a[g]);
+      }
+      for (int g = 0; g < GMAX; ++g) vstoreV(a[g], c, acc[g]);
+    }
+  }
+  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
+
+  for (int g = 0; g < ng; ++g) {
+    const int h = h0 + g;
+    const float M = mrun[g], L = lrun[g];
+    float oscale, lse_out;
+    if (part < 0) {
+      float Mf = M, Lf = L, w = 1.0f;
+      if (has_sinks) {
+        const float sk = sinks[h] * M_LOG2E_F;
+        Mf = fmax(M, sk);
+        w = L > 0.0f ? exp2(M - Mf) : 0.0f;
+        Lf = L * w + exp2(sk - Mf);
+      }
+      oscale = Lf > 0.0f ? w * v_scale / Lf : 0.0f;
+      lse_out = Lf > 0.0f ? (Mf + log2(Lf)) * M_LN2_F : CLATTN_NEG_INF;
+    } else {
+      oscale = L > 0.0f ? v_scale / L : 0.0f;
+      lse_out = L > 0.0f ? (M + log2(L)) * M_LN2_F : CLATTN_NEG_INF;
+    }
+    if (part < 0) {
+      for (int d = 0; d < HEAD_DIM; ++d)
+        store_elem(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM + d, o_dt, acc[g][d] * oscale);
+      if (has_lse) lse[(size_t)req * num_qo_heads + h] = lse_out;
+    } else {
+      __global float* wo = ws + ((size_t)part * num_qo_heads + h) * HEAD_DIM;
+      for (int c = 0; c < NV; ++c) vstoreV(vloadV(c, acc[g]) * oscale, c, wo);
+      ws[lse_off + (size_t)part * num_qo_heads + h] = lse_out;
+    }
+  }
+}
