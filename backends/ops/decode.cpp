@@ -28,6 +28,7 @@ struct DecodePlanState : ops::PlanTable {
   int work_off = 0, merge_off = 0;
   bool fuse = false;    // the decode kernel merges (FUSE_MERGE) with the counter sets below
   bool prefetch = false;  // PREFETCH build (kept for to_vector)
+  bool cpu = false;       // the cpu variant (decode_cpu.cl): grid dimensions swapped
   ops::CounterSets sets;  // FUSE_MERGE: per-run counters in the table (one set per run)
   int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
@@ -307,6 +308,7 @@ void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cac
   st.decode_prog = b.program;
   st.decode_k = b.kernel;
   st.wg = b.variant.wg;
+  st.cpu = b.variant.name == "cpu";
   plan.variant = b.variant.name;
   plan.kernel_options = b.variant.options;
   auto mp = ops::merge_program(c);
@@ -476,7 +478,11 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
   cl_mem ws = st->workspace_bytes > 0 ? b.workspace : dummy;
   const bool merge = st->num_merges > 0;
   auto& c = rt::impl(ctx);
+  // The CPU variant's grid puts the head blocks first: a CPU driver walks work-groups in
+  // order, so the KV heads of one work item run back to back and share its pages' cache
+  // lines, TLB entries and DRAM rows.
   size_t gws[2] = {size_t(st->num_work) * st->wg, size_t(st->Hkv) * size_t(st->n_hblk)};
+  if (st->cpu) std::swap(gws[0], gws[1]);
   size_t lws[2] = {st->wg, 1};
   auto launch = [&](int counter_off, cl_uint nwait, const cl_event* wait, cl_event* ev) {
     st->decode_k->launch(q, 2, gws, lws, nwait, wait, ev, b.q, cl_int(st->q_dtype), k_cache, v_cache, page_ids,
