@@ -133,6 +133,35 @@ inline floatV load_kv(__global const uchar* base, long off) {
 #endif
 }
 
+// q/o rows (f32, f16, bf16) as whole vectors: the dtype switch once per row, not per element.
+inline void load_row(__global const void* p, size_t row, int dt, float scale, float* dst) {
+  for (int c = 0; c < NV; ++c) {
+    const size_t off = row * HEAD_DIM + (size_t)c * VW;
+    floatV x;
+    if (dt == DT_F32) x = vloadV(0, (__global const float*)p + off);
+    else if (dt == DT_F16) x = CAT(vload_half, VW)(0, (__global const half*)p + off);
+    else x = as_floatV(convert_uintV(vloadV(0, (__global const ushort*)p + off)) << 16);
+    vstoreV(x * scale, c, dst);
+  }
+}
+inline void store_row(__global void* p, size_t row, int dt, float scale, const float* src) {
+  for (int c = 0; c < NV; ++c) {
+    const size_t off = row * HEAD_DIM + (size_t)c * VW;
+    const floatV x = vloadV(c, src) * scale;
+    if (dt == DT_F32) {
+      vstoreV(x, 0, (__global float*)p + off);
+    } else if (dt == DT_F16) {
+      CAT(CAT(vstore_half, VW), _rte)(x, 0, (__global half*)p + off);
+    } else {  // bf16, round to nearest even; NaN stays a quiet NaN
+      const uintV u = as_uintV(x);
+      const uintV r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      const uintV nan = (u >> 16) | 0x40u;
+      vstoreV(CAT(convert_ushort, VW)(select(r, nan, as_intV((u & 0x7fffffffu) > 0x7f800000u))), 0,
+              (__global ushort*)p + off);
+    }
+  }
+}
+
 // VW vectors (d[t]: partial sums of token t) -> one vector of the VW sums, token order.
 #define FOLD(a, b) ((floatV)((a).even + (a).odd, (b).even + (b).odd))
 inline floatV fold_scores(floatV* d) {
@@ -197,10 +226,10 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
   float pw[GMAX][VW];         // the block's softmax weights
   float mrun[GMAX], lrun[GMAX];
   for (int g = 0; g < GMAX; ++g) {
-    for (int d = 0; d < HEAD_DIM; ++d) {
-      qf[g][d] = g < ng ? load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + d, q_dt) * (q_scale * RAW_HALF)
-                        : 0.0f;
-      acc[g][d] = 0.0f;
+    if (g < ng) load_row(q, (size_t)req * num_qo_heads + h0 + g, q_dt, q_scale * RAW_HALF, qf[g]);
+    for (int c = 0; c < NV; ++c) {
+      if (g >= ng) vstoreV((floatV)(0.0f), c, qf[g]);
+      vstoreV((floatV)(0.0f), c, acc[g]);
     }
     mrun[g] = CLATTN_NEG_INF;
     lrun[g] = 0.0f;
@@ -315,8 +344,7 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
       lse_out = L > 0.0f ? (M + log2(L)) * M_LN2_F : CLATTN_NEG_INF;
     }
     if (part < 0) {
-      for (int d = 0; d < HEAD_DIM; ++d)
-        store_elem(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM + d, o_dt, acc[g][d] * oscale);
+      store_row(o, (size_t)req * num_qo_heads + h, o_dt, oscale, acc[g]);
       if (has_lse) lse[(size_t)req * num_qo_heads + h] = lse_out;
     } else {
       __global float* wo = ws + ((size_t)part * num_qo_heads + h) * HEAD_DIM;
