@@ -421,6 +421,12 @@ std::vector<OpSpec> build_specs() {
                                         {"LOAD_BYTES", {8, 16}}};
                  if (params::variant_available(p, "nv_ptx_shfl")) a.push_back({"PTX_SHFL", {0, 1}});
                  if (quick) a = {{"MAX_SPLITS", {4, 16}}, {"WG", {16, 64}}, {"UNROLL", {2, 8}}};
+                 // CPU devices: the cpu variant against the GPU-shaped kernel, and its vector
+                 // width (0 = the device's preferred width).
+                 if (p.is_cpu) {
+                   a.insert(a.begin(), {"VW", quick ? std::vector<int>{0, 8} : std::vector<int>{0, 4, 8, 16}});
+                   a.insert(a.begin(), {"CPU_KERNEL", {1, 0}});
+                 }
                  return a;
                },
                [](const Context& c, bool quick) {
