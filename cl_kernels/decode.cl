@@ -392,21 +392,8 @@ UNROLL_LOOP
     if (g < ng) {
       const int h = h0 + g;
       // out = sum * oscale; lse_out in natural log.
-      float oscale, lse_out;
-      if (part < 0) {
-        float Mf = M, Lf = L, w = 1.0f;
-        if (has_sinks) {
-          const float sk = sinks[h] * M_LOG2E_F;
-          Mf = fmax(M, sk);
-          w = L > 0.0f ? exp2(M - Mf) : 0.0f;
-          Lf = L * w + exp2(sk - Mf);
-        }
-        oscale = Lf > 0.0f ? w * v_scale / Lf : 0.0f;
-        lse_out = Lf > 0.0f ? (Mf + log2(Lf)) * M_LN2_F : CLATTN_NEG_INF;
-      } else {
-        oscale = L > 0.0f ? v_scale / L : 0.0f;
-        lse_out = L > 0.0f ? (M + log2(L)) * M_LN2_F : CLATTN_NEG_INF;
-      }
+      const float2 fin = decode_out_scale(M, L, part, has_sinks, sinks, h, v_scale);
+      const float oscale = fin.x, lse_out = fin.y;
       for (int d = lid; d < HEAD_DIM; d += WGSIZE) {
         float sum = 0.0f;
         for (int sl = 0; sl < NSLOT; ++sl) sum += sm_o[sl * HEAD_DIM + d];

@@ -327,22 +327,8 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
 
   for (int g = 0; g < ng; ++g) {
     const int h = h0 + g;
-    const float M = mrun[g], L = lrun[g];
-    float oscale, lse_out;
-    if (part < 0) {
-      float Mf = M, Lf = L, w = 1.0f;
-      if (has_sinks) {
-        const float sk = sinks[h] * M_LOG2E_F;
-        Mf = fmax(M, sk);
-        w = L > 0.0f ? exp2(M - Mf) : 0.0f;
-        Lf = L * w + exp2(sk - Mf);
-      }
-      oscale = Lf > 0.0f ? w * v_scale / Lf : 0.0f;
-      lse_out = Lf > 0.0f ? (Mf + log2(Lf)) * M_LN2_F : CLATTN_NEG_INF;
-    } else {
-      oscale = L > 0.0f ? v_scale / L : 0.0f;
-      lse_out = L > 0.0f ? (M + log2(L)) * M_LN2_F : CLATTN_NEG_INF;
-    }
+    const float2 fin = decode_out_scale(mrun[g], lrun[g], part, has_sinks, sinks, h, v_scale);
+    const float oscale = fin.x, lse_out = fin.y;
     if (part < 0) {
       store_row(o, (size_t)req * num_qo_heads + h, o_dt, oscale, acc[g]);
       if (has_lse) lse[(size_t)req * num_qo_heads + h] = lse_out;

@@ -401,14 +401,15 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   build_kernels(c, tile, cache, *st, plan);
   st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "decode plan table", opt.plan_buffer);
+  plan.state_ = st;
+  // The tile of the variant that was built (the cpu variant: one work-item per group).
+  plan.tile = {int(st->wg), st->cpu ? 1 : tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.n_hblk};
   rt::log().debug(
       "decode plan: B={} Hq={} Hkv={} D={} P={} kv={} variant={} WG={} TPT={} GMAX={} x{} UNROLL={} LOAD={} "
       "({}); {} work items, chunk {}, {} partials, {} merges, workspace {} B",
       B, opt.num_qo_heads, cache.num_kv_heads, cache.head_dim, cache.page_size, dtype_name(cache.dtype), plan.variant,
-      tile.wg, tile.tpt, tile.gmax, tile.n_hblk, tile.unroll, tile.load_bytes, tile.source,
-      plan.num_work, plan.chunk_tokens, plan.num_partials, plan.num_merges, plan.workspace_bytes);
-  plan.state_ = st;
-  plan.tile = {int(st->wg), plan.variant == "cpu" ? 1 : tile.tpt, tile.gmax, tile.unroll, tile.load_bytes, tile.n_hblk};
+      plan.tile.wg, plan.tile.tpt, plan.tile.gmax, plan.tile.head_blocks, plan.tile.unroll, plan.tile.load_bytes,
+      tile.source, plan.num_work, plan.chunk_tokens, plan.num_partials, plan.num_merges, plan.workspace_bytes);
   return plan;
 }
 
