@@ -148,6 +148,7 @@ void run_case(Harness& h, const ExtCase& c, const std::string& variant, const st
   if (verbose_build)
     h.print_build_log(plan.variant == "nv_wgmma"      ? "extend_wgmma_nv.cl"
                       : plan.variant == "nv_mma_sync" ? "extend_mma_nv.cl"
+                      : plan.variant == "cpu"         ? "extend_cpu.cl"
                                                       : "extend.cl",
                       plan.kernel_options);
   double ms = h.time_ms([&] { extend_run(ctx, plan, eb); });
@@ -172,7 +173,7 @@ void register_extend(CLI::App& app, Harness& h) {
   cmd->add_flag("--verbose-build", verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
   cmd->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
-  cmd->add_option("--variant", only, "only this variant (generic, nv_mma_sync, nv_wgmma)");
+  cmd->add_option("--variant", only, "only this variant (generic, cpu, nv_mma_sync, nv_wgmma)");
   static int one_b = 0, one_qo = 0, one_kv = 0, one_h = 32;
   cmd->add_option("-B", one_b, "one case: batch (with --qo --kv -H; head dim 128)");
   cmd->add_option("--qo", one_qo, "one case: query tokens per request");
@@ -200,10 +201,12 @@ void register_extend(CLI::App& app, Harness& h) {
           if (v.available) variants.push_back(tc);
           else if (only == tc) std::printf("# variant %s not run: %s\n", tc, v.reason.c_str());
         }
+    // The CPU kernel on CPU devices (or when asked for), before the portable one.
+    if ((only.empty() && ctx.profile().is_cpu) || only == "cpu") variants.push_back("cpu");
     if (only.empty() || only == "generic") variants.push_back("generic");
     double mma = 0.0;
     std::string mma_desc;
-    if (!variants.empty() && variants[0] != "generic") {
+    if (!variants.empty() && variants[0] != "generic" && variants[0] != "cpu") {
       mma = mma_peak_tflops(h, quick);
       mma_desc = "mma.sync m16n8k16 f16->f32 loop, measured in this process";
       std::printf("# limit: %.1f TFLOP/s %s\n", mma, mma_desc.c_str());
@@ -213,8 +216,9 @@ void register_extend(CLI::App& app, Harness& h) {
     for (auto& v : variants)
       for (auto& c : cases) {
         if (v == "generic" && !quick && c.qo * c.B > 8192 && ctx.profile().is_cpu) continue;
-        run_case(h, c, v, params, verbose_build, scatter, v == "generic" ? fp32 : mma,
-                 v == "generic" ? "FP32 peak" : v == "nv_wgmma" ? "mma.sync peak; wgmma's is higher" : "mma.sync peak");
+        const bool f32_math = v == "generic" || v == "cpu";
+        run_case(h, c, v, params, verbose_build, scatter, f32_math ? fp32 : mma,
+                 f32_math ? "FP32 peak" : v == "nv_wgmma" ? "mma.sync peak; wgmma's is higher" : "mma.sync peak");
       }
   });
 }

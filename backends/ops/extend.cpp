@@ -95,8 +95,10 @@ struct Requests {
 void check_options(const KVDesc& kv, const ExtendOptions& opt) {
   ops::check_attention_options({opt.num_qo_heads, kv.num_kv_heads, kv.head_dim, opt.q_dtype, opt.o_dtype,
                                 opt.sm_scale, opt.logits_soft_cap, opt.window_left});
-  if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "nv_mma_sync" && opt.variant != "nv_wgmma")
-    rt::invalid("variant = '" + opt.variant + "' unknown (\"\", \"generic\", \"nv_mma_sync\", \"nv_wgmma\")");
+  if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "cpu" && opt.variant != "nv_mma_sync" &&
+      opt.variant != "nv_wgmma")
+    rt::invalid("variant = '" + opt.variant +
+                "' unknown (\"\", \"generic\", \"cpu\", \"nv_mma_sync\", \"nv_wgmma\")");
 }
 
 // The shared request view (backends/metadata/requests.hpp) as the work list reads it.
@@ -220,10 +222,41 @@ std::string tma_unfit(const KVDesc& kv, const std::vector<int32_t>& tok_off) {
 
 using ops::param;
 
+// The CPU kernel's tile (cl_kernels/extend_cpu.cl): one work-item, ROWS = RV x VW packed rows,
+// BK keys per block, SK x RV and PD x RV vector accumulators in its two micro-kernels.
+struct CpuTile {
+  int vw, rv, bk, sk, pd;
+  int rows() const { return rv * vw; }
+};
+// Q^T and O^T [D][ROWS], the K and V blocks [BK][D], S^T [BK][ROWS] (floats).
+size_t cpu_local_bytes(const CpuTile& t, int d) {
+  return (2 * size_t(d) * t.rows() + 2 * size_t(t.bk) * d + size_t(t.bk) * t.rows()) * 4;
+}
+// The CPU tile from the parameters: VW 0 = the device's preferred float width (4, 8 or 16,
+// lowered to divide head_dim); SK / PD 0 = 8 with 16-wide vectors (32 vector registers on
+// AVX-512), else 4 (16 on AVX2).
+CpuTile cpu_tile(const params::Entry& e, const std::map<std::string, int>& over, int d, int preferred_width) {
+  CpuTile t{ops::param_or(e, over, "VW", 0), ops::param_or(e, over, "RV", 2), ops::param_or(e, over, "BK", 32),
+            ops::param_or(e, over, "SK", 0), ops::param_or(e, over, "PD", 0)};
+  if (t.vw != 0 && t.vw != 4 && t.vw != 8 && t.vw != 16)
+    rt::invalid("extend parameter VW = " + to_string(t.vw) + " must be 0 (device), 4, 8 or 16");
+  if (t.vw == 0) t.vw = preferred_width >= 16 ? 16 : preferred_width >= 8 ? 8 : 4;
+  while (t.vw > 4 && d % t.vw != 0) t.vw /= 2;
+  if (t.sk == 0) t.sk = t.vw >= 16 ? 8 : 4;
+  if (t.pd == 0) t.pd = t.vw >= 16 ? 8 : 4;
+  if (t.rv < 1 || t.rv > 8) rt::invalid("extend parameter RV = " + to_string(t.rv) + " must be 1..8");
+  if (t.bk < 1 || t.bk > 64 || t.sk < 1 || t.bk % t.sk != 0)
+    rt::invalid("extend parameters BK = " + to_string(t.bk) + ", SK = " + to_string(t.sk) +
+                ": BK must be 1..64 and a multiple of SK");
+  if (t.pd < 1 || d % t.pd != 0)
+    rt::invalid("extend parameter PD = " + to_string(t.pd) + " must divide head_dim " + to_string(d));
+  return t;
+}
+
 // Candidates in order of preference: the tensor-core kernel when the parameters (or the
 // caller) ask for it and the device and shapes allow it, then the portable kernel.
 std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const ExtendOptions& opt,
-                             const std::string& tma_why_not, std::string* why_not_mma) {
+                             const std::string& tma_why_not, int preferred_width, std::string* why_not_mma) {
   const std::string key = kv.head_dim <= 128 ? "d128" : "d256";
   params::Entry e = params::lookup(prof, "extend", key);
   const auto& over = opt.params;
@@ -321,6 +354,19 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
     }
   }
 
+  // The CPU kernel where the parameters (the cpu rows) or the caller ask for it.
+  if (opt.variant.empty() ? ops::param_or(e, over, "CPU_KERNEL", 0) != 0 : opt.variant == "cpu") {
+    const CpuTile ct = cpu_tile(e, over, kv.head_dim, preferred_width);
+    Tile t;
+    t.variant = "cpu", t.file = "extend_cpu.cl";
+    t.wg = 1, t.rows = ct.rows(), t.keys = ct.bk;
+    t.options = rt::make_options({{"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))},
+                                  {"VW", to_string(ct.vw)}, {"RV", to_string(ct.rv)}, {"BK", to_string(ct.bk)},
+                                  {"SK", to_string(ct.sk)}, {"PD", to_string(ct.pd)}});
+    t.local_bytes = cpu_local_bytes(ct, kv.head_dim);
+    out.push_back(t);
+  }
+
   Tile g;
   g.variant = "generic", g.file = "extend.cl";
   GenericTile gt{param(e, over, "WG"), param(e, over, "ROWS"), param(e, over, "KEYS"),
@@ -380,7 +426,8 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   const int group = opt.num_qo_heads / kv.num_kv_heads;
 
   std::string why_not_mma;
-  std::vector<Tile> cands = candidates(c.profile, kv, opt, tma_unfit(kv, r.tok_off), &why_not_mma);
+  std::vector<Tile> cands =
+      candidates(c.profile, kv, opt, tma_unfit(kv, r.tok_off), ops::preferred_float_width(c), &why_not_mma);
   if (!why_not_mma.empty())
     rt::log().info("extend: nv_mma_sync not used ({}); using the generic kernel", why_not_mma);
 
@@ -389,7 +436,7 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   for (const Tile& t : cands) {
     ops::Variant v;
     v.name = t.variant, v.file = t.file, v.options = t.options, v.wg = size_t(t.wg), v.local_bytes = t.local_bytes;
-    v.kernel = t.variant == "generic" ? "extend_generic" : "extend_mma";
+    v.kernel = t.variant == "generic" ? "extend_generic" : t.variant == "cpu" ? "extend_cpu" : "extend_mma";
     // (A register-capped nv_wgmma build: the driver's limit is for the uncapped count.)
     v.check_wg = t.options.find(rt::kPtxMaxnregDefine) == std::string::npos;
     vs.push_back(std::move(v));

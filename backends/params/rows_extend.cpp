@@ -97,10 +97,16 @@ const std::vector<Row>& rows_extend() {
       {"extend", Level::Vendor, "qualcomm", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
        "vendor guide: Qualcomm Snapdragon Mobile Platform OpenCL general programming and optimization; "
        "not tuned on hardware"},
-      // PoCL runs a group as one loop over work-items, vectorised across them: 32 work-items
-      // as 8 x 4, 4 rows x 8 keys each.
-      {"extend", Level::Vendor, "cpu", "*", {{"WG", 32}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
-       "vendor docs: PoCL pthread device; not tuned"},
+      // CPU devices: the cpu variant (extend_cpu.cl), one work-item per group with vectors
+      // across 2 x VW packed rows and 32-key blocks (Q^T, O^T, K and V blocks: 56 KB at D=128
+      // with VW 16, L2-resident, the K and V blocks L1-sized). The portable tile behind it (PoCL
+      // runs a group as one loop over work-items, vectorised across them): 32 work-items as
+      // 8 x 4, 4 rows x 8 keys each.
+      {"extend", Level::Vendor, "cpu", "*",
+       {{"CPU_KERNEL", 1}, {"VW", 0}, {"RV", 2}, {"BK", 32}, {"SK", 0}, {"PD", 0}, {"WG", 32}, {"ROWS", 32},
+        {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
+       "vendor docs: PoCL pthread device (one work-group per core thread), the CPU's vector width and cache sizes; "
+       "not tuned"},
       // The tile values from clattn-tune (--time-budget 300; its table: docs/results-h100.md);
       // by hand on top: nv_wgmma with three warpgroups, the TMA feed and warpgroup turns, the
       // fastest extend kernel on this GPU (docs/results-h100.md). MMA_WARPS 12 means 8 for

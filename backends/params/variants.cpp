@@ -67,6 +67,7 @@ std::vector<OpChoice> op_choices(const DeviceProfile& p) {
       {"decode", "bf16", {"CPU_KERNEL"}, "cpu"},
       {"extend", "d128", {"MMA", "MMA_WGMMA"}, "nv_wgmma"},
       {"extend", "d128", {"MMA"}, "nv_mma_sync"},
+      {"extend", "d128", {"CPU_KERNEL"}, "cpu"},
       {"mla_decode", "*", {"MMA"}, "nv_mma_sync"},
       {"mla_decode", "*", {"TILED"}, "tiled"},
       {"mla_extend", "*", {"MMA"}, "nv_mma_sync"},

@@ -603,6 +603,61 @@ TEST(Extend, GenericTileParameters) {
   }
 }
 
+// The CPU kernel (cl_kernels/extend_cpu.cl, variant "cpu", forced so that it runs on every
+// device) over its tile parameters and the features it masks per block: every KV dtype and
+// head dim, vector widths 4 / 8 / 16, one to three row vectors, key blocks of 8 to 64 with
+// micro-tiles that split them, causal and not, windows, soft cap, sinks, custom masks, the
+// metadata forms and HND caches; several key blocks per work item and rows past a request's
+// end (qo_len x G not a multiple of the tile's rows).
+TEST(Extend, CpuVariantMatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  struct Prog {
+    int D;
+    DType kv;
+    int G, Hkv;
+    std::map<std::string, int> tile;
+  };
+  const Prog progs[] = {
+      {128, DType::BF16, 4, 2, {}},
+      {64, DType::F16, 1, 3, {{"VW", 4}, {"RV", 3}, {"BK", 8}, {"SK", 4}, {"PD", 2}}},
+      {80, DType::F32, 2, 2, {{"VW", 16}, {"RV", 1}, {"BK", 64}, {"SK", 16}, {"PD", 16}}},
+      {96, DType::FP8_E4M3, 8, 1, {{"VW", 8}, {"BK", 24}, {"SK", 6}, {"PD", 4}}},
+      {192, DType::FP8_E5M2, 3, 1, {{"VW", 8}, {"RV", 1}, {"BK", 16}}},
+      {256, DType::BF16, 16, 1, {{"RV", 1}, {"BK", 16}, {"SK", 4}, {"PD", 8}}},
+  };
+  const DType io[] = {DType::F32, DType::F16, DType::BF16};
+  test::Rng rng(95);
+  for (size_t n = 0; n < 2 * (sizeof progs / sizeof progs[0]); ++n) {
+    const Prog& p = progs[n % (sizeof progs / sizeof progs[0])];
+    Case c;
+    c.variant = "cpu";
+    c.params = p.tile;
+    c.D = p.D, c.kv = p.kv, c.G = p.G, c.Hkv = p.Hkv;
+    c.P = 1 << rng.uniform_int(0, 5);
+    c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
+    c.layout = rng.uniform_int(0, 1) ? KVLayout::HND : KVLayout::NHD;
+    const int B = rng.uniform_int(1, 3);
+    for (int i = 0; i < B; ++i) {
+      c.qo.push_back(rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, 40));
+      c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, 90));
+    }
+    c.causal = n % 4 != 3;
+    c.window = n % 3 == 1 ? rng.uniform_int(0, 30) : -1;
+    c.cap = n % 5 == 2 ? 15.0 : 0.0;
+    c.sinks = n % 4 == 1;
+    c.lse = n % 6 != 5;
+    c.mask = n % 4 == 2 ? Mask::Random : n % 7 == 3 ? Mask::Tree : Mask::None;
+    c.meta = Meta(n % 4);
+    if (c.meta == Meta::WindowedCsr && (c.window < 0 || c.mask != Mask::None)) c.meta = Meta::Csr;
+    if (c.kv == DType::FP8_E4M3 || c.kv == DType::FP8_E5M2) c.k_scale = 0.5, c.v_scale = 2.0;
+    Batch b = build(c, 950 + int(n));
+    DevRun r = run(b);
+    EXPECT_EQ(r.plan.variant, "cpu") << c.describe();
+    EXPECT_EQ(r.plan.tile.wg, 1) << c.describe();
+    EXPECT_EXTEND_OK(b, r);
+  }
+}
+
 // Many key tiles per work-group (the other cases stay within one or two): the tensor-core
 // kernel's staging pipeline, causal tile skipping per warp, interior tiles without masks,
 // and the row-max rescale across tiles; head dims of every staging layout (80: padded K
