@@ -39,9 +39,12 @@ const std::vector<Row>& rows_linear() {
       // SIMD16 spans 16 columns (64 bytes); 8 row groups = 128 work-items.
       {"linear_decode", Level::Vendor, "intel", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 8}},
        "vendor guide: Intel oneAPI GPU optimization guide, sub-groups and thread mapping"},
-      // PoCL vectorises across dim 0: 16 f32 = one AVX-512 vector; 4 row groups keep the
-      // per-group barrier loops short.
-      {"linear_decode", Level::Vendor, "cpu", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 4}},
+      // CPU devices: the cpu variant (linear_cpu.clh), one work-item per (request, v-head, 64
+      // state columns) streaming its slice once with vectors of the device's preferred width
+      // (VW 0). The portable tile behind it: PoCL vectorises across dim 0, 16 f32 = one
+      // AVX-512 vector; 4 row groups keep the per-group barrier loops short.
+      {"linear_decode", Level::Vendor, "cpu", "*",
+       {{"CPU_KERNEL", 1}, {"VW", 0}, {"DEC_CPU_DVT", 64}, {"DEC_DVT", 16}, {"DEC_ROWS", 4}},
        "vendor docs: PoCL pthread device"},
 
       // Chunk 64 is FLA's default (BT=64); 16 state columns per work-group keep local memory
@@ -64,9 +67,14 @@ const std::vector<Row>& rows_linear() {
       // Chunk 64 (FLA default); 64 KiB SLM per Xe core; 8 x SIMD16.
       {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}},
        "vendor guide: Intel oneAPI GPU optimization guide, SLM; chunk: FLA default"},
-      // PoCL runs a work-group as loops on one core: small groups and a 32-token chunk keep the
-      // C x C products and the sequential substitution short; 16 f32 = one AVX-512 vector.
-      {"linear_prefill", Level::Vendor, "cpu", "*", {{"PF_C", 32}, {"PF_DVT", 16}, {"PF_WG", 16}},
+      // CPU devices: the cpu variant (linear_cpu.clh), one work-item per (request, v-head, 64
+      // state columns), chunks of 32 tokens, 4 x 4 vector register tiles (16 of AVX-512's 32
+      // vector registers). The portable tile behind it: PoCL runs a work-group as loops on one
+      // core, small groups and a 32-token chunk keep the C x C products and the sequential
+      // substitution short; 16 f32 = one AVX-512 vector.
+      {"linear_prefill", Level::Vendor, "cpu", "*",
+       {{"CPU_KERNEL", 1}, {"VW", 0}, {"PF_CPU_C", 32}, {"PF_CPU_DVT", 64}, {"PF_CPU_MR", 4}, {"PF_CPU_MV", 4},
+        {"PF_C", 32}, {"PF_DVT", 16}, {"PF_WG", 16}},
        "vendor docs: PoCL pthread device"},
       // Tuned on the machine itself (clattn-tune --time-budget 300, docs/tuning.md; the table:
       // docs/results-h100.md).
