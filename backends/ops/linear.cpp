@@ -311,20 +311,23 @@ CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const Line
   v.name = "cpu", v.file = gdn ? "linear_gdn_cpu.cl" : "linear_gla_cpu.cl", v.wg = 1;
   int dvt = 0, cc = 0, mr = 0, mv = 0;
   if (!prefill) {
-    dvt = std::clamp(pow2_floor(std::max(1, e.get_or("DEC_CPU_DVT", 64))), vw, DV);
+    dvt = std::clamp(pow2_floor(std::max(1, e.get_or("DEC_CPU_DVT", 256))), vw, DV);
     while (dvt > vw && groups(dvt) < 4 * cores) dvt /= 2;
-    d["DEC_DVT"] = num(dvt);
+    d["DEC_DVT"] = num(dvt), d["LIN_CPU_OP"] = "1";
     v.kernel = gdn ? "gdn_decode_cpu" : "gla_decode_cpu";
   } else {
-    cc = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_C", 32))), std::max(vw, 8), 128);
-    mv = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_MV", 4))), 1, DV / vw);
-    mr = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_MR", 4))), 1, 8);
-    dvt = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_DVT", 64))), vw * mv, DV);
+    cc = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_C", 16))), std::max(vw, 8), 128);
+    mv = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_MV", 2))), 1, DV / vw);
+    // PF_CPU_MR 0: 8 rows with 16-wide vectors (16 accumulators of AVX-512's 32 vector
+    // registers), else 4 (AVX2 has 16).
+    mr = e.get_or("PF_CPU_MR", 0);
+    mr = mr <= 0 ? (vw >= 16 ? 8 : 4) : std::min(pow2_floor(mr), 8);
+    dvt = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_DVT", 128))), vw * mv, DV);
     while (dvt > vw * mv && groups(dvt) < cores) dvt /= 2;
     const uint64_t local = c.profile.local_mem_bytes ? c.profile.local_mem_bytes : 32768;
     while (cpu_prefill_local_bytes(DK, cc, dvt, gdn) > local && dvt > vw * mv) dvt /= 2;
     while (cpu_prefill_local_bytes(DK, cc, dvt, gdn) > local && cc > std::max(vw, 8)) cc /= 2;
-    d["PF_C"] = num(cc), d["PF_DVT"] = num(dvt), d["PF_MR"] = num(mr), d["PF_MV"] = num(mv);
+    d["PF_C"] = num(cc), d["PF_DVT"] = num(dvt), d["PF_MR"] = num(mr), d["PF_MV"] = num(mv), d["LIN_CPU_OP"] = "2";
     v.kernel = gdn ? "gdn_prefill_cpu" : "gla_prefill_cpu";
     v.local_bytes = cpu_prefill_local_bytes(DK, cc, dvt, gdn);
   }

@@ -99,7 +99,7 @@ TEST(LinearCpu, PrefillMatrix) {
   uint64_t salt = 300;
   for (Case c : rows) {
     auto it = c.params.find("PF_CPU_C");
-    const int C = it != c.params.end() ? it->second : 32;
+    const int C = it != c.params.end() ? it->second : 16;  // the cpu rows' chunk
     c.lens = {1, C - 1, C, C + 1, 0, 2 * C + 5};
     c.slots = {3, -1, 0, 6, 2, 1};
     check_cpu(c, false, salt++);
