@@ -29,7 +29,9 @@ const std::vector<Row>& rows_linear() {
       // 128 work-items: 32 consecutive f32 state columns = one 128-byte segment per row, 4 row
       // groups (32 state registers per work-item at Dk=128); below every listed driver's
       // work-group limit; scalar loads need no vector alignment.
-      {"linear_decode", Level::Generic, "", "*", {{"DEC_DVT", 32}, {"DEC_VEC", 1}, {"DEC_ROWS", 4}},
+      // CPU_KERNEL 0 here (the portable kernel) also makes the generic parameters, clattn-tune's
+      // correctness oracle, run the portable kernel on CPU devices.
+      {"linear_decode", Level::Generic, "", "*", {{"DEC_DVT", 32}, {"DEC_VEC", 1}, {"DEC_ROWS", 4}, {"CPU_KERNEL", 0}},
        "portable default (by design; not tuned)"},
       // 256 work-items: a warp reads one whole 512-byte state row with float4 loads, 16 rows x 4
       // columns = 64 state registers per work-item, one work-group per (request, head) = 64 KiB
@@ -59,7 +61,8 @@ const std::vector<Row>& rows_linear() {
       // (S 128x16 + A 64x65 + D 64x16 + K/Q tiles 2 x 64x33 f32 = 46 KiB) under 48 KiB at Dk=128
       // (the host halves the slice at Dk=256); K/Q tiles of 32 dims = 64-byte bf16 row segments;
       // 128 work-items = 4 warps / 2 wave64.
-      {"linear_prefill", Level::Generic, "", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}, {"PF_DKT", 32}},
+      {"linear_prefill", Level::Generic, "", "*",
+       {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}, {"PF_DKT", 32}, {"CPU_KERNEL", 0}},
        "FLA chunk_gated_delta_rule / chunk_simple_gla (fla/ops/common/chunk_*.py, BT=64); rest by design"},
       // f32 kernel: half the chunk halves the repeated C x C work and the sequential
       // substitution; 48 KiB shared memory per block without opt-in (CUDA programming guide,
