@@ -280,7 +280,8 @@ MmaPrefill mma_prefill(detail::ContextImpl& c, const LinearConfig& cfg, const Li
 // failing to build: the portable kernels run (a null program).
 struct CpuKernel {
   std::shared_ptr<rt::Program> prog;
-  int vw = 0, dvt = 0, c = 0, mr = 0, mv = 0;
+  rt::Kernel* kernel = nullptr;
+  int dvt = 0;  // state columns per work-item
 };
 
 // The prefill's local arrays (floats): state slice [DK][DVT], q/k rows [C][DK] x 2, K^T
@@ -333,13 +334,14 @@ CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const Line
   }
   v.options = rt::make_options(d);
   try {
-    k.prog = ops::select_and_build(c, op, {v}).program;  // the portable kernels are the fallback
+    ops::BuiltVariant b = ops::select_and_build(c, op, {v});  // the portable kernels are the fallback
+    k.prog = b.program, k.kernel = b.kernel;
   } catch (const Error& err) {
     if (err.status() != Status::BuildFailed && err.status() != Status::Unsupported) throw;
     rt::log().info("{}: cpu variant not used ({}); using the portable kernel", op, err.what());
     return k;
   }
-  k.vw = vw, k.dvt = dvt, k.c = cc, k.mr = mr, k.mv = mv;
+  k.dvt = dvt;
   if (prefill) rt::log().debug("{}: cpu variant, VW={} C={} DVT={} MR={} MV={} ({})", op, vw, cc, dvt, mr, mv, e.source);
   else rt::log().debug("{}: cpu variant, VW={} DVT={} ({})", op, vw, dvt, e.source);
   return k;
@@ -386,8 +388,7 @@ void run(const char* op, bool gdn, bool prefill, const Context& ctx, const Linea
   const int flags = flags_of(cfg);
   if (cpu.prog) {
     // One work-item per group; grid (Dv slice, request x v-head).
-    const std::string name = std::string(gdn ? "gdn" : "gla") + (prefill ? "_prefill_cpu" : "_decode_cpu");
-    rt::Kernel& k = cpu.prog->kernel(name);
+    rt::Kernel& k = *cpu.kernel;
     const size_t gws[2] = {size_t(cfg.head_dim_v / cpu.dvt), size_t(b.batch_size) * Hv};
     const size_t lws[2] = {1, 1};
     if (prefill)
