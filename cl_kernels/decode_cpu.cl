@@ -42,11 +42,11 @@
 #else
 #define KV_BYTES 1
 #endif
-// TOUCH_AHEAD: the K and V rows of the block this many blocks ahead are touched (one load
-// per 64-byte line) before the current block is computed, so their cache misses overlap
-// the math (OpenCL's prefetch() is a no-op on PoCL). 0: off.
+// TOUCH_AHEAD: the K and V rows of the block this many blocks ahead are prefetched (one
+// CPU_PREFETCH per 64-byte line, cpu_vec.clh) before the current block is computed, so their
+// cache misses overlap the math. 0: off.
 #ifndef TOUCH_AHEAD
-#define TOUCH_AHEAD 1
+#define TOUCH_AHEAD 2
 #endif
 #define TQ (VW < 8 ? VW : 8)  // tokens per step of the q.k loop
 #include "cpu_vec.clh"
@@ -125,7 +125,8 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
         const long ro =
             ((long)POOL_PAGE(page_ids[page_base + (ls >> log2_page)]) * stride_page + (long)(ls & pmask) * stride_token +
              head_off) * KV_BYTES;
-        for (int l = 0; l < HEAD_DIM * KV_BYTES; l += 64) touch += k_cache[ro + l] + v_cache[ro + l];
+        for (int l = 0; l < HEAD_DIM * KV_BYTES; l += 64)
+          CPU_PREFETCH(k_cache + ro + l, touch), CPU_PREFETCH(v_cache + ro + l, touch);
       }
     }
 #endif
