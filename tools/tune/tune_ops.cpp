@@ -424,6 +424,7 @@ std::vector<OpSpec> build_specs() {
                  // CPU devices: the cpu variant against the GPU-shaped kernel, and its vector
                  // width (0 = the device's preferred width).
                  if (p.is_cpu) {
+                   if (!quick) a.insert(a.begin(), {"TOUCH_AHEAD", {2, 1, 4, 0}});
                    a.insert(a.begin(), {"VW", quick ? std::vector<int>{0, 8} : std::vector<int>{0, 4, 8, 16}});
                    a.insert(a.begin(), {"CPU_KERNEL", {1, 0}});
                  }
@@ -463,6 +464,14 @@ std::vector<OpSpec> build_specs() {
                                                  {"QRES", {1, 0}}})
                    a.push_back(x);
                  if (quick) a = {{"ROWS", {32, 64}}, {"KEYS", {32, 64}}, {"TM", {4, 8}}};
+                 // CPU devices: the cpu variant against the portable kernel, then its tile (row
+                 // vectors, key block, micro-tile widths; 0 = by vector width) and vector width.
+                 if (p.is_cpu) {
+                   std::vector<Axis> cpu = {{"CPU_KERNEL", {1, 0}}, {"BK", {32, 16, 48, 64}}, {"RV", {2, 1, 3}},
+                                            {"SK", {0, 4, 6, 16}}, {"PD", {0, 4, 16}}, {"VW", {0, 8}}};
+                   if (quick) cpu = {{"CPU_KERNEL", {1, 0}}, {"BK", {32, 64}}};
+                   a.insert(a.begin(), cpu.begin(), cpu.end());
+                 }
                  return a;
                },
                [](const Context& c, bool quick) {
