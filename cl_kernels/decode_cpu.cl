@@ -20,32 +20,16 @@
 //
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,
 // TOUCH_AHEAD.
-#include "common.clh"
+#include "cpu_vec.clh"  // floatV, KV dtype decoding, q/o row loads/stores, fold_scores, hmax, hsum
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif
-#ifndef KV_DT
-#define KV_DT DT_BF16
-#endif
 #ifndef GMAX
 #define GMAX 4
 #endif
-#ifndef VW
-#define VW 16
-#endif
-#ifndef FP8_FAST
-#define FP8_FAST 0
-#endif
 
 #define NV (HEAD_DIM / VW)
-#if KV_DT == DT_F32
-#define KV_BYTES 4
-#elif KV_DT == DT_F16 || KV_DT == DT_BF16
-#define KV_BYTES 2
-#else
-#define KV_BYTES 1
-#endif
 // TOUCH_AHEAD: the K and V rows of the block this many blocks ahead are touched (one load
 // per 64-byte line) before the current block is computed, so their cache misses overlap
 // the math (OpenCL's prefetch() is a no-op on PoCL). 0: off.
@@ -53,153 +37,6 @@
 #define TOUCH_AHEAD 1
 #endif
 #define TQ (VW < 8 ? VW : 8)  // tokens per step of the q.k loop
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
-#define floatV CAT(float, VW)
-#define intV CAT(int, VW)
-#define uintV CAT(uint, VW)
-#define vloadV CAT(vload, VW)
-#define vstoreV CAT(vstore, VW)
-#define as_floatV CAT(as_float, VW)
-#define as_intV CAT(as_int, VW)
-#define as_uintV CAT(as_uint, VW)
-#define convert_uintV CAT(convert_uint, VW)
-#define convert_floatV CAT(convert_float, VW)
-
-#if VW == 16
-#define LANE_IDS ((intV)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
-#elif VW == 8
-#define LANE_IDS ((intV)(0, 1, 2, 3, 4, 5, 6, 7))
-#elif VW == 4
-#define LANE_IDS ((intV)(0, 1, 2, 3))
-#else
-#error "VW must be 4, 8 or 16"
-#endif
-
-// fp8 rows: raw bit moves where the device keeps f32 denormals (FP8_FAST, common.clh: the
-// value times 2^-RAW_EXP, the power of two folded into q and the weights), else the exact
-// decode, both on whole vectors.
-#if (KV_DT == DT_E4M3 || KV_DT == DT_E5M2) && FP8_FAST
-#define RAW_FP8 1
-#if KV_DT == DT_E4M3
-#define RAW_HALF 0x1p60f
-#define RAW_FULL 0x1p120f
-#else
-#define RAW_HALF 0x1p56f
-#define RAW_FULL 0x1p112f
-#endif
-#else
-#define RAW_FP8 0
-#define RAW_HALF 1.0f
-#define RAW_FULL 1.0f
-#endif
-#if RAW_FP8
-#define RESCALE_SLACK 4.0f  // raw weights carry 2^120: stay inside the f32 range
-#else
-#define RESCALE_SLACK 8.0f
-#endif
-
-// IEEE binary16 bits (low 16 bits of each lane) -> f32, exact, no cl_khr_fp16.
-inline floatV halfbits_to_floatV(uintV h) {
-  const uintV e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  floatV mag = as_floatV(((e + 112u) << 23) | (m << 13));
-  mag = select(mag, convert_floatV(m) * 0x1p-24f, as_intV(e == 0u));
-  mag = select(mag, as_floatV((uintV)(0x7f800000u) | (m << 13)), as_intV(e == 31u));
-  return as_floatV(as_uintV(mag) | ((h & 0x8000u) << 16));
-}
-
-// VW elements of a K/V row at element offset `off` (any alignment of the element type).
-inline floatV load_kv(__global const uchar* base, long off) {
-#if KV_DT == DT_F32
-  return vloadV(0, (__global const float*)base + off);
-#elif KV_DT == DT_F16
-  return CAT(vload_half, VW)(0, (__global const half*)base + off);
-#elif KV_DT == DT_BF16
-  return as_floatV(convert_uintV(vloadV(0, (__global const ushort*)base + off)) << 16);
-#else
-  const uintV u = convert_uintV(vloadV(0, base + off));
-#if RAW_FP8 && KV_DT == DT_E4M3
-  return as_floatV((as_intV(u << 24) >> 4) & (int)0x87f00000);
-#elif RAW_FP8
-  return as_floatV((as_intV(u << 24) >> 3) & (int)0x8fe00000);
-#elif KV_DT == DT_E4M3
-  // E4M3FN: the NaN codes (never written by the saturating stores) read as +-480.
-  const uintV em = u & 0x7fu;
-  floatV mag = select(convert_floatV(em) * 0x1p-9f, as_floatV((em << 20) + (120u << 23)), as_intV(em >= 8u));
-  return as_floatV(as_uintV(mag) | ((u & 0x80u) << 24));
-#else
-  return halfbits_to_floatV(u << 8);
-#endif
-#endif
-}
-
-// q/o rows (f32, f16, bf16) as whole vectors: the dtype switch once per row, not per element.
-inline void load_row(__global const void* p, size_t row, int dt, float scale, float* dst) {
-  for (int c = 0; c < NV; ++c) {
-    const size_t off = row * HEAD_DIM + (size_t)c * VW;
-    floatV x;
-    if (dt == DT_F32) x = vloadV(0, (__global const float*)p + off);
-    else if (dt == DT_F16) x = CAT(vload_half, VW)(0, (__global const half*)p + off);
-    else x = as_floatV(convert_uintV(vloadV(0, (__global const ushort*)p + off)) << 16);
-    vstoreV(x * scale, c, dst);
-  }
-}
-inline void store_row(__global void* p, size_t row, int dt, float scale, const float* src) {
-  for (int c = 0; c < NV; ++c) {
-    const size_t off = row * HEAD_DIM + (size_t)c * VW;
-    const floatV x = vloadV(c, src) * scale;
-    if (dt == DT_F32) {
-      vstoreV(x, 0, (__global float*)p + off);
-    } else if (dt == DT_F16) {
-      CAT(CAT(vstore_half, VW), _rte)(x, 0, (__global half*)p + off);
-    } else {  // bf16, round to nearest even; NaN stays a quiet NaN
-      const uintV u = as_uintV(x);
-      const uintV r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-      const uintV nan = (u >> 16) | 0x40u;
-      vstoreV(CAT(convert_ushort, VW)(select(r, nan, as_intV((u & 0x7fffffffu) > 0x7f800000u))), 0,
-              (__global ushort*)p + off);
-    }
-  }
-}
-
-// VW vectors (d[t]: partial sums of token t) -> one vector of the VW sums, token order.
-#define FOLD(a, b) ((floatV)((a).even + (a).odd, (b).even + (b).odd))
-inline floatV fold_scores(floatV* d) {
-#if VW >= 16
-  for (int i = 0; i < 8; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
-#endif
-#if VW >= 8
-  for (int i = 0; i < 4; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
-#endif
-  for (int i = 0; i < 2; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
-  return FOLD(d[0], d[1]);
-}
-
-inline float hmax(floatV x) {
-#if VW == 16
-  float8 a = fmax(x.lo, x.hi);
-  float4 b = fmax(a.lo, a.hi);
-#elif VW == 8
-  float4 b = fmax(x.lo, x.hi);
-#else
-  float4 b = x;
-#endif
-  float2 c = fmax(b.lo, b.hi);
-  return fmax(c.x, c.y);
-}
-
-inline float hsum(floatV x) {
-#if VW == 16
-  float8 a = x.lo + x.hi;
-  float4 b = a.lo + a.hi;
-#elif VW == 8
-  float4 b = x.lo + x.hi;
-#else
-  float4 b = x;
-#endif
-  float2 c = b.lo + b.hi;
-  return c.x + c.y;
-}
 
 // tab layout and argument meaning: decode.cl (counters / merge_off / counter_off unused:
 // the CPU variant leaves split-K merging to the merge pass).
@@ -226,7 +63,7 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
   float pw[GMAX][VW];         // the block's softmax weights
   float mrun[GMAX], lrun[GMAX];
   for (int g = 0; g < GMAX; ++g) {
-    if (g < ng) load_row(q, (size_t)req * num_qo_heads + h0 + g, q_dt, q_scale * RAW_HALF, qf[g]);
+    if (g < ng) load_vrow(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM, NV, q_dt, q_scale * RAW_HALF, qf[g]);
     for (int c = 0; c < NV; ++c) {
       if (g >= ng) vstoreV((floatV)(0.0f), c, qf[g]);
       vstoreV((floatV)(0.0f), c, acc[g]);
@@ -330,7 +167,7 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
     const float2 fin = decode_out_scale(mrun[g], lrun[g], part, has_sinks, sinks, h, v_scale);
     const float oscale = fin.x, lse_out = fin.y;
     if (part < 0) {
-      store_row(o, (size_t)req * num_qo_heads + h, o_dt, oscale, acc[g]);
+      store_vrow(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM, NV, o_dt, oscale, acc[g]);
       if (has_lse) lse[(size_t)req * num_qo_heads + h] = lse_out;
     } else {
       __global float* wo = ws + ((size_t)part * num_qo_heads + h) * HEAD_DIM;
