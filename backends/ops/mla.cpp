@@ -1,7 +1,8 @@
 // MLA decode / extend (plan: checks, metadata validation, work list, split-K, kernel
 // choice, one non-blocking upload; run: buffer-size checks, then enqueue only) and
 // append_latent. Kernels: cl_kernels/mla_tiled.cl (register-blocked), mla.cl (generic),
-// mla_mma_nv.cl (tensor cores), mla_cpu.cl (CPU devices); parameters: backends/params/rows_mla.cpp; decisions: docs/mla.md.
+// mla_mma_nv.cl (tensor cores), mla_cpu.cl (CPU devices); parameters:
+// backends/params/rows_mla.cpp; decisions: docs/mla.md.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -436,7 +437,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   };
   std::vector<planner::MergeItem> merges;
   // Work entries: blocks of the chosen kernel's query vectors; KV chunks aligned to its tile.
-  const int qb = mma ? 16 : cpu ? tile.cqb : tiled ? tile.tqb : tile.qb;  // MMA: one m-tile (H < 16: masked rows)
+  // MMA: one m-tile (H < 16: masked rows).
+  const int qb = mma ? 16 : cpu ? tile.cqb : tiled ? tile.tqb : tile.qb;
   const int align = mma ? tile.mma_keys : cpu ? tile.vw : tiled ? tile.kt : tile.lanes;
   if (!extend) {
     const int n_hblk = (H + qb - 1) / qb;

@@ -110,7 +110,7 @@ const std::vector<Row>& rows_mla() {
       // fp8 6.4 vs 12.0, B=1 split 8.2 vs 10.4; PoCL 3.1, 2-core EPYC VM, 2026-11-26).
       // CPU_KERNEL: the cpu variant (mla_cpu.cl; docs/mla.md) instead of both: one work-item per
       // group owning 32 query vectors (decode H=16: all 16 heads), 16-token blocks at VW 16 (VW 0
-      // = CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT); 14-26x faster than the tiled kernel on the
+      // = CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT); 11-18x faster than the tiled kernel on the
       // --quick cases. CPU_QB 32 and the S micro-tile 2 x 8 beat 16 and 4 x 4 by 3-7 % (H=128),
       // OH x OD 4 x 4 is within noise of the best of 1..8 x 2..16, TOUCH_AHEAD 1 beats 0 by ~6 %
       // (H=16) and equals 2. The fields above serve the fallbacks.
