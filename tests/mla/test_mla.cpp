@@ -260,9 +260,10 @@ TEST(MlaPortable, TiledAndGenericMatchTheReference) {
 // latent dtype (f32, f16, bf16, fp8 e4m3 and e5m2 with a scale; fp8 by the exact decode and,
 // where the device keeps f32 denormals, by the default raw-bit decode), q/o dtypes, page sizes
 // 1..64, CSR / page table / 576-wide buffer, decode with split-K on and off (an empty request
-// included), head counts that leave part of a head block or of a micro-tile idle (3, 5), head
-// blocks smaller than H (CPU_QB 4, 8), extend causal and not with blocks spanning query rows,
-// and the other vector widths and micro-tiles (VW 4 / 8 / 16, SH, ST, OH, OD, TOUCH_AHEAD 0 / 2).
+// included), one head, head counts that leave part of a head block or of a micro-tile idle
+// (3, 5), head blocks smaller than H (CPU_QB 4, 8), extend causal and not with blocks spanning
+// query rows, and the other vector widths and micro-tiles (VW 4 / 8 / 16, SH, ST, OH, OD,
+// TOUCH_AHEAD 0 / 2).
 // One program per case (each costs a PoCL compile).
 TEST(MlaCpu, MatchesTheReference) {
   CLATTN_SEED_TRACE();
@@ -287,6 +288,7 @@ TEST(MlaCpu, MatchesTheReference) {
        {{"VW", 8}, {"FP8_FAST", 0}, {"SH", 2}, {"ST", 8}}},
       {DType::F16, DType::F32, DType::F16, 16, 64, true, true, false, false, false,
        {{"CPU_QB", 4}, {"SH", 2}, {"OH", 2}, {"OD", 2}}},
+      {DType::BF16, DType::F32, DType::F32, 1, 16, false, true, true, false, true, {}},
   };
   int k = 0;
   for (const C& c : cases) {
