@@ -69,8 +69,10 @@ std::vector<OpChoice> op_choices(const DeviceProfile& p) {
       {"extend", "d128", {"MMA"}, "nv_mma_sync"},
       {"extend", "d128", {"CPU_KERNEL"}, "cpu"},
       {"mla_decode", "*", {"MMA"}, "nv_mma_sync"},
+      {"mla_decode", "*", {"CPU_KERNEL"}, "cpu"},
       {"mla_decode", "*", {"TILED"}, "tiled"},
       {"mla_extend", "*", {"MMA"}, "nv_mma_sync"},
+      {"mla_extend", "*", {"CPU_KERNEL"}, "cpu"},
       {"mla_extend", "*", {"TILED"}, "tiled"},
       {"linear_prefill", "*", {"PF_MMA"}, "nv_mma_sync"},
   };
