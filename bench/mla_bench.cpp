@@ -74,6 +74,7 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
   if (verbose_build)
     h.print_build_log(plan.variant == "nv_mma_sync" ? "mla_mma_nv.cl"
                       : plan.variant == "tiled"     ? "mla_tiled.cl"
+                      : plan.variant == "cpu"       ? "mla_cpu.cl"
                                                     : "mla.cl",
                       plan.kernel_options);
   const double tokens = double(B) * c.S;
@@ -105,8 +106,10 @@ void register_mla(CLI::App& app, Harness& h) {
   cmd->add_option("--page", o->P, "one case: page size");
   cmd->add_option("--kv", o->kv, "one case: latent dtype bf16 | f16 | e4m3");
   cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
-  cmd->add_option("--variant", o->variant, "portable kernel: tiled | generic (TILED=1 / 0; tensor cores win where on)")
-      ->check(CLI::IsMember({"tiled", "generic"}));
+  cmd->add_option("--variant", o->variant,
+                  "portable kernel: cpu | tiled | generic (CPU_KERNEL=1, or CPU_KERNEL=0 and TILED=1 / 0; tensor "
+                  "cores win where on)")
+      ->check(CLI::IsMember({"cpu", "tiled", "generic"}));
   cmd->add_flag("--verbose-build", o->verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_option("--grid", o->grid, "parameter grid 'A=1,2;B=3,4': every combination per case");
   cmd->callback([&h, o] {
@@ -123,7 +126,10 @@ void register_mla(CLI::App& app, Harness& h) {
     }
     std::map<std::string, int> base;
     for (auto& p : o->params) base.insert(parse_param(p));
-    if (!o->variant.empty()) base["TILED"] = o->variant == "tiled";
+    if (!o->variant.empty()) {
+      base["CPU_KERNEL"] = o->variant == "cpu";
+      if (o->variant != "cpu") base["TILED"] = o->variant == "tiled";
+    }
     std::vector<std::map<std::string, int>> sets = o->grid.empty() ? std::vector<std::map<std::string, int>>{{}}
                                                                    : parse_grid(o->grid);
     note_variant_mode(h);

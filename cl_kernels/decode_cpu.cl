@@ -20,55 +20,23 @@
 //
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,
 // TOUCH_AHEAD.
-#include "common.clh"
+#include "cpu_vec.clh"  // floatV, KV dtype decoding, q/o row loads/stores, fold_scores, hmax, hsum
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif
-#ifndef KV_DT
-#define KV_DT DT_BF16
-#endif
 #ifndef GMAX
 #define GMAX 4
 #endif
-#ifndef VW
-#define VW 16
-#endif
 
-#if KV_DT == DT_F32
-#define KV_BYTES 4
-#elif KV_DT == DT_F16 || KV_DT == DT_BF16
-#define KV_BYTES 2
-#else
-#define KV_BYTES 1
-#endif
-// TOUCH_AHEAD: the K and V rows of the block this many blocks ahead are touched (one load
-// per 64-byte line) before the current block is computed, so their cache misses overlap
-// the math (OpenCL's prefetch() is a no-op on PoCL). 0: off.
+#define NV (HEAD_DIM / VW)
+// TOUCH_AHEAD: the K and V rows of the block this many blocks ahead are prefetched (one
+// CPU_PREFETCH per 64-byte line, cpu_vec.clh) before the current block is computed, so their
+// cache misses overlap the math. 0: off.
 #ifndef TOUCH_AHEAD
-#define TOUCH_AHEAD 1
+#define TOUCH_AHEAD 2
 #endif
 #define TQ (VW < 8 ? VW : 8)  // tokens per step of the q.k loop
-#include "cpu_vec.clh"
-
-#if RAW_FP8
-#define RESCALE_SLACK 4.0f  // raw weights carry 2^120: stay inside the f32 range
-#else
-#define RESCALE_SLACK 8.0f
-#endif
-
-// VW vectors (d[t]: partial sums of token t) -> one vector of the VW sums, token order.
-#define FOLD(a, b) ((floatV)((a).even + (a).odd, (b).even + (b).odd))
-inline floatV fold_scores(floatV* d) {
-#if VW >= 16
-  for (int i = 0; i < 8; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
-#endif
-#if VW >= 8
-  for (int i = 0; i < 4; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
-#endif
-  for (int i = 0; i < 2; ++i) d[i] = FOLD(d[2 * i], d[2 * i + 1]);
-  return FOLD(d[0], d[1]);
-}
 
 // tab layout and argument meaning: decode.cl (counters / merge_off / counter_off unused:
 // the CPU variant leaves split-K merging to the merge pass).
@@ -95,7 +63,7 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
   float pw[GMAX][VW];         // the block's softmax weights
   float mrun[GMAX], lrun[GMAX];
   for (int g = 0; g < GMAX; ++g) {
-    if (g < ng) load_row(q, (size_t)req * num_qo_heads + h0 + g, q_dt, q_scale * RAW_HALF, qf[g]);
+    if (g < ng) load_vrow(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM, NV, q_dt, q_scale * RAW_HALF, qf[g]);
     for (int c = 0; c < NV; ++c) {
       if (g >= ng) vstoreV((floatV)(0.0f), c, qf[g]);
       vstoreV((floatV)(0.0f), c, acc[g]);
@@ -125,7 +93,8 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
         const long ro =
             ((long)POOL_PAGE(page_ids[page_base + (ls >> log2_page)]) * stride_page + (long)(ls & pmask) * stride_token +
              head_off) * KV_BYTES;
-        for (int l = 0; l < HEAD_DIM * KV_BYTES; l += 64) touch += k_cache[ro + l] + v_cache[ro + l];
+        for (int l = 0; l < HEAD_DIM * KV_BYTES; l += 64)
+          CPU_PREFETCH(k_cache + ro + l, touch), CPU_PREFETCH(v_cache + ro + l, touch);
       }
     }
 #endif
@@ -199,7 +168,7 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
     const float2 fin = decode_out_scale(mrun[g], lrun[g], part, has_sinks, sinks, h, v_scale);
     const float oscale = fin.x, lse_out = fin.y;
     if (part < 0) {
-      store_row(o, (size_t)req * num_qo_heads + h, o_dt, oscale, acc[g]);
+      store_vrow(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM, NV, o_dt, oscale, acc[g]);
       if (has_lse) lse[(size_t)req * num_qo_heads + h] = lse_out;
     } else {
       __global float* wo = ws + ((size_t)part * num_qo_heads + h) * HEAD_DIM;

@@ -51,6 +51,7 @@
 #endif
 #include "cpu_vec.clh"
 
+#define NV (HEAD_DIM / VW)
 #define ROWS (RV * VW)
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -122,7 +123,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(
     for (int r = 0; r < ROWS; ++r) {
       const int pr = row0 + r;
       if (pr < nrows) {
-        load_row(q, (size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G, q_dt, q_scale, row);
+        load_vrow(q, ((size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G) * HEAD_DIM, NV, q_dt, q_scale, row);
         for (int d = 0; d < HEAD_DIM; ++d) qt[d * ROWS + r] = row[d];
       } else {
         for (int d = 0; d < HEAD_DIM; ++d) qt[d * ROWS + r] = 0.0f;
@@ -269,7 +270,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(
     const float inv = lt > 0.0f ? alpha * v_scale / lt : 0.0f;
     const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
     for (int d = 0; d < HEAD_DIM; ++d) row[d] = ot[d * ROWS + r];
-    store_row(o, orow, o_dt, inv, row);
+    store_vrow(o, orow * HEAD_DIM, NV, o_dt, inv, row);
     if (has_lse) lse[orow] = lt > 0.0f ? (mi + log2(lt)) * LN2 : CLATTN_NEG_INF;
   }
 }

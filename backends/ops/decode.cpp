@@ -100,6 +100,7 @@ struct KTile {
   // blocks of `unroll` = VW (the vector width in floats); wg/tpt above serve the generic
   // fallback.
   bool cpu = false;
+  int touch_ahead = 2;    // CPU variant: blocks ahead whose rows are prefetched (TOUCH_AHEAD)
   std::string source;     // parameter source, for logs
 };
 
@@ -199,6 +200,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
     if (vw == 0) vw = std::clamp(pow2_ceil(std::max(1, preferred_float_width)), 4, 16);
     while (vw > 4 && c.head_dim % vw != 0) vw /= 2;
     t.unroll = vw;
+    t.touch_ahead = std::clamp(ops::param_or(e, over, "TOUCH_AHEAD", 2), 0, 16);
     t.fuse_merge = 0;
     t.prefetch = 0;
   }
@@ -231,7 +233,8 @@ std::string cpu_build_options(const KTile& t, const PagedKV& c, bool denorms) {
   std::map<std::string, std::string> d = {{"HEAD_DIM", std::to_string(c.head_dim)},
                                           {"KV_DT", std::to_string(int(c.dtype))},
                                           {"GMAX", std::to_string(t.gmax)},
-                                          {"VW", std::to_string(t.unroll)}};
+                                          {"VW", std::to_string(t.unroll)},
+                                          {"TOUCH_AHEAD", std::to_string(t.touch_ahead)}};
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);

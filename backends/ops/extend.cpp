@@ -356,7 +356,13 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
 
   // The CPU kernel where the parameters (the cpu rows) or the caller ask for it.
   if (opt.variant.empty() ? ops::param_or(e, over, "CPU_KERNEL", 0) != 0 : opt.variant == "cpu") {
-    const CpuTile ct = cpu_tile(e, over, kv.head_dim, preferred_width);
+    CpuTile ct = cpu_tile(e, over, kv.head_dim, preferred_width);
+    // Over the device's local memory: fewer keys per block (down to one micro-tile), then
+    // fewer row vectors.
+    while (cpu_local_bytes(ct, kv.head_dim) > lmax && (ct.bk > ct.sk || ct.rv > 1)) {
+      if (ct.bk > ct.sk) ct.bk = std::max(ct.sk, ct.bk / 2 / ct.sk * ct.sk);
+      else ct.rv -= 1;
+    }
     Tile t;
     t.variant = "cpu", t.file = "extend_cpu.cl";
     t.wg = 1, t.rows = ct.rows(), t.keys = ct.bk;

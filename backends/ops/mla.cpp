@@ -1,10 +1,12 @@
 // MLA decode / extend (plan: checks, metadata validation, work list, split-K, kernel
 // choice, one non-blocking upload; run: buffer-size checks, then enqueue only) and
 // append_latent. Kernels: cl_kernels/mla_tiled.cl (register-blocked), mla.cl (generic),
-// mla_mma_nv.cl (tensor cores); parameters: backends/params/rows_mla.cpp; decisions: docs/mla.md.
+// mla_mma_nv.cl (tensor cores), mla_cpu.cl (CPU devices); parameters:
+// backends/params/rows_mla.cpp; decisions: docs/mla.md.
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <map>
 
 #include "backends/ops/merge_state.hpp"
 #include "backends/metadata/requests.hpp"
@@ -194,6 +196,12 @@ struct Tile {
   bool unroll = true;  // UNROLL_HINTS: GPUs on, CPU devices off (PoCL compiles unrolled code slowly)
   size_t tiled_wg() const { return size_t(tqb / ms) * ds; }
   std::string why_not_tiled;
+  // CPU variant (mla_cpu.cl) when the parameters ask for it (CPU_KERNEL=1): one work-item per
+  // group owning cqb query vectors; VW-token blocks (VW = vector width in floats); S in
+  // sh x st micro-tiles, P V in oh x od; fp8 decoded by bit moves where fp8_fast.
+  bool cpu = false;
+  int cqb = 32, vw = 16, sh = 2, st = 8, oh = 4, od = 4, touch_ahead = 1;
+  bool fp8_fast = false;
 };
 
 // mla_mma_nv.cl: the staged V slices (keys x 512 16-bit values) + two buffers of every
@@ -214,7 +222,11 @@ size_t local_bytes(const Tile& t, DType dt) {
   return size_t(t.lanes) * (kMlaCkvDim + kMlaKpeDim) * dtype_size(dt) + wg * (t.lanes + 1) * 4 + 2 * wg * 4;
 }
 
-Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions& opt, bool extend) {
+// preferred_float_width: the device's CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT (the CPU
+// variant's default VW); denorms: the device keeps f32 denormals (the CPU variant's fast fp8
+// decode is exact only then).
+Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions& opt, bool extend,
+                 int preferred_float_width, bool denorms) {
   params::Entry e = params::lookup(prof, extend ? "mla_extend" : "mla_decode", "*");
   Tile t;
   t.source = e.source;
@@ -288,6 +300,37 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
       t.tiled = true;
   }
 
+  // CPU variant: VW (0 = the device's preferred float vector width: 16 on AVX-512), the query
+  // vectors per work-item (decode: at most the head count rounded up to a power of two) and
+  // the two micro-tiles, clamped to the block and the query vectors. No local memory, no
+  // barriers, so nothing else to fit.
+  if (ops::param_or(e, ov, "CPU_KERNEL", 0) != 0) {
+    auto check = [](const char* name, int v, int lo, int hi) {
+      if (!is_pow2(v) || v < lo || v > hi)
+        rt::invalid(std::string("mla parameter ") + name + " = " + to_string(v) + " must be a power of two in " +
+                    to_string(lo) + ".." + to_string(hi));
+    };
+    int vw = ops::param_or(e, ov, "VW", 0);
+    if (vw != 0 && vw != 4 && vw != 8 && vw != 16)
+      rt::invalid("mla parameter VW = " + to_string(vw) + " must be 0 (device), 4, 8 or 16");
+    if (vw == 0) vw = std::clamp(pow2_ceil(std::max(1, preferred_float_width)), 4, 16);
+    t.vw = vw;
+    t.cqb = ops::param_or(e, ov, "CPU_QB", 32);
+    t.sh = ops::param_or(e, ov, "SH", 2), t.st = ops::param_or(e, ov, "ST", 8);
+    t.oh = ops::param_or(e, ov, "OH", 4), t.od = ops::param_or(e, ov, "OD", 4);
+    t.touch_ahead = ops::param_or(e, ov, "TOUCH_AHEAD", 1);
+    check("CPU_QB", t.cqb, 1, 64), check("SH", t.sh, 1, 16), check("ST", t.st, 1, 16), check("OH", t.oh, 1, 16);
+    check("OD", t.od, 1, 32);
+    if (t.touch_ahead < 0 || t.touch_ahead > 8)
+      rt::invalid("mla parameter TOUCH_AHEAD = " + to_string(t.touch_ahead) + " must be in 0..8");
+    if (!extend) t.cqb = std::min(t.cqb, pow2_ceil(opt.num_heads));
+    t.sh = std::min(t.sh, t.cqb), t.oh = std::min(t.oh, t.cqb), t.st = std::min(t.st, t.vw);
+    t.od = std::min(t.od, kMlaCkvDim / t.vw);
+    const int ff = ops::param_or(e, ov, "FP8_FAST", -1);
+    t.fp8_fast = ff >= 0 ? ff != 0 : denorms;
+    t.cpu = true;
+  }
+
   // Tensor-core variant: capability (inline PTX, sm_80+), a 16-bit or fp8 latent, chunk
   // loads of 8 values (16 bytes, 8 for fp8) aligned, local memory for the tile.
   if (ops::param_or(e, ov, "MMA", 0) != 0) {
@@ -326,7 +369,9 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
                   const MlaOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
   const int B = int(r.kv_len.size()), H = opt.num_heads;
-  Tile tile = choose_tile(c.profile, cache, opt, extend);
+  cl_device_fp_config fp = 0;
+  clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
+  Tile tile = choose_tile(c.profile, cache, opt, extend, ops::preferred_float_width(c), (fp & CL_FP_DENORM) != 0);
   auto st = std::make_shared<MlaPlanState>();
   MlaPlan plan;
   plan.extend = extend;
@@ -339,19 +384,31 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.page_table = page_table;
   plan.page_ids_needed = r.page_ids_needed;
 
-  // Kernel: the tensor-core variant first when chosen, then the register-blocked portable
-  // kernel, then the generic one (all take the same arguments and work entries: mla_run does
-  // not care which).
+  // Kernel: the tensor-core variant first when chosen, then the CPU variant, then the
+  // register-blocked portable kernel, then the generic one (all take the same arguments and
+  // work entries: mla_run does not care which).
   const std::string op = extend ? "mla_extend" : "mla_decode";
   const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
-  std::vector<ops::Variant> cands(3);
+  std::vector<ops::Variant> cands(4);
   ops::Variant& mv = cands[0];
   mv.name = "nv_mma_sync", mv.file = "mla_mma_nv.cl", mv.kernel = "mla_mma";
   mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
   mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
   mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
                                  {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"}});
-  ops::Variant& tv = cands[1];
+  ops::Variant& cv = cands[1];
+  cv.name = "cpu", cv.file = "mla_cpu.cl", cv.kernel = "mla_cpu";
+  cv.why_not = !tile.cpu ? "CPU_KERNEL = 0" : params::why_unavailable(c.profile, cv.name);
+  cv.wg = 1, cv.local_bytes = 0;
+  {
+    std::map<std::string, std::string> d = {
+        {"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.cqb)}, {"VW", to_string(tile.vw)},
+        {"SH", to_string(tile.sh)},             {"ST", to_string(tile.st)},  {"OH", to_string(tile.oh)},
+        {"OD", to_string(tile.od)},             {"TOUCH_AHEAD", to_string(tile.touch_ahead)}};
+    if (cache.dtype == DType::FP8_E4M3 || cache.dtype == DType::FP8_E5M2) d["FP8_FAST"] = tile.fp8_fast ? "1" : "0";
+    cv.options = rt::make_options(d);
+  }
+  ops::Variant& tv = cands[2];
   tv.name = "tiled", tv.file = "mla_tiled.cl", tv.kernel = "mla_tiled";
   tv.why_not = tile.tiled ? "" : tile.why_not_tiled.empty() ? "TILED = 0" : tile.why_not_tiled;
   tv.wg = tile.tiled_wg(), tv.local_bytes = tiled_local_bytes(tile.tqb, tile.kt, tile.ds);
@@ -359,7 +416,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
                                  {"KT", to_string(tile.kt)}, {"MS", to_string(tile.ms)}, {"DS", to_string(tile.ds)},
                                  {"DSW", to_string(tile.dsw)}, {"MO", to_string(tile.mo)},
                                  {"LOAD_BYTES", to_string(tile.load_bytes)}, {"UNROLL_HINTS", tile.unroll ? "1" : "0"}});
-  ops::Variant& gv = cands[2];
+  ops::Variant& gv = cands[3];
   gv.name = "generic", gv.file = "mla.cl", gv.kernel = "mla_attn";
   gv.wg = size_t(tile.qb) * tile.lanes, gv.local_bytes = local_bytes(tile, cache.dtype);
   gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.qb)},
@@ -370,7 +427,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->wg = built.variant.wg;
   plan.variant = built.variant.name;
   plan.kernel_options = built.variant.options;
-  const bool mma = plan.variant == "nv_mma_sync", tiled = plan.variant == "tiled";
+  const bool mma = plan.variant == "nv_mma_sync", tiled = plan.variant == "tiled", cpu = plan.variant == "cpu";
   st->fuse_kernel = mma && fuse;
 
   std::vector<int32_t>& h = st->host;
@@ -380,8 +437,9 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   };
   std::vector<planner::MergeItem> merges;
   // Work entries: blocks of the chosen kernel's query vectors; KV chunks aligned to its tile.
-  const int qb = mma ? 16 : tiled ? tile.tqb : tile.qb;  // MMA: one m-tile (H < 16: masked rows)
-  const int align = mma ? tile.mma_keys : tiled ? tile.kt : tile.lanes;
+  // MMA: one m-tile (H < 16: masked rows).
+  const int qb = mma ? 16 : cpu ? tile.cqb : tiled ? tile.tqb : tile.qb;
+  const int align = mma ? tile.mma_keys : cpu ? tile.vw : tiled ? tile.kt : tile.lanes;
   if (!extend) {
     const int n_hblk = (H + qb - 1) / qb;
     st->n_hblk = n_hblk;
@@ -448,9 +506,10 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "mla plan table", opt.plan_buffer);
   // lanes = tokens per tile (LANES, KT for tiled, MMA_KEYS for nv_mma_sync, whose loads are 8
-  // values: 16 bytes, 8 for fp8).
-  plan.tile = mma ? MlaPlan::Tile{qb, tile.mma_keys, int(st->wg), int(8 * es)}
-                  : MlaPlan::Tile{qb, tiled ? tile.kt : tile.lanes, int(st->wg), tile.load_bytes};
+  // values: 16 bytes, 8 for fp8; VW for cpu, whose loads are VW values).
+  plan.tile = mma   ? MlaPlan::Tile{qb, tile.mma_keys, int(st->wg), int(8 * es)}
+              : cpu ? MlaPlan::Tile{qb, tile.vw, int(st->wg), int(tile.vw * es)}
+                    : MlaPlan::Tile{qb, tiled ? tile.kt : tile.lanes, int(st->wg), tile.load_bytes};
   rt::log().debug("{} plan: B={} T={} H={} P={} latent={} variant={} QB={} LANES={} WG={} LOAD={} ({}); {} work "
                   "entries, chunk {}, {} partials, {} merges, workspace {} B",
                   op, B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype), plan.variant, plan.tile.qb,

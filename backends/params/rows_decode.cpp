@@ -17,6 +17,7 @@
 //   CPU_KERNEL  1: the cpu variant (decode_cpu.cl): one work-item per group, VW tokens per
 //               step over vector types (CPU devices)
 //   VW          its vector width in floats: 4, 8, 16, or 0 = the device's preferred width
+//   TOUCH_AHEAD its prefetch distance in VW-token blocks (default 2; 0: none)
 //   MERGE_BATCH fused merge: partial states loaded per batch before use (default 8; speed
 //               only, the parts still add in index order)
 // Split-K planner (backends/planner/split_kv.hpp):

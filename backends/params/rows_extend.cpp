@@ -106,7 +106,8 @@ const std::vector<Row>& rows_extend() {
        {{"CPU_KERNEL", 1}, {"VW", 0}, {"RV", 2}, {"BK", 32}, {"SK", 0}, {"PD", 0}, {"WG", 32}, {"ROWS", 32},
         {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
        "vendor docs: PoCL pthread device (one work-group per core thread), the CPU's vector width and cache sizes; "
-       "not tuned"},
+       "BK and RV: clattn-bench --device cpu extend --param, PoCL cpu-skylake-avx512 on a 16-core Intel Xeon, "
+       "2026-11-26 (BK 64 and RV 3 as fast, BK 16 and RV 1 slower)"},
       // The tile values from clattn-tune (--time-budget 300; its table: docs/results-h100.md);
       // by hand on top: nv_wgmma with three warpgroups, the TMA feed and warpgroup turns, the
       // fastest extend kernel on this GPU (docs/results-h100.md). MMA_WARPS 12 means 8 for

@@ -16,6 +16,9 @@
 // The portable kernels, "tiled" (register-blocked, mla_tiled.cl) and "generic" (mla.cl), are
 // both f32 throughout and share the f32 tolerances; the vendor parameter rows choose between
 // them (TILED), and MlaPortable.* runs each one explicitly, asserting the plan's variant.
+// The CPU variant ("cpu", mla_cpu.cl: one work-item per group, explicit vectors), asked for
+// by the cpu rows (CPU_KERNEL), is f32 throughout too; MlaCpu.* runs it explicitly over every
+// latent dtype, and on a CPU device under its own rows asserts that the rows choose it.
 #include <cmath>
 #include <map>
 
@@ -72,11 +75,15 @@ std::vector<uint8_t> run_and_check(const Batch& b, MlaOptions opt = {}, uint64_t
     }
     if (::testing::Test::HasFailure()) break;
   }
-  // A call that names a portable kernel (TILED, with the tensor cores off) must have run it.
-  const auto tiled = opt.params.find("TILED");
-  const auto mma = opt.params.find("MMA");
-  if (tiled != opt.params.end() && mma != opt.params.end() && mma->second == 0)
-    EXPECT_EQ(plan.variant, tiled->second ? "tiled" : "generic") << b.describe();
+  // A call that names a portable kernel (CPU_KERNEL, or TILED with the tensor cores and the CPU
+  // variant off) must have run it.
+  auto named = [&](const char* name) {
+    const auto it = opt.params.find(name);
+    return it == opt.params.end() ? -1 : it->second;
+  };
+  if (named("CPU_KERNEL") == 1 && named("MMA") <= 0) EXPECT_EQ(plan.variant, "cpu") << b.describe();
+  if (named("TILED") >= 0 && named("MMA") == 0 && named("CPU_KERNEL") == 0)
+    EXPECT_EQ(plan.variant, named("TILED") ? "tiled" : "generic") << b.describe();
   if (plan_out) *plan_out = plan;
   return ob;
 }
@@ -192,10 +199,10 @@ TEST(MlaDecode, SingleBufferMatchesSplitBuffersBitwise) {
   }
 }
 
-// Both portable kernels, asked for by name (TILED 1 / 0, MMA 0), each case asserting the
-// variant: the tiled kernel over every latent dtype (f32, f16, bf16, fp8 e4m3 and e5m2 with a
-// scale), q/o dtypes, page sizes 1..64, CSR / page table / 576-wide buffer, decode with
-// split-K on and off (an empty request included), extend causal and not, and its other tile
+// Both portable kernels, asked for by name (TILED 1 / 0, MMA 0, CPU_KERNEL 0), each case
+// asserting the variant: the tiled kernel over every latent dtype (f32, f16, bf16, fp8 e4m3 and
+// e5m2 with a scale), q/o dtypes, page sizes 1..64, CSR / page table / 576-wide buffer, decode
+// with split-K on and off (an empty request included), extend causal and not, and its other tile
 // shapes (KT 4 / 16, MS 2 / 4, DS 4 / 8, DSW 4 / 16, MO 1 / 4 / 8, QB 32, 8- and 4-byte loads);
 // the generic kernel on three of them (bf16 decode with split-K, e5m2, extend fp8 e4m3). Few
 // programs: each costs seconds of PoCL compilation.
@@ -234,7 +241,7 @@ TEST(MlaPortable, TiledAndGenericMatchTheReference) {
     for (int tiled : {1, 0}) {
       if (!tiled && !c.generic) continue;
       MlaOptions o;
-      o.params["MMA"] = 0, o.params["TILED"] = tiled;
+      o.params["MMA"] = 0, o.params["CPU_KERNEL"] = 0, o.params["TILED"] = tiled;
       if (tiled)
         for (const auto& [name, v] : c.tile) o.params[name] = v;
       if (c.split) o.params["MIN_CHUNK"] = 16, o.params["WGS_PER_CU"] = 1024;
@@ -247,6 +254,82 @@ TEST(MlaPortable, TiledAndGenericMatchTheReference) {
     }
     ++k;
   }
+}
+
+// The CPU variant (mla_cpu.cl) asked for by name (CPU_KERNEL 1), each case asserting it: every
+// latent dtype (f32, f16, bf16, fp8 e4m3 and e5m2 with a scale; fp8 by the exact decode and,
+// where the device keeps f32 denormals, by the default raw-bit decode), q/o dtypes, page sizes
+// 1..64, CSR / page table / 576-wide buffer, decode with split-K on and off (an empty request
+// included), one head, head counts that leave part of a head block or of a micro-tile idle
+// (3, 5), head blocks smaller than H (CPU_QB 4, 8), extend causal and not with blocks spanning
+// query rows, and the other vector widths and micro-tiles (VW 4 / 8 / 16, SH, ST, OH, OD,
+// TOUCH_AHEAD 0 / 2).
+// One program per case (each costs a PoCL compile).
+TEST(MlaCpu, MatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2026112602);
+  struct C {
+    DType kv, q, o;
+    int H, P;
+    bool extend, causal, split, single, table;
+    std::map<std::string, int> tile;
+  };
+  const C cases[] = {
+      {DType::BF16, DType::BF16, DType::F32, 16, 16, false, true, true, false, false, {}},
+      {DType::F32, DType::F32, DType::F32, 8, 1, false, true, false, false, true,
+       {{"VW", 4}, {"SH", 2}, {"ST", 4}, {"OH", 8}, {"OD", 1}, {"TOUCH_AHEAD", 0}}},
+      {DType::F16, DType::F16, DType::BF16, 32, 32, false, true, true, true, false,
+       {{"VW", 8}, {"CPU_QB", 8}, {"SH", 8}, {"ST", 2}, {"OD", 8}, {"TOUCH_AHEAD", 2}}},
+      {DType::FP8_E4M3, DType::F32, DType::F16, 3, 64, false, true, true, false, true, {}},
+      {DType::FP8_E5M2, DType::BF16, DType::BF16, 16, 16, false, true, false, true, false,
+       {{"FP8_FAST", 0}, {"CPU_QB", 4}, {"OH", 2}}},
+      {DType::BF16, DType::F16, DType::F32, 8, 16, true, true, false, false, false, {}},
+      {DType::FP8_E4M3, DType::BF16, DType::BF16, 5, 32, true, false, false, true, true,
+       {{"VW", 8}, {"FP8_FAST", 0}, {"SH", 2}, {"ST", 8}}},
+      {DType::F16, DType::F32, DType::F16, 16, 64, true, true, false, false, false,
+       {{"CPU_QB", 4}, {"SH", 2}, {"OH", 2}, {"OD", 2}}},
+      {DType::BF16, DType::F32, DType::F32, 1, 16, false, true, true, false, true, {}},
+  };
+  int k = 0;
+  for (const C& c : cases) {
+    Batch b;
+    b.kvd = c.kv, b.qd = c.q, b.od = c.o, b.H = c.H, b.P = c.P, b.extend = c.extend, b.causal = c.causal;
+    b.single = c.single, b.table = c.table;
+    b.kv_scale = c.kv == DType::FP8_E4M3 || c.kv == DType::FP8_E5M2 ? 0.5 : 1.0;
+    const int B = rng.uniform_int(2, 3);
+    for (int i = 0; i < B; ++i) {
+      const int q = c.extend ? rng.uniform_int(1, 9) : 1;
+      b.qo.push_back(q), b.kv.push_back(q + rng.uniform_int(c.extend ? 0 : 20, 120));
+    }
+    if (k == 0) b.kv[1] = 0, b.qo[1] = 1;  // empty decode request: o = 0, lse = -inf
+    MlaOptions o;
+    o.params = c.tile;
+    o.params["MMA"] = 0, o.params["CPU_KERNEL"] = 1;
+    if (c.split) o.params["MIN_CHUNK"] = 16, o.params["WGS_PER_CU"] = 1024;
+    else o.max_splits = 1;
+    MlaPlan p;
+    run_and_check(b, o, 700 + k, &p);
+    EXPECT_EQ(p.variant, "cpu") << b.describe();
+    EXPECT_EQ(p.tile.wg, 1) << b.describe();
+    if (c.split && !c.extend) EXPECT_GT(p.num_merges, 0) << b.describe();
+    if (::testing::Test::HasFailure()) return;
+    ++k;
+  }
+}
+
+// On a CPU device under its own parameter rows (no CLATTN_FORCE_VENDOR), MLA decode and extend
+// run the CPU variant.
+TEST(MlaCpu, CpuRowsChooseIt) {
+  const DeviceProfile& prof = ctx().profile();
+  if (!prof.is_cpu || prof.param_vendor() != "cpu") GTEST_SKIP() << "not a CPU device under the cpu rows";
+  Batch b;
+  b.H = 16, b.P = 16, b.kv = {40, 17}, b.qo = {1, 1}, b.od = DType::F32;
+  MlaPlan p;
+  run_and_check(b, {}, 41, &p);
+  EXPECT_EQ(p.variant, "cpu");
+  b.extend = true, b.qo = {3, 2};
+  run_and_check(b, {}, 42, &p);
+  EXPECT_EQ(p.variant, "cpu");
 }
 
 TEST(MlaExtend, RandomBatches) {

@@ -65,13 +65,16 @@ TEST(Variants, LocalMemoryEstimatesMatchTheDriver) {
     expect_estimates_match("mla_decode");
     mla_extend_plan(ctx(), csr(true), m, o);
     expect_estimates_match("mla_extend");
-    // Both portable kernels by name, the tiled one also with a tile of other proportions.
-    const std::map<std::string, int> tiled = {{"MMA", 0}, {"TILED", 1}};
-    const std::map<std::string, int> shaped = {{"MMA", 0}, {"TILED", 1}, {"KT", 16}, {"MS", 2}, {"DS", 8}, {"QB", 32}};
-    const std::map<std::string, int> generic = {{"MMA", 0}, {"TILED", 0}};
-    for (const auto* params : {&tiled, &shaped, &generic}) {
+    // The portable kernels by name, the tiled one also with a tile of other proportions (the
+    // CPU variant uses no local memory: the driver's figure is not compared, the name is).
+    const std::map<std::string, int> tiled = {{"MMA", 0}, {"CPU_KERNEL", 0}, {"TILED", 1}};
+    const std::map<std::string, int> shaped = {{"MMA", 0}, {"CPU_KERNEL", 0}, {"TILED", 1}, {"KT", 16},
+                                               {"MS", 2},  {"DS", 8},         {"QB", 32}};
+    const std::map<std::string, int> generic = {{"MMA", 0}, {"CPU_KERNEL", 0}, {"TILED", 0}};
+    const std::map<std::string, int> cpu = {{"MMA", 0}, {"CPU_KERNEL", 1}, {"TILED", 1}};
+    for (const auto* params : {&tiled, &shaped, &generic, &cpu}) {
       o.params = *params;
-      const char* want = params->at("TILED") ? "tiled" : "generic";
+      const char* want = params->at("CPU_KERNEL") ? "cpu" : params->at("TILED") ? "tiled" : "generic";
       for (bool extend : {false, true}) {
         MlaPlan plan = extend ? mla_extend_plan(ctx(), csr(true), m, o) : mla_decode_plan(ctx(), csr(false), m, o);
         EXPECT_EQ(plan.variant, want);

@@ -258,6 +258,18 @@ std::vector<Axis> mla_tiled_axes() {
           {"DS", {4, 8, 16}}, {"DSW", {4, 8, 16}}, {"MO", {1, 2, 4, 8}}};
 }
 
+// CPU devices: the cpu variant (mla_cpu.cl) against the GPU-shaped kernels first (it decides
+// which kernel the other axes tune), then its vector width (0 = the device's preferred width),
+// query vectors per work-item, micro-tiles and touch-ahead distance (rows_mla.cpp).
+void add_mla_cpu_axes(const DeviceProfile& p, bool quick, std::vector<Axis>& a) {
+  if (!p.is_cpu) return;
+  std::vector<Axis> c = {{"CPU_KERNEL", {1, 0}}, {"VW", {0, 8, 16}},     {"CPU_QB", {8, 16, 32}},
+                         {"SH", {1, 2, 4}},      {"ST", {4, 8, 16}},     {"OH", {2, 4, 8}},
+                         {"OD", {2, 4, 8}},      {"TOUCH_AHEAD", {0, 1, 2}}};
+  if (quick) c = {{"CPU_KERNEL", {1, 0}}, {"SH", {2, 4}}, {"ST", {4, 8}}};
+  a.insert(a.begin(), c.begin(), c.end());
+}
+
 // ------------------------------------------------------------------------------ linear
 struct LinearInst : Instance {
   Context ctx;
@@ -424,6 +436,7 @@ std::vector<OpSpec> build_specs() {
                  // CPU devices: the cpu variant against the GPU-shaped kernel, and its vector
                  // width (0 = the device's preferred width).
                  if (p.is_cpu) {
+                   if (!quick) a.insert(a.begin(), {"TOUCH_AHEAD", {2, 1, 4, 0}});
                    a.insert(a.begin(), {"VW", quick ? std::vector<int>{0, 8} : std::vector<int>{0, 4, 8, 16}});
                    a.insert(a.begin(), {"CPU_KERNEL", {1, 0}});
                  }
@@ -463,6 +476,14 @@ std::vector<OpSpec> build_specs() {
                                                  {"QRES", {1, 0}}})
                    a.push_back(x);
                  if (quick) a = {{"ROWS", {32, 64}}, {"KEYS", {32, 64}}, {"TM", {4, 8}}};
+                 // CPU devices: the cpu variant against the portable kernel, then its tile (row
+                 // vectors, key block, micro-tile widths; 0 = by vector width) and vector width.
+                 if (p.is_cpu) {
+                   std::vector<Axis> cpu = {{"CPU_KERNEL", {1, 0}}, {"BK", {32, 16, 48, 64}}, {"RV", {2, 1, 3}},
+                                            {"SK", {0, 4, 6, 16}}, {"PD", {0, 4, 16}}, {"VW", {0, 8}}};
+                   if (quick) cpu = {{"CPU_KERNEL", {1, 0}}, {"BK", {32, 64}}};
+                   a.insert(a.begin(), cpu.begin(), cpu.end());
+                 }
                  return a;
                },
                [](const Context& c, bool quick) {
@@ -487,6 +508,7 @@ std::vector<OpSpec> build_specs() {
                    a.push_back(x);
                  for (Axis x : mla_tiled_axes()) a.push_back(x);
                  if (quick) a = {{"MAX_SPLITS", {4, 16}}, {"LANES", {4, 16}}};
+                 add_mla_cpu_axes(p, quick, a);
                  return a;
                },
                [](const Context& c, bool quick) {
@@ -510,6 +532,7 @@ std::vector<OpSpec> build_specs() {
                    a.push_back(x);
                  for (Axis x : mla_tiled_axes()) a.push_back(x);
                  if (quick) a = {{"QB", {4, 16}}};
+                 add_mla_cpu_axes(p, quick, a);
                  return a;
                },
                [](const Context& c, bool quick) {
