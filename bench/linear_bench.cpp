@@ -4,16 +4,24 @@
 //
 // Bytes: decode = state read + write (each once per token) + q, k, v, o (+ g, beta);
 // prefill = q, k, v, o, g, beta + state read + write once per request.
+// Limits: every row prints % of the streaming read; prefill rows add a "ceilings" line, the
+// same-process FP32 FMA-loop peak and CLBlast SGEMM (bench/ceilings.hpp), as extend does.
+// -B/-L/-H/--dk/--dv give one shape (L 0 = decode), --param NAME=V overrides parameters
+// (LinearConfig::params: e.g. CPU_KERNEL=0 for the portable kernels on a CPU device).
 // FLOPs (prefill), per token and v-head, of the chunked form with chunk C (C = 64, FLA's
 // default, whatever the database picked): state products K S0, Q S0, K^T D = 3 x 2 Dk Dv;
 // intra-chunk Q K^T and (GDN) K K^T, C/2 x 2 Dk each on average; the P D product and
 // (GDN) the triangular solve, C/2 x 2 Dv each. Redundant recomputation across Dv slices
 // is not counted (it is overhead, not work).
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "backends/ops/variant.hpp"
 #include "bench/bench.hpp"
+#include "bench/ceilings.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -35,7 +43,7 @@ std::string variant_ran(Context& ctx, const std::string& op, F&& call) {
   return !recs.empty() && recs.back().op == op ? recs.back().variant : "generic";
 }
 
-void run_case(Harness& h, const LinCase& c, DType io) {
+void run_case(Harness& h, const LinCase& c, DType io, const std::map<std::string, int>& params) {
   Context& ctx = h.ctx();
   const int T = c.decode ? c.B : c.B * c.L;
   const size_t es = dtype_size(io);
@@ -47,6 +55,7 @@ void run_case(Harness& h, const LinCase& c, DType io) {
   cfg.dtype = io;
   cfg.l2norm_qk = c.gdn;
   cfg.beta_is_logits = false;
+  cfg.params = params;
   const size_t nqk = size_t(T) * c.H * c.Dk, nv = size_t(T) * c.H * c.Dv, ng = size_t(T) * c.H;
   const size_t slot = size_t(c.H) * c.Dk * c.Dv;
   DeviceBuffer q(ctx, nqk * es), k(ctx, nqk * es), v(ctx, nv * es), o(ctx, nv * es);
@@ -84,9 +93,11 @@ void run_case(Harness& h, const LinCase& c, DType io) {
     std::snprintf(shape, sizeof shape, "B=%dx%d H=%d Dk=%d Dv=%d %s/f32state", c.B, c.L, c.H, c.Dk, c.Dv,
                   dtype_name(io));
   std::string op = std::string(c.gdn ? "gdn" : "gla") + (c.decode ? "_decode" : "_prefill");
-  h.report(op, std::string(shape) + " " + variant_ran(ctx, op, [&] { fn(ctx, cfg, t, pool, b, nullptr); }), ms, bytes,
-           flops);
+  const std::string row = std::string(shape) + " " +
+                          variant_ran(ctx, op, [&] { fn(ctx, cfg, t, pool, b, nullptr); }) + param_suffix(params);
+  h.report(op, row, ms, bytes, flops);
   std::printf("%-10s   %.3g tokens/s\n", "", double(T) / (ms * 1e-3));
+  if (!c.decode) report_ceilings(h, op, row, flops / (ms * 1e9));
 }
 
 }  // namespace
@@ -100,11 +111,23 @@ void register_linear(CLI::App& app, Harness& h) {
   sub->add_option("--dtype", dtype, "q/k/v/o dtype: f32, f16, bf16");
   sub->add_option("--only", only, "run only the decode or only the prefill cases")
       ->check(CLI::IsMember({"decode", "prefill"}));
+  static std::vector<std::string> param_args;
+  sub->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
+  static int one_b = 0, one_l = 0, one_h = 16, one_dk = 128, one_dv = 128;
+  sub->add_option("-B", one_b, "one shape: batch (with -L -H --dk --dv; GDN and GLA)");
+  sub->add_option("-L", one_l, "one shape: tokens per request (0 = decode)");
+  sub->add_option("-H", one_h, "one shape: heads (q/k = v heads)");
+  sub->add_option("--dk", one_dk, "one shape: key head dim");
+  sub->add_option("--dv", one_dv, "one shape: value head dim");
   sub->callback([&h] {
     DType io = dtype == "f32" ? DType::F32 : dtype == "f16" ? DType::F16 : DType::BF16;
+    std::map<std::string, int> params;
+    for (const auto& p : param_args) params.insert(parse_param(p));
     std::vector<LinCase> cases;
     for (bool gdn : {true, false}) {
-      if (quick) {
+      if (one_b > 0) {
+        cases.push_back({gdn, one_l == 0, one_b, std::max(1, one_l), one_h, one_dk, one_dv});
+      } else if (quick) {
         cases.push_back({gdn, true, 8, 1, 4, 64, 64});
         cases.push_back({gdn, false, 2, 256, 4, 64, 64});
       } else {
@@ -115,8 +138,11 @@ void register_linear(CLI::App& app, Harness& h) {
     note_variant_mode(h);
     std::printf("# linear: bytes = state read+write + q,k,v,o,g,beta; prefill FLOPs = chunked form at C=64 "
                 "(bench/linear_bench.cpp)\n");
+    bool any_prefill = false;
+    for (auto& c : cases) any_prefill |= !c.decode && (only.empty() || only == "prefill");
+    if (any_prefill) ceilings(h);
     for (auto& c : cases)
-      if (only.empty() || c.decode == (only == "decode")) run_case(h, c, io);
+      if (only.empty() || c.decode == (only == "decode")) run_case(h, c, io, params);
   });
 }
 

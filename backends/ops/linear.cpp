@@ -1,8 +1,9 @@
 // Linear attention (GDN, simple GLA): argument and batch validation on the host, then one
 // launch of cl_kernels/linear_gdn.cl or linear_gla.cl (or, for the prefill on NVIDIA tensor
-// cores, linear_prefill_mma_nv.cl: variant nv_mma_sync, parameter PF_MMA). Nothing blocks; a
-// rejected call enqueues nothing. Kernel maths: cl_kernels/linear_common.clh;
-// docs/linear.md.
+// cores, linear_prefill_mma_nv.cl: variant nv_mma_sync, parameter PF_MMA; on CPU devices
+// linear_gdn_cpu.cl / linear_gla_cpu.cl: variant cpu, parameter CPU_KERNEL). Nothing blocks;
+// a rejected call enqueues nothing. Kernel maths: cl_kernels/linear_common.clh,
+// linear_cpu.clh; docs/linear.md.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -149,13 +150,26 @@ void build(detail::ContextImpl& c, Variant& v, bool gdn) {
   v.prog = c.programs.get(gdn ? "linear_gdn.cl" : "linear_gla.cl", rt::make_options(v.defines));
 }
 
+// The rows of both ops with the caller's overrides (LinearConfig::params): PF_* names go to
+// linear_prefill, CPU_KERNEL and VW (the cpu variant's switch and vector width) to both, the
+// rest to linear_decode.
+struct LinParams {
+  params::Entry dec, pf;
+};
+LinParams lookup_params(const detail::ContextImpl& c, const LinearConfig& cfg) {
+  LinParams p{params::lookup(c.profile, "linear_decode"), params::lookup(c.profile, "linear_prefill")};
+  for (auto& [name, val] : cfg.params) {
+    if (name == "CPU_KERNEL" || name == "VW") p.dec.values[name] = p.pf.values[name] = val;
+    else (name.rfind("PF_", 0) == 0 ? p.pf : p.dec).values[name] = val;
+  }
+  return p;
+}
+
 // Parameters from the database, clamped to the shape and the device, then the program.
 Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
                 bool build_now = true) {
   const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
-  auto dec = params::lookup(c.profile, "linear_decode");
-  auto pf = params::lookup(c.profile, "linear_prefill");
-  for (auto& [name, val] : cfg.params) (name.rfind("PF_", 0) == 0 ? pf : dec).values[name] = val;
+  auto [dec, pf] = lookup_params(c, cfg);
   const int maxwg = int(std::max<size_t>(1, c.profile.max_work_group_size));
   Variant v{};
   v.dec_vec = std::min(pow2_floor(std::clamp(dec.get_or("DEC_VEC", 1), 1, 4)), DV);
@@ -211,9 +225,7 @@ size_t mma_local_bytes(int dk, int mc, int dvt, bool gdn) {
 MmaPrefill mma_prefill(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
                        const char* op, std::string* why) {
   MmaPrefill m;
-  auto pf = params::lookup(c.profile, "linear_prefill");
-  for (auto& [name, val] : cfg.params)
-    if (name.rfind("PF_", 0) == 0) pf.values[name] = val;
+  const params::Entry pf = lookup_params(c, cfg).pf;
   if (pf.get_or("PF_MMA", 0) == 0) {
     *why = "PF_MMA = 0";
     return m;
@@ -256,6 +268,85 @@ MmaPrefill mma_prefill(detail::ContextImpl& c, const LinearConfig& cfg, const Li
   return m;
 }
 
+// The CPU kernels (cl_kernels/linear_cpu.clh through linear_gdn_cpu.cl / linear_gla_cpu.cl),
+// chosen where the parameters ask for them (CPU_KERNEL = 1: the cpu vendor rows;
+// LinearConfig::params overrides). One work-item per work-group, which owns (request, v-head,
+// slice of Dv columns); vectors of VW floats (0 = the device's preferred float width).
+// Decode: DEC_CPU_DVT state columns per work-item. Prefill: PF_CPU_C tokens per chunk,
+// PF_CPU_DVT columns per work-item, PF_CPU_MR x PF_CPU_MV vectors per register tile. A slice
+// is halved (down to one register tile) while the batch has fewer work-groups than the device
+// has cores (decode: 4 per core, since each streams only its slice); the prefill's slice and
+// chunk are halved until its local arrays fit. Not chosen (CPU_KERNEL = 0), not fitting or
+// failing to build: the portable kernels run (a null program).
+struct CpuKernel {
+  std::shared_ptr<rt::Program> prog;
+  rt::Kernel* kernel = nullptr;
+  int dvt = 0;  // state columns per work-item
+};
+
+// The prefill's local arrays (floats): state slice [DK][DVT], q/k rows [C][DK] x 2, K^T
+// [DK][C], D and O [C][DVT], A and P [C][C], per-token G and e^G [C] (GDN: and beta).
+uint64_t cpu_prefill_local_bytes(int dk, int c, int dvt, bool gdn) {
+  return 4ull * (uint64_t(dk) * dvt + 3ull * c * dk + 2ull * c * dvt + 2ull * c * c + (gdn ? 3ull : 2ull) * c);
+}
+
+CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
+                     bool prefill, int64_t batch, const char* op) {
+  CpuKernel k;
+  const LinParams lp = lookup_params(c, cfg);
+  const params::Entry& e = prefill ? lp.pf : lp.dec;
+  if (e.get_or("CPU_KERNEL", 0) == 0) return k;
+  const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
+  int vw = e.get_or("VW", 0);
+  if (vw != 0 && vw != 4 && vw != 8 && vw != 16)
+    rt::invalid(std::string(op) + ": parameter VW = " + num(vw) + " must be 0 (device), 4, 8 or 16");
+  if (vw == 0) {
+    const int w = ops::preferred_float_width(c);
+    vw = w >= 16 ? 16 : w >= 8 ? 8 : 4;  // head dims 64, 128, 256: every width divides them
+  }
+  const int64_t cores = std::max<int64_t>(1, c.profile.compute_units);
+  auto groups = [&](int dvt) { return batch * cfg.num_v_heads * (DV / dvt); };
+  std::map<std::string, std::string> d = {{"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))},
+                                          {"ST_DT", num(dt_code(pool.dtype))}, {"VW", num(vw)}};
+  ops::Variant v;
+  v.name = "cpu", v.file = gdn ? "linear_gdn_cpu.cl" : "linear_gla_cpu.cl", v.wg = 1;
+  int dvt = 0, cc = 0, mr = 0, mv = 0;
+  if (!prefill) {
+    dvt = std::clamp(pow2_floor(std::max(1, e.get_or("DEC_CPU_DVT", 256))), vw, DV);
+    while (dvt > vw && groups(dvt) < 4 * cores) dvt /= 2;
+    d["DEC_DVT"] = num(dvt), d["LIN_CPU_OP"] = "1";
+    v.kernel = gdn ? "gdn_decode_cpu" : "gla_decode_cpu";
+  } else {
+    cc = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_C", 16))), std::max(vw, 8), 128);
+    mv = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_MV", 2))), 1, DV / vw);
+    // PF_CPU_MR 0: 8 rows with 16-wide vectors (16 accumulators of AVX-512's 32 vector
+    // registers), else 4 (AVX2 has 16).
+    mr = e.get_or("PF_CPU_MR", 0);
+    mr = mr <= 0 ? (vw >= 16 ? 8 : 4) : std::min(pow2_floor(mr), 8);
+    dvt = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_DVT", 128))), vw * mv, DV);
+    while (dvt > vw * mv && groups(dvt) < cores) dvt /= 2;
+    const uint64_t local = c.profile.local_mem_bytes ? c.profile.local_mem_bytes : 32768;
+    while (cpu_prefill_local_bytes(DK, cc, dvt, gdn) > local && dvt > vw * mv) dvt /= 2;
+    while (cpu_prefill_local_bytes(DK, cc, dvt, gdn) > local && cc > std::max(vw, 8)) cc /= 2;
+    d["PF_C"] = num(cc), d["PF_DVT"] = num(dvt), d["PF_MR"] = num(mr), d["PF_MV"] = num(mv), d["LIN_CPU_OP"] = "2";
+    v.kernel = gdn ? "gdn_prefill_cpu" : "gla_prefill_cpu";
+    v.local_bytes = cpu_prefill_local_bytes(DK, cc, dvt, gdn);
+  }
+  v.options = rt::make_options(d);
+  try {
+    ops::BuiltVariant b = ops::select_and_build(c, op, {v});  // the portable kernels are the fallback
+    k.prog = b.program, k.kernel = b.kernel;
+  } catch (const Error& err) {
+    if (err.status() != Status::BuildFailed && err.status() != Status::Unsupported) throw;
+    rt::log().info("{}: cpu variant not used ({}); using the portable kernel", op, err.what());
+    return k;
+  }
+  k.dvt = dvt;
+  if (prefill) rt::log().debug("{}: cpu variant, VW={} C={} DVT={} MR={} MV={} ({})", op, vw, cc, dvt, mr, mv, e.source);
+  else rt::log().debug("{}: cpu variant, VW={} DVT={} ({})", op, vw, dvt, e.source);
+  return k;
+}
+
 void check_wg(rt::Kernel& k, cl_device_id dev, size_t wg) {
   size_t lim = k.max_work_group_size(dev);
   if (lim < wg)
@@ -285,7 +376,9 @@ void run(const char* op, bool gdn, bool prefill, const Context& ctx, const Linea
   MmaPrefill mma;
   if (prefill) mma = mma_prefill(c, cfg, pool, gdn, op, &why_not_mma);
   if (prefill && !mma.prog) rt::log().debug("{}: nv_mma_sync not used ({})", op, why_not_mma);
-  Variant v = variant(c, cfg, pool, gdn, !mma.prog);
+  CpuKernel cpu;
+  if (!mma.prog) cpu = cpu_kernel(c, cfg, pool, gdn, prefill, b.batch_size, op);
+  Variant v = variant(c, cfg, pool, gdn, !mma.prog && !cpu.prog);
   // An unused beta/state argument still needs a valid buffer: alias one we have.
   cl_mem beta = gdn ? t.beta : t.g;
   cl_mem state = pool.state ? pool.state : t.o;
@@ -293,7 +386,18 @@ void run(const char* op, bool gdn, bool prefill, const Context& ctx, const Linea
   const int g_stride = cfg.constant_decay ? 0 : Hv;
   const float scale = scale_of(cfg);
   const int flags = flags_of(cfg);
-  if (!prefill) {
+  if (cpu.prog) {
+    // One work-item per group; grid (Dv slice, request x v-head).
+    rt::Kernel& k = *cpu.kernel;
+    const size_t gws[2] = {size_t(cfg.head_dim_v / cpu.dvt), size_t(b.batch_size) * Hv};
+    const size_t lws[2] = {1, 1};
+    if (prefill)
+      k.launch(q, 2, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev,
+               b.cu_seqlens_dev, Hqk, Hv, g_stride, scale, flags, cl_int(pool.num_slots), cl_int(T), c.faults);
+    else
+      k.launch(q, 2, gws, lws, 0, nullptr, nullptr, t.q, t.k, t.v, t.g, beta, t.o, state, b.state_indices_dev, Hqk,
+               Hv, g_stride, scale, flags, cl_int(pool.num_slots), c.faults);
+  } else if (!prefill) {
     const char* name = gdn ? "gdn_decode" : "gla_decode";
     // A compiled kernel can allow fewer work-items than the device (registers): shrink the
     // work-group and rebuild rather than fail.

@@ -15,6 +15,12 @@
 //   and q/k/v are f16/bf16 with Dk <= 128): PF_MMA 1 = prefer it; PF_MMA_C tokens per chunk,
 //   PF_MMA_DVT state columns per work-group (16 per warp), PF_MMA_SPLIT (default 1) state operand
 //   as hi + lo parts. Its own names, so rows tuned for the f32 kernel do not steer it.
+// CPU variant (cl_kernels/linear_cpu.clh, both ops): CPU_KERNEL 1 = use it; VW floats per
+//   vector (0 = the device's preferred width); one work-item per (request, v-head, Dv slice).
+//   linear_decode: DEC_CPU_DVT state columns per work-item. linear_prefill: PF_CPU_C tokens per
+//   chunk, PF_CPU_DVT columns per work-item, register tiles of PF_CPU_MR rows (0 = by vector
+//   width) x PF_CPU_MV vectors. The host halves the slices for small batches and the prefill's
+//   slice, then chunk, to fit local memory. Own names again, so the portable rows do not steer it.
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -23,7 +29,9 @@ const std::vector<Row>& rows_linear() {
       // 128 work-items: 32 consecutive f32 state columns = one 128-byte segment per row, 4 row
       // groups (32 state registers per work-item at Dk=128); below every listed driver's
       // work-group limit; scalar loads need no vector alignment.
-      {"linear_decode", Level::Generic, "", "*", {{"DEC_DVT", 32}, {"DEC_VEC", 1}, {"DEC_ROWS", 4}},
+      // CPU_KERNEL 0 here (the portable kernel) also makes the generic parameters, clattn-tune's
+      // correctness oracle, run the portable kernel on CPU devices.
+      {"linear_decode", Level::Generic, "", "*", {{"DEC_DVT", 32}, {"DEC_VEC", 1}, {"DEC_ROWS", 4}, {"CPU_KERNEL", 0}},
        "portable default (by design; not tuned)"},
       // 256 work-items: a warp reads one whole 512-byte state row with float4 loads, 16 rows x 4
       // columns = 64 state registers per work-item, one work-group per (request, head) = 64 KiB
@@ -39,16 +47,22 @@ const std::vector<Row>& rows_linear() {
       // SIMD16 spans 16 columns (64 bytes); 8 row groups = 128 work-items.
       {"linear_decode", Level::Vendor, "intel", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 8}},
        "vendor guide: Intel oneAPI GPU optimization guide, sub-groups and thread mapping"},
-      // PoCL vectorises across dim 0: 16 f32 = one AVX-512 vector; 4 row groups keep the
-      // per-group barrier loops short.
-      {"linear_decode", Level::Vendor, "cpu", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 4}},
-       "vendor docs: PoCL pthread device"},
+      // CPU devices: the cpu variant (linear_cpu.clh), one work-item per (request, v-head, up to
+      // 256 state columns = whole rows at Dv <= 256: one contiguous stream per head; the host
+      // halves it for small batches) with vectors of the device's preferred width (VW 0).
+      // The portable tile behind it: PoCL vectorises across dim 0, 16 f32 = one AVX-512
+      // vector; 4 row groups keep the per-group barrier loops short.
+      {"linear_decode", Level::Vendor, "cpu", "*",
+       {{"CPU_KERNEL", 1}, {"VW", 0}, {"DEC_CPU_DVT", 256}, {"DEC_DVT", 16}, {"DEC_ROWS", 4}},
+       "vendor docs: PoCL pthread device; DEC_CPU_DVT: clattn-bench --device cpu linear -B 64/256 -L 0 -H 16 "
+       "(Dk = Dv = 128 and 256), 2-core AMD EPYC VM, PoCL 3.1, 2026-11-26 (whole rows 10-20 % faster than 64)"},
 
       // Chunk 64 is FLA's default (BT=64); 16 state columns per work-group keep local memory
       // (S 128x16 + A 64x65 + D 64x16 + K/Q tiles 2 x 64x33 f32 = 46 KiB) under 48 KiB at Dk=128
       // (the host halves the slice at Dk=256); K/Q tiles of 32 dims = 64-byte bf16 row segments;
       // 128 work-items = 4 warps / 2 wave64.
-      {"linear_prefill", Level::Generic, "", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}, {"PF_DKT", 32}},
+      {"linear_prefill", Level::Generic, "", "*",
+       {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}, {"PF_DKT", 32}, {"CPU_KERNEL", 0}},
        "FLA chunk_gated_delta_rule / chunk_simple_gla (fla/ops/common/chunk_*.py, BT=64); rest by design"},
       // f32 kernel: half the chunk halves the repeated C x C work and the sequential
       // substitution; 48 KiB shared memory per block without opt-in (CUDA programming guide,
@@ -64,10 +78,17 @@ const std::vector<Row>& rows_linear() {
       // Chunk 64 (FLA default); 64 KiB SLM per Xe core; 8 x SIMD16.
       {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}},
        "vendor guide: Intel oneAPI GPU optimization guide, SLM; chunk: FLA default"},
-      // PoCL runs a work-group as loops on one core: small groups and a 32-token chunk keep the
-      // C x C products and the sequential substitution short; 16 f32 = one AVX-512 vector.
-      {"linear_prefill", Level::Vendor, "cpu", "*", {{"PF_C", 32}, {"PF_DVT", 16}, {"PF_WG", 16}},
-       "vendor docs: PoCL pthread device"},
+      // CPU devices: the cpu variant (linear_cpu.clh), one work-item per (request, v-head, up to
+      // 128 state columns: C x C work not repeated across slices at Dv = 128), chunks of 16
+      // tokens, register tiles of MR x 2 vectors (MR 0: 8 with 16-wide vectors, 4 with
+      // narrower). The portable tile behind it: PoCL runs a work-group as loops on one core,
+      // small groups and a 32-token chunk keep the C x C products and the sequential
+      // substitution short; 16 f32 = one AVX-512 vector.
+      {"linear_prefill", Level::Vendor, "cpu", "*",
+       {{"CPU_KERNEL", 1}, {"VW", 0}, {"PF_CPU_C", 16}, {"PF_CPU_DVT", 128}, {"PF_CPU_MR", 0}, {"PF_CPU_MV", 2},
+        {"PF_C", 32}, {"PF_DVT", 16}, {"PF_WG", 16}},
+       "vendor docs: PoCL pthread device; PF_CPU_*: clattn-bench --device cpu linear -B 2 -L 1024 -H 8 and "
+       "-B 8 -L 512 -H 16 (Dk = Dv = 128), 2-core AMD EPYC VM, PoCL 3.1, 2026-11-26"},
       // Tuned on the machine itself (clattn-tune --time-budget 300, docs/tuning.md; the table:
       // docs/results-h100.md).
       {"linear_decode", Level::Device, "NVIDIA H100 80GB HBM3", "*",

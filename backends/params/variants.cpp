@@ -74,7 +74,9 @@ std::vector<OpChoice> op_choices(const DeviceProfile& p) {
       {"mla_extend", "*", {"MMA"}, "nv_mma_sync"},
       {"mla_extend", "*", {"CPU_KERNEL"}, "cpu"},
       {"mla_extend", "*", {"TILED"}, "tiled"},
+      {"linear_decode", "*", {"CPU_KERNEL"}, "cpu"},
       {"linear_prefill", "*", {"PF_MMA"}, "nv_mma_sync"},
+      {"linear_prefill", "*", {"CPU_KERNEL"}, "cpu"},
   };
   std::vector<OpChoice> out;
   for (const Candidate& c : table) {

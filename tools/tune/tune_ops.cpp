@@ -542,9 +542,16 @@ std::vector<OpSpec> build_specs() {
                  return v;
                }});
   s.push_back({"linear_decode", "*", false, "backends/params/rows_linear.cpp",
-               [](const DeviceProfile&, bool quick) {
+               [](const DeviceProfile& p, bool quick) {
                  std::vector<Axis> a = {{"DEC_DVT", {16, 32, 64, 128}}, {"DEC_VEC", {1, 2, 4}}, {"DEC_ROWS", {1, 2, 4, 8, 16}}};
                  if (quick) a = {{"DEC_DVT", {16, 64}}, {"DEC_ROWS", {2, 8}}};
+                 // CPU devices: the cpu variant (linear_cpu.clh) against the portable kernel, its
+                 // vector width (0 = the device's preferred width) and state columns per work-item.
+                 if (p.is_cpu) {
+                   a.insert(a.begin(), {"DEC_CPU_DVT", quick ? std::vector<int>{64, 256} : std::vector<int>{32, 64, 128, 256}});
+                   a.insert(a.begin(), {"VW", quick ? std::vector<int>{0, 8} : std::vector<int>{0, 4, 8, 16}});
+                   a.insert(a.begin(), {"CPU_KERNEL", {1, 0}});
+                 }
                  return a;
                },
                [](const Context& c, bool quick) {
@@ -558,10 +565,20 @@ std::vector<OpSpec> build_specs() {
                  return v;
                }});
   s.push_back({"linear_prefill", "*", true, "backends/params/rows_linear.cpp",
-               [](const DeviceProfile&, bool quick) {
+               [](const DeviceProfile& p, bool quick) {
                  std::vector<Axis> a = {{"PF_C", {16, 32, 64}}, {"PF_DVT", {8, 16, 32, 64}}, {"PF_WG", {64, 128, 256}},
                                         {"PF_DKT", {16, 32, 64}}};
                  if (quick) a = {{"PF_C", {16, 64}}, {"PF_WG", {16, 64}}};
+                 // CPU devices: the cpu variant and its chunk, slice and register tile (PF_CPU_MR
+                 // 0 = by vector width).
+                 if (p.is_cpu) {
+                   std::vector<Axis> c = {{"CPU_KERNEL", {1, 0}}, {"VW", {0, 8}}, {"PF_CPU_C", {16, 32}},
+                                          {"PF_CPU_MR", {0, 4}}};
+                   if (!quick)
+                     c = {{"CPU_KERNEL", {1, 0}},          {"VW", {0, 4, 8, 16}},       {"PF_CPU_C", {16, 32, 64}},
+                          {"PF_CPU_DVT", {32, 64, 128}}, {"PF_CPU_MR", {0, 2, 4, 8}}, {"PF_CPU_MV", {1, 2, 4}}};
+                   a.insert(a.begin(), c.begin(), c.end());
+                 }
                  return a;
                },
                [](const Context& c, bool quick) {
