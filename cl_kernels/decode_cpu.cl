@@ -10,13 +10,14 @@
 //
 // Tokens go in blocks of VW (the vector width in floats: the device's preferred float
 // width, 16 on AVX-512, 8 on AVX2). Per block: the K rows are converted to f32 once into a
-// private (L1-resident) block; per query head the VW dot products are VW vectors of
-// partial sums, folded into one vector of VW scores by a transposing tree of .even/.odd
-// adds (VW-1 adds instead of VW horizontal sums); the online softmax updates once per
-// block and head (lazy rescaling as in decode.cl) with the exponentials on the score
-// vector; then P.V runs chunk-major (VW dims of the output for all heads in registers,
-// V chunks converted on the fly). Scores live in log2 space (q pre-scaled by
-// sm_scale * k_scale * log2(e)).
+// private (L1-resident) block; the dot products run as register micro-tiles (heads x 4
+// tokens), each head's VW partial-sum vectors folded into one vector of VW scores by a
+// transposing tree of .even/.odd adds (VW-1 adds instead of VW horizontal sums); the online
+// softmax updates once per block and head (lazy rescaling as in decode.cl) with the
+// exponentials on the score vector; then P.V runs as micro-tiles of heads x output chunks
+// with V converted on the fly. Micro-tiles keep loads to half the FMAs, so a core with one
+// 512-bit FMA pipe is not held by its load ports. Scores live in log2 space (q pre-scaled
+// by sm_scale * k_scale * log2(e)).
 //
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,
 // TOUCH_AHEAD.
@@ -36,7 +37,19 @@
 #ifndef TOUCH_AHEAD
 #define TOUCH_AHEAD 2
 #endif
-#define TQ (VW < 8 ? VW : 8)  // tokens per step of the q.k loop
+// Micro-tiles (accumulator vectors in registers: 16 of 32 on AVX-512, 8 of 16 below):
+//   q.k  HB heads x 4 tokens;  P.V  HP heads x PC chunks of VW dims (PC divides NV).
+#define REGS_ACC (VW >= 16 ? 16 : 8)
+#define HB (GMAX < REGS_ACC / 4 ? GMAX : REGS_ACC / 4)
+#define HP (GMAX < 4 ? GMAX : 4)
+#define PC_MAX (REGS_ACC / HP < 4 ? REGS_ACC / HP : 4)
+#if NV % PC_MAX == 0
+#define PC PC_MAX
+#elif NV % 2 == 0 && PC_MAX >= 2
+#define PC 2
+#else
+#define PC 1
+#endif
 
 // tab layout and argument meaning: decode.cl (counters / merge_off / counter_off unused:
 // the CPU variant leaves split-K merging to the merge pass).
@@ -102,23 +115,34 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
       for (int c = 0; c < NV; ++c) vstoreV(load_kv(k_cache, roff[t] + c * VW), c, kf[t]);
 
     const intV valid = LANE_IDS < (intV)(nt);
-    for (int g = 0; g < GMAX; ++g) {
-      // Eight tokens at a time: eight independent FMA chains hide the FMA latency, and each
-      // q chunk is loaded once for the eight.
-      floatV d[VW];
-      for (int t = 0; t < VW; t += TQ) {
-        floatV a[TQ];
+    // q.k as micro-tiles of HB heads x 4 tokens (HB x 4 accumulators in registers): per
+    // VW-wide chunk of the head dim, HB q and 4 K loads feed 4 HB FMAs. Each tile's four
+    // partial-sum vectors take the first two levels of the fold at once (fold4).
+    floatV sq[GMAX][VW / 4];
+    for (int t = 0; t < VW; t += 4) {
+      for (int g0 = 0; g0 < GMAX; g0 += HB) {
+        floatV a[HB][4];
 #pragma unroll
-        for (int u = 0; u < TQ; ++u) a[u] = (floatV)(0.0f);
+        for (int h = 0; h < HB; ++h)
+#pragma unroll
+          for (int u = 0; u < 4; ++u) a[h][u] = (floatV)(0.0f);
         for (int c = 0; c < NV; ++c) {
-          const floatV qc = vloadV(c, qf[g]);
+          floatV kc[4];
 #pragma unroll
-          for (int u = 0; u < TQ; ++u) a[u] = fma(qc, vloadV(c, kf[t + u]), a[u]);
+          for (int u = 0; u < 4; ++u) kc[u] = vloadV(c, kf[t + u]);
+#pragma unroll
+          for (int h = 0; h < HB; ++h) {
+            const floatV qc = vloadV(c, qf[g0 + h]);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) a[h][u] = fma(qc, kc[u], a[h][u]);
+          }
         }
 #pragma unroll
-        for (int u = 0; u < TQ; ++u) d[t + u] = a[u];
+        for (int h = 0; h < HB; ++h) sq[g0 + h][t / 4] = fold4(a[h][0], a[h][1], a[h][2], a[h][3]);
       }
-      floatV x = fold_scores(d) * RAW_HALF;
+    }
+    for (int g = 0; g < GMAX; ++g) {
+      floatV x = fold_rest(sq[g]) * RAW_HALF;
       if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
       x = select((floatV)(CLATTN_NEG_INF), x, valid);
       const float mt = hmax(x);
@@ -136,29 +160,32 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
       vstoreV(p * RAW_FULL, 0, pw[g]);
     }
 
-    // P.V chunk-major: VW output dims of every head stay in registers over the block, in
-    // two accumulators per head (even and odd tokens) for twice the independent chains.
-    for (int c = 0; c < NV; ++c) {
-      floatV a0[GMAX], a1[GMAX];
+    // P.V as micro-tiles of HP heads x PC chunks of VW output dims (in registers over the
+    // block's tokens): per token PC V loads (converted on the fly) and HP broadcast weights
+    // feed HP x PC FMAs.
+    for (int g0 = 0; g0 < GMAX; g0 += HP)
+      for (int c0 = 0; c0 < NV; c0 += PC) {
+        floatV a[HP][PC];
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) a0[g] = vloadV(c, acc[g]), a1[g] = (floatV)(0.0f);
-      int t = 0;
-      for (; t + 1 < nt; t += 2) {
-        const floatV v0 = load_kv(v_cache, roff[t] + c * VW), v1 = load_kv(v_cache, roff[t + 1] + c * VW);
+        for (int h = 0; h < HP; ++h)
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) {
-          a0[g] = fma((floatV)(pw[g][t]), v0, a0[g]);
-          a1[g] = fma((floatV)(pw[g][t + 1]), v1, a1[g]);
+          for (int j = 0; j < PC; ++j) a[h][j] = vloadV(c0 + j, acc[g0 + h]);
+        for (int t = 0; t < nt; ++t) {
+          floatV v[PC];
+#pragma unroll
+          for (int j = 0; j < PC; ++j) v[j] = load_kv(v_cache, roff[t] + (c0 + j) * VW);
+#pragma unroll
+          for (int h = 0; h < HP; ++h) {
+            const floatV p = (floatV)(pw[g0 + h][t]);
+#pragma unroll
+            for (int j = 0; j < PC; ++j) a[h][j] = fma(p, v[j], a[h][j]);
+          }
         }
-      }
-      if (t < nt) {
-        const floatV v0 = load_kv(v_cache, roff[t] + c * VW);
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) a0[g] = fma((floatV)(pw[g][t]), v0, a0[g]);
-      }
+        for (int h = 0; h < HP; ++h)
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) vstoreV(a0[g] + a1[g], c, acc[g]);
-    }
+          for (int j = 0; j < PC; ++j) vstoreV(a[h][j], c0 + j, acc[g0 + h]);
+      }
   }
   if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
   if (part < -1 && touch == 1u) atomic_or(faults, 0);  // never true (part >= -1): keeps the touches

@@ -101,6 +101,7 @@ struct KTile {
   // fallback.
   bool cpu = false;
   int touch_ahead = 2;    // CPU variant: blocks ahead whose rows are prefetched (TOUCH_AHEAD)
+  int prefetch_locality = 3;  // and the prefetch's locality hint (PREFETCH_LOCALITY: 3 L1, 1 L2)
   std::string source;     // parameter source, for logs
 };
 
@@ -201,6 +202,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
     while (vw > 4 && c.head_dim % vw != 0) vw /= 2;
     t.unroll = vw;
     t.touch_ahead = std::clamp(ops::param_or(e, over, "TOUCH_AHEAD", 2), 0, 16);
+    t.prefetch_locality = std::clamp(ops::param_or(e, over, "PREFETCH_LOCALITY", 3), 0, 3);
     t.fuse_merge = 0;
     t.prefetch = 0;
   }
@@ -234,7 +236,8 @@ std::string cpu_build_options(const KTile& t, const PagedKV& c, bool denorms) {
                                           {"KV_DT", std::to_string(int(c.dtype))},
                                           {"GMAX", std::to_string(t.gmax)},
                                           {"VW", std::to_string(t.unroll)},
-                                          {"TOUCH_AHEAD", std::to_string(t.touch_ahead)}};
+                                          {"TOUCH_AHEAD", std::to_string(t.touch_ahead)},
+                                          {"PREFETCH_LOCALITY", std::to_string(t.prefetch_locality)}};
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);

@@ -18,6 +18,7 @@
 //               step over vector types (CPU devices)
 //   VW          its vector width in floats: 4, 8, 16, or 0 = the device's preferred width
 //   TOUCH_AHEAD its prefetch distance in VW-token blocks (default 2; 0: none)
+//   PREFETCH_LOCALITY  the prefetch's locality hint: 3 (default) into L1, 1 into L2 only
 //   MERGE_BATCH fused merge: partial states loaded per batch before use (default 8; speed
 //               only, the parts still add in index order)
 // Split-K planner (backends/planner/split_kv.hpp):
