@@ -89,6 +89,12 @@ const std::vector<Row>& rows_decode() {
         {"CPU_KERNEL", 1}, {"VW", 0}},
        "vendor docs: PoCL pthread device (work-group = one loop per core thread); VW: "
        "CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT; clattn-bench decode --quick, PoCL on the 2-core CI host, 2026-11-26"},
+      // The 2-core CI VM (AMD EPYC, Zen 4, one 512-bit FMA pipe): prefetching into L2 only
+      // (no L1 miss slot held) is faster there, into L1 on the 16-core Xeon (53.4 vs 48.9 GB/s
+      // at B=8 S=4096, docs/decode.md).
+      {"decode", Level::Device, "pthread-skylake-avx512-AMD EPYC", "*", {{"PREFETCH_LOCALITY", 1}},
+       "clattn-bench --device cpu decode -B 16 -S 2048 --param PREFETCH_LOCALITY=1|3, 2-core AMD EPYC VM, PoCL 3.1, "
+       "2026-11-26 (18.5-20.2 vs 17.5-18.1 GB/s)"},
   };
   return rows;
 }
