@@ -32,11 +32,13 @@
 
 #define NV (HEAD_DIM / VW)
 // TOUCH_AHEAD: the K and V rows of the block this many blocks ahead are prefetched (one
-// CPU_PREFETCH per 64-byte line, cpu_vec.clh) before the current block is computed, so their
+// CPU_PREFETCH per 64-byte line, cpu_vec.clh) while the current block is computed, so their
 // cache misses overlap the math. 0: off.
 #ifndef TOUCH_AHEAD
 #define TOUCH_AHEAD 2
 #endif
+#define PREFETCH_ROW(p, sink) \
+  for (int l_ = 0; l_ < HEAD_DIM * KV_BYTES; l_ += 64) CPU_PREFETCH((p) + l_, sink)
 // Micro-tiles (accumulator vectors in registers: 16 of 32 on AVX-512, 8 of 16 below):
 //   q.k  HB heads x 4 tokens;  P.V  HP heads x PC chunks of VW dims (PC divides NV).
 #define REGS_ACC (VW >= 16 ? 16 : 8)
@@ -99,16 +101,16 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
       roff[t] = (long)POOL_PAGE(pid) * stride_page + (long)(ls & pmask) * stride_token + head_off;
     }
 #if TOUCH_AHEAD
+    // The rows TOUCH_AHEAD blocks ahead (byte offsets; -1: none): their K lines are prefetched
+    // through the q.k loop and their V lines through the P.V loop, a few per step, so misses
+    // stay in flight during the math instead of in one burst.
+    long pro[VW];
     for (int t = 0; t < VW; ++t) {
       const int tn = t0 + TOUCH_AHEAD * VW + t;
-      if (tn < end) {
-        const int ls = tok_off + tn;
-        const long ro =
-            ((long)POOL_PAGE(page_ids[page_base + (ls >> log2_page)]) * stride_page + (long)(ls & pmask) * stride_token +
-             head_off) * KV_BYTES;
-        for (int l = 0; l < HEAD_DIM * KV_BYTES; l += 64)
-          CPU_PREFETCH(k_cache + ro + l, touch), CPU_PREFETCH(v_cache + ro + l, touch);
-      }
+      const int ls = tok_off + tn;
+      pro[t] = tn < end ? ((long)POOL_PAGE(page_ids[page_base + (ls >> log2_page)]) * stride_page +
+                           (long)(ls & pmask) * stride_token + head_off) * KV_BYTES
+                        : -1;
     }
 #endif
     for (int t = 0; t < VW; ++t)
@@ -120,6 +122,10 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
     // partial-sum vectors take the first two levels of the fold at once (fold4).
     floatV sq[GMAX][VW / 4];
     for (int t = 0; t < VW; t += 4) {
+#if TOUCH_AHEAD
+      for (int u = 0; u < 4; ++u)
+        if (pro[t + u] >= 0) PREFETCH_ROW(k_cache + pro[t + u], touch);
+#endif
       for (int g0 = 0; g0 < GMAX; g0 += HB) {
         floatV a[HB][4];
 #pragma unroll
@@ -171,6 +177,9 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
 #pragma unroll
           for (int j = 0; j < PC; ++j) a[h][j] = vloadV(c0 + j, acc[g0 + h]);
         for (int t = 0; t < nt; ++t) {
+#if TOUCH_AHEAD
+          if (g0 == 0 && c0 == 0 && pro[t] >= 0) PREFETCH_ROW(v_cache + pro[t], touch);
+#endif
           floatV v[PC];
 #pragma unroll
           for (int j = 0; j < PC; ++j) v[j] = load_kv(v_cache, roff[t] + (c0 + j) * VW);
