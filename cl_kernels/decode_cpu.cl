@@ -15,8 +15,8 @@
 // transposing tree of .even/.odd adds (VW-1 adds instead of VW horizontal sums); the online
 // softmax updates once per block and head (lazy rescaling as in decode.cl) with the
 // exponentials on the score vector; then P.V runs as micro-tiles of heads x output chunks
-// with V converted on the fly. Micro-tiles keep loads to half the FMAs, so a core with one
-// 512-bit FMA pipe is not held by its load ports. Scores live in log2 space (q pre-scaled
+// with V converted on the fly. Micro-tiles keep loads to half the FMAs, so the load ports do
+// not hold the FMAs back. Scores live in log2 space (q pre-scaled
 // by sm_scale * k_scale * log2(e)).
 //
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,

@@ -18,7 +18,8 @@
 //               step over vector types (CPU devices)
 //   VW          its vector width in floats: 4, 8, 16, or 0 = the device's preferred width
 //   TOUCH_AHEAD its prefetch distance in VW-token blocks (default 2; 0: none)
-//   PREFETCH_LOCALITY  the prefetch's locality hint: 3 (default) into L1, 1 into L2 only
+//   PREFETCH_LOCALITY  the prefetch's locality hint: 3 (default) into L1, 1 into L2 only (the cpu
+//               row: no L1 miss slot held while the line is on its way)
 //   MERGE_BATCH fused merge: partial states loaded per batch before use (default 8; speed
 //               only, the parts still add in index order)
 // Split-K planner (backends/planner/split_kv.hpp):
@@ -86,15 +87,11 @@ const std::vector<Row>& rows_decode() {
       {"decode", Level::Vendor, "cpu", "*",
        {{"WG", 32}, {"QREGS", 512}, {"QREGS_MAX", 4096}, {"UNROLL", 4}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 32}, {"DET_CHUNK", 1024},
-        {"CPU_KERNEL", 1}, {"VW", 0}},
+        {"CPU_KERNEL", 1}, {"VW", 0}, {"TOUCH_AHEAD", 2}, {"PREFETCH_LOCALITY", 1}},
        "vendor docs: PoCL pthread device (work-group = one loop per core thread); VW: "
-       "CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT; clattn-bench decode --quick, PoCL on the 2-core CI host, 2026-11-26"},
-      // The 2-core CI VM (AMD EPYC, Zen 4, one 512-bit FMA pipe): prefetching into L2 only
-      // (no L1 miss slot held) is faster there, into L1 on the 16-core Xeon (53.4 vs 48.9 GB/s
-      // at B=8 S=4096, docs/decode.md).
-      {"decode", Level::Device, "pthread-skylake-avx512-AMD EPYC", "*", {{"PREFETCH_LOCALITY", 1}},
-       "clattn-bench --device cpu decode -B 16 -S 2048 --param PREFETCH_LOCALITY=1|3, 2-core AMD EPYC VM, PoCL 3.1, "
-       "2026-11-26 (18.5-20.2 vs 17.5-18.1 GB/s)"},
+       "CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT; clattn-bench decode --quick, PoCL on the 2-core CI host, 2026-11-26; "
+       "TOUCH_AHEAD and PREFETCH_LOCALITY: clattn-bench --device cpu decode --grid, 16-core Intel Xeon and 2-core AMD "
+       "EPYC VM, PoCL, 2026-11-26"},
   };
   return rows;
 }

@@ -436,6 +436,7 @@ std::vector<OpSpec> build_specs() {
                  // CPU devices: the cpu variant against the GPU-shaped kernel, and its vector
                  // width (0 = the device's preferred width).
                  if (p.is_cpu) {
+                   if (!quick) a.insert(a.begin(), {"PREFETCH_LOCALITY", {1, 3}});
                    if (!quick) a.insert(a.begin(), {"TOUCH_AHEAD", {2, 1, 4, 0}});
                    a.insert(a.begin(), {"VW", quick ? std::vector<int>{0, 8} : std::vector<int>{0, 4, 8, 16}});
                    a.insert(a.begin(), {"CPU_KERNEL", {1, 0}});
