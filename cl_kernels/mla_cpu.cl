@@ -13,8 +13,9 @@
 //   block  = VW tokens (the vector width in floats: the device's preferred float width, 16
 //            on AVX-512): their 576-wide latent rows converted to f32 once into a private
 //            (L1/L2-resident) block kf[VW][576] (page lookup per token, page ids clamped
-//            into the pool with the fault flag); the block TOUCH_AHEAD blocks ahead is
-//            touched first (PoCL's prefetch() is a no-op), so its misses overlap the math.
+//            into the pool with the fault flag); the rows of the block TOUCH_AHEAD blocks
+//            ahead are prefetched a few lines per step of the P.V loop (PoCL's prefetch()
+//            is a no-op: CPU_PREFETCH, cpu_vec.clh), so their misses overlap the math.
 //   S      = Q K^T over 576 dims, register-blocked as a small GEMM: a micro-tile of SH query
 //            vectors x ST tokens keeps SH x ST vectors of partial sums (lanes = dims) in
 //            registers, each q and latent vector loaded once per micro-tile feeds ST or SH
@@ -53,8 +54,8 @@
 #ifndef OD
 #define OD 4  // ... x output vectors (VW dims each)
 #endif
-// TOUCH_AHEAD: the latent rows of the block this many blocks ahead are touched (one load per
-// 64-byte line) before the current block is converted. 0: off.
+// TOUCH_AHEAD: the latent rows of the block this many blocks ahead are prefetched (one
+// CPU_PREFETCH per 64-byte line) through the current block's P.V loop. 0: off.
 #ifndef TOUCH_AHEAD
 #define TOUCH_AHEAD 1
 #endif
@@ -111,14 +112,17 @@ void mla_cpu(MLA_KERNEL_ARGS) {
   for (int t0 = kb; t0 < ke; t0 += VW) {
     const int nt = min(VW, ke - t0);
 #if TOUCH_AHEAD
+    // The rows TOUCH_AHEAD blocks ahead (bytes; -1: none): prefetched through the P.V loop,
+    // the latent lines of output chunks c0..c0+OD at each chunk's pass and the rope part at
+    // the first, so misses stay in flight during the math rather than in one burst.
+    long pco[VW], pko[VW];
     for (int t = 0; t < VW; ++t) {
       const int tn = t0 + TOUCH_AHEAD * VW + t;
+      pco[t] = pko[t] = -1;
       if (tn < ke) {
         const long pg = (long)POOL_PAGE(page_ids[pbase + (tn >> log2_page)]);
-        const long co = (pg * c_sp + (long)(tn & pmask) * c_st) * KV_BYTES;
-        const long ko = (k_base + pg * k_sp + (long)(tn & pmask) * k_st) * KV_BYTES;
-        for (int l = 0; l < CKV_DIM * KV_BYTES; l += 64) touch += cbytes[co + l];
-        for (int l = 0; l < KPE_DIM * KV_BYTES; l += 64) touch += kbytes[ko + l];
+        pco[t] = (pg * c_sp + (long)(tn & pmask) * c_st) * KV_BYTES;
+        pko[t] = (k_base + pg * k_sp + (long)(tn & pmask) * k_st) * KV_BYTES;
       }
     }
 #endif
@@ -197,6 +201,14 @@ void mla_cpu(MLA_KERNEL_ARGS) {
 #pragma unroll
           for (int j = 0; j < OD; ++j) oa[i][j] = vloadV(c0 + j, acc[g0 + i]);
         for (int t = 0; t < nt; ++t) {
+#if TOUCH_AHEAD
+          if (g0 == 0 && pco[t] >= 0) {
+            for (int l = c0 * VW * KV_BYTES; l < (c0 + OD) * VW * KV_BYTES; l += 64)
+              CPU_PREFETCH(cbytes + pco[t] + l, touch);
+            if (c0 == 0)
+              for (int l = 0; l < KPE_DIM * KV_BYTES; l += 64) CPU_PREFETCH(kbytes + pko[t] + l, touch);
+          }
+#endif
           floatV vv[OD];
 #pragma unroll
           for (int j = 0; j < OD; ++j) vv[j] = vloadV(c0 + j, kf[t]);
