@@ -114,15 +114,18 @@ const std::vector<Row>& rows_mla() {
       // --quick cases. CPU_QB 32 and the S micro-tile 2 x 8 beat 16 and 4 x 4 by 3-7 % (H=128),
       // OH x OD 4 x 4 is within noise of the best of 1..8 x 2..16, TOUCH_AHEAD 1 beats 0 by ~6 %
       // (H=16) and equals 2 there; on the 16-core Xeon 2 beats 1 (B=64 S=4096 H=16: 11.0 vs
-      // 13.6 ms). The fields above serve the fallbacks.
+      // 13.6 ms). With the prefetches spread through P.V, S 4 x 4 and P.V 8 x 2 micro-tiles:
+      // Xeon B=64 S=4096 H=16 10.1 ms (2 x 8 and 4 x 4: 12.8), VM B=16 S=4096 H=16 6.6-6.7
+      // ms (7.1). The fields above serve the fallbacks.
       {"mla_decode", Level::Vendor, "cpu", "*",
        {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 16},
         {"TILED", 1}, {"KT", 8}, {"MS", 8}, {"DS", 4}, {"DSW", 4}, {"MO", 8},
-        {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"SH", 2}, {"ST", 8}, {"OH", 4}, {"OD", 4}, {"TOUCH_AHEAD", 2}},
+        {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"SH", 4}, {"ST", 4}, {"OH", 8}, {"OD", 2}, {"TOUCH_AHEAD", 2}},
        "vendor docs: PoCL pthread device; sized for CI speed; TILED and its tile by clattn-bench --device cpu mla "
        "--quick (PoCL 3.1); CPU_KERNEL and its tile by clattn-bench --device cpu mla (--quick and -B 16 -S 4096 "
-       "-H 16, -B 4 -S 2048 -H 128), 2-core AMD EPYC (AVX-512) VM, PoCL 3.1, 2026-11-26; TOUCH_AHEAD by "
-       "clattn-bench --device cpu mla -B 64 -S 4096 -H 16 --param, 16-core Intel Xeon, PoCL, 2026-11-26"},
+       "-H 16, -B 4 -S 2048 -H 128), 2-core AMD EPYC (AVX-512) VM, PoCL 3.1, 2026-11-26; TOUCH_AHEAD and SH ST OH "
+       "OD by clattn-bench --device cpu mla -B 64 -S 4096 -H 16 --grid, 16-core Intel Xeon, PoCL, and -B 16 on the "
+       "VM, 2026-11-26"},
       // The same tile as mla_decode: query vectors are (row, head) pairs of one request.
       {"mla_extend", Level::Generic, "", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 8},
@@ -144,7 +147,7 @@ const std::vector<Row>& rows_mla() {
        "vendor guide, as mla_decode; not tuned on hardware"},
       {"mla_extend", Level::Vendor, "cpu", "*",
        {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 8}, {"DS", 4}, {"DSW", 4},
-        {"MO", 8}, {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"SH", 2}, {"ST", 8}, {"OH", 4}, {"OD", 4},
+        {"MO", 8}, {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"SH", 4}, {"ST", 4}, {"OH", 8}, {"OD", 2},
         {"TOUCH_AHEAD", 2}},
        "vendor docs: PoCL pthread device, as mla_decode; sized for CI speed; the cpu variant's tile as mla_decode"},
       // Tuned on the machine itself with the tensor-core kernel (clattn-tune --time-budget 240,
