@@ -21,6 +21,7 @@
 // (split-K: the last work-group of a request merges its partial states, no second launch).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
+#include "kernel_args.clh"
 #define MERGE_WS_QUAL volatile const  // parts written by other work-groups of this launch
 #include "merge_parts.clh"
 
@@ -152,13 +153,7 @@
 // Token j of a request's key list sits at list slot token_offset + j, i.e. page
 // page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1)))
-void paged_decode(__global const void* q, int q_dt, __global const uchar* k_cache, __global const uchar* v_cache,
-                  __global const int* page_ids, __global const int* tab, int work_off, __global void* o, int o_dt,
-                  __global float* lse, int has_lse, __global float* ws, ulong lse_off, __global const float* sinks,
-                  int has_sinks, int num_qo_heads, int group, int n_hblk, long stride_page, long stride_token,
-                  long stride_head, int log2_page, int num_pages, float q_scale, float cap_log2, float inv_cap,
-                  float v_scale, __global volatile int* counters, int merge_off, int counter_off,
-                  __global volatile int* faults) {
+void paged_decode(DECODE_KERNEL_ARGS) {
   __local float lmem[LMEM_FLOATS];
 #if FUSE_MERGE
   __local int is_last;
@@ -392,7 +387,7 @@ UNROLL_LOOP
     if (g < ng) {
       const int h = h0 + g;
       // out = sum * oscale; lse_out in natural log.
-      const float2 fin = decode_out_scale(M, L, part, has_sinks, sinks, h, v_scale);
+      const float2 fin = final_scale_lse(M, L, part, has_sinks, sinks, h, v_scale);
       const float oscale = fin.x, lse_out = fin.y;
       for (int d = lid; d < HEAD_DIM; d += WGSIZE) {
         float sum = 0.0f;

@@ -21,6 +21,7 @@
 //
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,
 // TOUCH_AHEAD.
+#include "kernel_args.clh"
 #include "cpu_vec.clh"  // floatV, KV dtype decoding, q/o row loads/stores, fold_scores, hmax, hsum
 
 #ifndef HEAD_DIM
@@ -56,13 +57,7 @@
 // tab layout and argument meaning: decode.cl (counters / merge_off / counter_off unused:
 // the CPU variant leaves split-K merging to the merge pass).
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_cache, __global const uchar* v_cache,
-                      __global const int* page_ids, __global const int* tab, int work_off, __global void* o, int o_dt,
-                      __global float* lse, int has_lse, __global float* ws, ulong lse_off, __global const float* sinks,
-                      int has_sinks, int num_qo_heads, int group, int n_hblk, long stride_page, long stride_token,
-                      long stride_head, int log2_page, int num_pages, float q_scale, float cap_log2, float inv_cap,
-                      float v_scale, __global volatile int* counters, int merge_off, int counter_off,
-                      __global volatile int* faults) {
+void paged_decode_cpu(DECODE_KERNEL_ARGS) {
   // Grid: (KV head x head block, work item), heads first (decode.cpp).
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(1);
   const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
@@ -201,7 +196,7 @@ void paged_decode_cpu(__global const void* q, int q_dt, __global const uchar* k_
 
   for (int g = 0; g < ng; ++g) {
     const int h = h0 + g;
-    const float2 fin = decode_out_scale(mrun[g], lrun[g], part, has_sinks, sinks, h, v_scale);
+    const float2 fin = final_scale_lse(mrun[g], lrun[g], part, has_sinks, sinks, h, v_scale);
     const float oscale = fin.x, lse_out = fin.y;
     if (part < 0) {
       store_vrow(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM, NV, o_dt, oscale, acc[g]);

@@ -25,6 +25,7 @@
 // CLATTN_FAULT_PAGE_ID is set in *faults. `tmaps` is extend_mma's TMA map argument (unused
 // here: one argument list for every extend kernel).
 #include "common.clh"
+#include "kernel_args.clh"
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -80,8 +81,6 @@
 #define SROWS (ROWS + KEYS)            // the stage's S step: a Q and a K chunk
 #endif
 #define STAGE_FLOATS (SROWS * SST > VC * VST ? SROWS * SST : VC * VST)
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
 
 #if (ROWS % TM) || (WG % TY) || (KEYS % TX) || (HEAD_DIM % DC) || (DC % 4) || (KEYS % VC) || (TM % 4)
 #error "extend.cl: ROWS % TM, WG % (ROWS/TM), KEYS % TX, HEAD_DIM % DC, DC % 4, KEYS % VC, TM % 4 must be 0"
@@ -137,18 +136,8 @@ inline void tile_rows(__local long* ro, int k0, int kv_end, int paged, __global 
                       int tok_off, int page_size, int num_pages, long stride_page, long stride_token,
                       long head_off, bool* bad, int lid) {
   for (int kr = lid; kr < KEYS; kr += WG) {
-    const int key = k0 + kr;
-    long r = -1;
-    if (key < kv_end) {
-      if (paged) {
-        const int t = key + tok_off;
-        const int id = page_ids[base + t / page_size];
-        if (IN_POOL(id, num_pages)) r = (long)id * stride_page + (long)(t % page_size) * stride_token + head_off;
-        else *bad = true;
-      } else {
-        r = (long)(base + key) * stride_token + head_off;
-      }
-    }
+    const long r = extend_key_row(k0 + kr, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page,
+                                  stride_token, head_off, bad);
     ro[kr] = r;
   }
 }
@@ -172,14 +161,7 @@ inline float row_sum(__local const float* r) {
   return x;
 }
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(
-    __global const void* q, int q_dt, __global const void* k, __global const void* v,
-    __global const int* page_ids, __global const int* table, __global void* o, int o_dt,
-    __global float* lse, int has_lse, __global const float* sinks, int has_sinks,
-    __global const uchar* mask, int has_mask, int Hq, int G, int paged, int page_size,
-    long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
-    float inv_cap, float v_scale, int causal, int window_left, int num_pages, __global volatile int* faults,
-    __global const uint* tmaps) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(EXTEND_KERNEL_ARGS) {
   __local float stage[STAGE_FLOATS];  // (Q and) K chunks [SROWS][SST], or a V chunk [VC][VST]
 #if QRES
   __local float qs[ROWS * QST];
@@ -341,15 +323,8 @@ UNROLL_LOOP
     if (!row_ok[i]) continue;
     float lt = row_sum(red + (i * TY + ty) * RST);
     const int pr = row0 + ty + TY * i, h = kvh * G + pr % G;
-    float mi = m[i], alpha = 1.0f;
-    if (has_sinks) {
-      const float sk = sinks[h] * LOG2E;
-      const float mt = fmax(mi, sk);
-      alpha = mi == mt ? 1.0f : exp2(mi - mt);
-      lt = lt * alpha + exp2(sk - mt);
-      mi = mt;
-    }
-    const float inv = lt > 0.0f ? alpha * v_scale / lt : 0.0f;
+    const float2 fin = final_scale_lse(m[i], lt, -1, has_sinks, sinks, h, v_scale);  // (scale, lse)
+    const float inv = fin.x;
     const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
 UNROLL_LOOP
     for (int j = 0; j < CPT; ++j) {
@@ -359,6 +334,6 @@ UNROLL_LOOP
       store_elem(o, oi, o_dt, x.x), store_elem(o, oi + 1, o_dt, x.y);
       store_elem(o, oi + 2, o_dt, x.z), store_elem(o, oi + 3, o_dt, x.w);
     }
-    if (has_lse && tx == 0) lse[orow] = lt > 0.0f ? (mi + log2(lt)) * LN2 : CLATTN_NEG_INF;
+    if (has_lse && tx == 0) lse[orow] = fin.y;
   }
 }

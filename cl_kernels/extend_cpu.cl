@@ -27,6 +27,7 @@
 //
 // Build options (-D): HEAD_DIM, KV_DT, VW (4, 8 or 16), RV, BK, SK, PD.
 #include "common.clh"
+#include "kernel_args.clh"
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -53,8 +54,6 @@
 
 #define NV (HEAD_DIM / VW)
 #define ROWS (RV * VW)
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
 
 #if (BK % SK) || (HEAD_DIM % PD) || (HEAD_DIM % VW) || BK > 64
 #error "extend_cpu.cl: SK must divide BK (at most 64), PD and VW must divide HEAD_DIM"
@@ -70,18 +69,8 @@ inline ulong load_block(__global const uchar* k, __global const uchar* v, int k0
                         bool* bad) {
   ulong rows = 0;
   for (int kk = 0; kk < BK; ++kk) {
-    const int key = k0 + kk;
-    long r = -1;
-    if (key < kv_end) {
-      if (paged) {
-        const int t = key + tok_off;
-        const int id = page_ids[base + t / page_size];
-        if (IN_POOL(id, num_pages)) r = (long)id * stride_page + (long)(t % page_size) * stride_token + head_off;
-        else *bad = true;
-      } else {
-        r = (long)(base + key) * stride_token + head_off;
-      }
-    }
+    const long r = extend_key_row(k0 + kk, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page,
+                                  stride_token, head_off, bad);
     __local float* kd = kb + kk * HEAD_DIM;
     __local float* vd = vb + kk * HEAD_DIM;
     if (r >= 0) {
@@ -97,14 +86,7 @@ inline ulong load_block(__global const uchar* k, __global const uchar* v, int k0
   return rows;
 }
 
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(
-    __global const void* q, int q_dt, __global const void* k, __global const void* v,
-    __global const int* page_ids, __global const int* table, __global void* o, int o_dt,
-    __global float* lse, int has_lse, __global const float* sinks, int has_sinks,
-    __global const uchar* mask, int has_mask, int Hq, int G, int paged, int page_size,
-    long stride_page, long stride_token, long stride_head, float q_scale, float cap_log2,
-    float inv_cap, float v_scale, int causal, int window_left, int num_pages, __global volatile int* faults,
-    __global const uint* tmaps) {
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_KERNEL_ARGS) {
   __local float qt[HEAD_DIM * ROWS];  // Q^T
   __local float ot[HEAD_DIM * ROWS];  // O^T
   __local float kb[BK * HEAD_DIM];    // the key block's K rows, f32
@@ -259,18 +241,10 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(
     const int pr = row0 + r;
     if (pr >= nrows) break;
     const int h = kvh * G + pr % G;
-    float mi = mr[r], lt = lr[r], alpha = 1.0f;
-    if (has_sinks) {
-      const float sk = sinks[h] * LOG2E;
-      const float mt = fmax(mi, sk);
-      alpha = mi == mt ? 1.0f : exp2(mi - mt);
-      lt = lt * alpha + exp2(sk - mt);
-      mi = mt;
-    }
-    const float inv = lt > 0.0f ? alpha * v_scale / lt : 0.0f;
+    const float2 fin = final_scale_lse(mr[r], lr[r], -1, has_sinks, sinks, h, v_scale);  // (scale, lse)
     const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
     for (int d = 0; d < HEAD_DIM; ++d) row[d] = ot[d * ROWS + r];
-    store_vrow(o, orow * HEAD_DIM, NV, o_dt, inv, row);
-    if (has_lse) lse[orow] = lt > 0.0f ? (mi + log2(lt)) * LN2 : CLATTN_NEG_INF;
+    store_vrow(o, orow * HEAD_DIM, NV, o_dt, fin.x, row);
+    if (has_lse) lse[orow] = fin.y;
   }
 }

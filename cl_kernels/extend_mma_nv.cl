@@ -87,7 +87,7 @@
     roff[((T) & 1) * KEYS + tid] = ro_;                                                         \
   }
 
-__kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(EXTEND_NV_ARGS) {
+__kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(EXTEND_KERNEL_ARGS) {
   FEED_LOCALS
   __local long roff[2 * KEYS];  // key row offsets of two tiles (buffer = tile index & 1)
   PTX_SCRATCH

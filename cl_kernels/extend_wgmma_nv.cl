@@ -53,7 +53,7 @@
     _Pragma("unroll") for (int kk = 0; kk < DK; ++kk) WG_MMA_S(sn, qa[kk], dsc_[kk], kk);       \
   }
 
-__kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(EXTEND_NV_ARGS) {
+__kernel __attribute__((reqd_work_group_size(WGSZ, 1, 1))) void extend_mma(EXTEND_KERNEL_ARGS) {
   FEED_LOCALS
   PTX_SCRATCH
 
