@@ -71,6 +71,16 @@ struct Case {
   }
 };
 
+// 1..max_batch random requests: a fifth of them one query row, the rest 1..max_qo; a third
+// with no cached prefix, the rest 0..max_prefix keys before their rows.
+void random_requests(test::Rng& rng, Case& c, int max_batch, int max_qo, int max_prefix) {
+  const int B = rng.uniform_int(1, max_batch);
+  for (int i = 0; i < B; ++i) {
+    c.qo.push_back(rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, max_qo));
+    c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, max_prefix));
+  }
+}
+
 struct Batch {
   Case c;
   PagedKV cache;
@@ -453,11 +463,7 @@ TEST(Extend, RandomBatches) {
     c.P = pages[rng.uniform_int(0, 3)];
     c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
     c.layout = rng.uniform_int(0, 1) ? KVLayout::HND : KVLayout::NHD;
-    const int B = rng.uniform_int(1, 4);
-    for (int i = 0; i < B; ++i) {
-      c.qo.push_back(rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, 24));
-      c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, 48));
-    }
+    random_requests(rng, c, 4, 24, 48);
     c.causal = rng.uniform_int(0, 3) != 0;
     c.window = rng.uniform_int(0, 3) == 0 ? rng.uniform_int(0, 20) : -1;
     c.cap = rng.uniform_int(0, 3) == 0 ? 15.0 : 0.0;
@@ -636,11 +642,7 @@ TEST(Extend, CpuVariantMatchesTheReference) {
     c.P = 1 << rng.uniform_int(0, 5);
     c.qd = io[rng.uniform_int(0, 2)], c.od = io[rng.uniform_int(0, 2)];
     c.layout = rng.uniform_int(0, 1) ? KVLayout::HND : KVLayout::NHD;
-    const int B = rng.uniform_int(1, 3);
-    for (int i = 0; i < B; ++i) {
-      c.qo.push_back(rng.uniform_int(0, 4) == 0 ? 1 : rng.uniform_int(1, 40));
-      c.prefix.push_back(rng.uniform_int(0, 2) == 0 ? 0 : rng.uniform_int(0, 90));
-    }
+    random_requests(rng, c, 3, 40, 90);
     c.causal = n % 4 != 3;
     c.window = n % 3 == 1 ? rng.uniform_int(0, 30) : -1;
     c.cap = n % 5 == 2 ? 15.0 : 0.0;

@@ -45,6 +45,25 @@ bool mma_available() {
   return false;
 }
 
+// One case of the variant matrices (portable and CPU kernels; C names the latent, q and o
+// dtypes, heads, page size and the extend / causal / single-buffer / page-table switches): 2-3
+// requests, one query row each for decode, 1-9 for extend; fp8 latents with a scale; with
+// `empty_request`, request 1 is a decode request with no keys (o = 0, lse = -inf).
+template <class C>
+Batch random_batch(test::Rng& rng, const C& c, bool empty_request) {
+  Batch b;
+  b.kvd = c.kv, b.qd = c.q, b.od = c.o, b.H = c.H, b.P = c.P, b.extend = c.extend, b.causal = c.causal;
+  b.single = c.single, b.table = c.table;
+  b.kv_scale = c.kv == DType::FP8_E4M3 || c.kv == DType::FP8_E5M2 ? 0.5 : 1.0;
+  const int B = rng.uniform_int(2, 3);
+  for (int i = 0; i < B; ++i) {
+    const int q = c.extend ? rng.uniform_int(1, 9) : 1;
+    b.qo.push_back(q), b.kv.push_back(q + rng.uniform_int(c.extend ? 0 : 20, 120));
+  }
+  if (empty_request) b.kv[1] = 0, b.qo[1] = 1;
+  return b;
+}
+
 // Runs one batch and compares to the reference; returns the raw o bytes for bitwise checks.
 std::vector<uint8_t> run_and_check(const Batch& b, MlaOptions opt = {}, uint64_t salt = 0, MlaPlan* plan_out = nullptr) {
   SCOPED_TRACE(b.describe());
@@ -228,16 +247,7 @@ TEST(MlaPortable, TiledAndGenericMatchTheReference) {
   };
   int k = 0;
   for (const C& c : cases) {
-    Batch b;
-    b.kvd = c.kv, b.qd = c.q, b.od = c.o, b.H = c.H, b.P = c.P, b.extend = c.extend, b.causal = c.causal;
-    b.single = c.single, b.table = c.table;
-    b.kv_scale = c.kv == DType::FP8_E4M3 || c.kv == DType::FP8_E5M2 ? 0.5 : 1.0;
-    const int B = rng.uniform_int(2, 3);
-    for (int i = 0; i < B; ++i) {
-      const int q = c.extend ? rng.uniform_int(1, 9) : 1;
-      b.qo.push_back(q), b.kv.push_back(q + rng.uniform_int(c.extend ? 0 : 20, 120));
-    }
-    if (k == 0) b.kv[1] = 0, b.qo[1] = 1;  // empty decode request: o = 0, lse = -inf
+    Batch b = random_batch(rng, c, k == 0);
     for (int tiled : {1, 0}) {
       if (!tiled && !c.generic) continue;
       MlaOptions o;
@@ -292,16 +302,7 @@ TEST(MlaCpu, MatchesTheReference) {
   };
   int k = 0;
   for (const C& c : cases) {
-    Batch b;
-    b.kvd = c.kv, b.qd = c.q, b.od = c.o, b.H = c.H, b.P = c.P, b.extend = c.extend, b.causal = c.causal;
-    b.single = c.single, b.table = c.table;
-    b.kv_scale = c.kv == DType::FP8_E4M3 || c.kv == DType::FP8_E5M2 ? 0.5 : 1.0;
-    const int B = rng.uniform_int(2, 3);
-    for (int i = 0; i < B; ++i) {
-      const int q = c.extend ? rng.uniform_int(1, 9) : 1;
-      b.qo.push_back(q), b.kv.push_back(q + rng.uniform_int(c.extend ? 0 : 20, 120));
-    }
-    if (k == 0) b.kv[1] = 0, b.qo[1] = 1;  // empty decode request: o = 0, lse = -inf
+    Batch b = random_batch(rng, c, k == 0);
     MlaOptions o;
     o.params = c.tile;
     o.params["MMA"] = 0, o.params["CPU_KERNEL"] = 1;
