@@ -195,12 +195,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   // prefetch registers.
   t.cpu = ops::param_or(e, over, "CPU_KERNEL", 0) != 0;
   if (t.cpu) {
-    int vw = ops::param_or(e, over, "VW", 0);
-    if (vw != 0 && vw != 4 && vw != 8 && vw != 16)
-      rt::invalid("decode parameter VW = " + std::to_string(vw) + " must be 0 (device), 4, 8 or 16");
-    if (vw == 0) vw = std::clamp(pow2_ceil(std::max(1, preferred_float_width)), 4, 16);
-    while (vw > 4 && c.head_dim % vw != 0) vw /= 2;
-    t.unroll = vw;
+    t.unroll = ops::cpu_vector_width(ops::param_or(e, over, "VW", 0), preferred_float_width, c.head_dim, "decode");
     t.touch_ahead = std::clamp(ops::param_or(e, over, "TOUCH_AHEAD", 2), 0, 16);
     t.prefetch_locality = std::clamp(ops::param_or(e, over, "PREFETCH_LOCALITY", 3), 0, 3);
     t.fuse_merge = 0;

@@ -236,12 +236,9 @@ size_t cpu_local_bytes(const CpuTile& t, int d) {
 // lowered to divide head_dim); SK / PD 0 = 8 with 16-wide vectors (32 vector registers on
 // AVX-512), else 4 (16 on AVX2).
 CpuTile cpu_tile(const params::Entry& e, const std::map<std::string, int>& over, int d, int preferred_width) {
-  CpuTile t{ops::param_or(e, over, "VW", 0), ops::param_or(e, over, "RV", 2), ops::param_or(e, over, "BK", 32),
-            ops::param_or(e, over, "SK", 0), ops::param_or(e, over, "PD", 0)};
-  if (t.vw != 0 && t.vw != 4 && t.vw != 8 && t.vw != 16)
-    rt::invalid("extend parameter VW = " + to_string(t.vw) + " must be 0 (device), 4, 8 or 16");
-  if (t.vw == 0) t.vw = preferred_width >= 16 ? 16 : preferred_width >= 8 ? 8 : 4;
-  while (t.vw > 4 && d % t.vw != 0) t.vw /= 2;
+  CpuTile t{ops::cpu_vector_width(ops::param_or(e, over, "VW", 0), preferred_width, d, "extend"),
+            ops::param_or(e, over, "RV", 2), ops::param_or(e, over, "BK", 32), ops::param_or(e, over, "SK", 0),
+            ops::param_or(e, over, "PD", 0)};
   if (t.sk == 0) t.sk = t.vw >= 16 ? 8 : 4;
   if (t.pd == 0) t.pd = t.vw >= 16 ? 8 : 4;
   if (t.rv < 1 || t.rv > 8) rt::invalid("extend parameter RV = " + to_string(t.rv) + " must be 1..8");

@@ -297,13 +297,8 @@ CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const Line
   const params::Entry& e = prefill ? lp.pf : lp.dec;
   if (e.get_or("CPU_KERNEL", 0) == 0) return k;
   const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
-  int vw = e.get_or("VW", 0);
-  if (vw != 0 && vw != 4 && vw != 8 && vw != 16)
-    rt::invalid(std::string(op) + ": parameter VW = " + num(vw) + " must be 0 (device), 4, 8 or 16");
-  if (vw == 0) {
-    const int w = ops::preferred_float_width(c);
-    vw = w >= 16 ? 16 : w >= 8 ? 8 : 4;  // head dims 64, 128, 256: every width divides them
-  }
+  // (head dims 64, 128, 256: every width divides them)
+  const int vw = ops::cpu_vector_width(int(e.get_or("VW", 0)), ops::preferred_float_width(c), 0, op);
   const int64_t cores = std::max<int64_t>(1, c.profile.compute_units);
   auto groups = [&](int dvt) { return batch * cfg.num_v_heads * (DV / dvt); };
   std::map<std::string, std::string> d = {{"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))},

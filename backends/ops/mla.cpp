@@ -310,11 +310,7 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
         rt::invalid(std::string("mla parameter ") + name + " = " + to_string(v) + " must be a power of two in " +
                     to_string(lo) + ".." + to_string(hi));
     };
-    int vw = ops::param_or(e, ov, "VW", 0);
-    if (vw != 0 && vw != 4 && vw != 8 && vw != 16)
-      rt::invalid("mla parameter VW = " + to_string(vw) + " must be 0 (device), 4, 8 or 16");
-    if (vw == 0) vw = std::clamp(pow2_ceil(std::max(1, preferred_float_width)), 4, 16);
-    t.vw = vw;
+    t.vw = ops::cpu_vector_width(ops::param_or(e, ov, "VW", 0), preferred_float_width, 0, "mla");
     t.cqb = ops::param_or(e, ov, "CPU_QB", 32);
     t.sh = ops::param_or(e, ov, "SH", 2), t.st = ops::param_or(e, ov, "ST", 8);
     t.oh = ops::param_or(e, ov, "OH", 4), t.od = ops::param_or(e, ov, "OD", 4);

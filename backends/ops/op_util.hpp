@@ -74,6 +74,18 @@ ScoreScale score_scale(float sm_scale, float logits_soft_cap, int head_dim);
 inline bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 // Smallest power of two >= x (x <= 2^30, else InvalidArgument naming `what`).
 inline int pow2_ceil(int64_t x, const char* what = "tile size") { return rt::checked::pow2_ceil(x, what); }
+// The CPU kernels' vector width from their VW parameter: 4, 8 or 16 as asked, or 0 = the
+// device's preferred float width (preferred_float_width below) rounded up to a power of two
+// in 4..16; then halved (not below 4) while it does not divide `dim` (0: no constraint).
+// A bad VW is InvalidArgument naming `op`'s parameter.
+inline int cpu_vector_width(int asked, int preferred, int dim, const char* op) {
+  if (asked != 0 && asked != 4 && asked != 8 && asked != 16)
+    rt::invalid(std::string(op) + " parameter VW = " + std::to_string(asked) + " must be 0 (device), 4, 8 or 16");
+  int vw = asked != 0 ? asked : pow2_ceil(std::min(std::max(1, preferred), 16));
+  vw = vw < 4 ? 4 : vw;
+  while (vw > 4 && dim > 0 && dim % vw != 0) vw /= 2;
+  return vw;
+}
 inline int log2_int(int x) {  // ceil(log2(x)) for 1 <= x <= 2^30
   int l = 0;
   while (l < 30 && (1 << l) < x) ++l;
