@@ -226,13 +226,14 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
   return rt::make_options(d);
 }
 
-std::string cpu_build_options(const KTile& t, const PagedKV& c, bool denorms) {
+std::string cpu_build_options(const DeviceProfile& prof, const KTile& t, const PagedKV& c, bool denorms) {
   std::map<std::string, std::string> d = {{"HEAD_DIM", std::to_string(c.head_dim)},
                                           {"KV_DT", std::to_string(int(c.dtype))},
                                           {"GMAX", std::to_string(t.gmax)},
                                           {"VW", std::to_string(t.unroll)},
                                           {"TOUCH_AHEAD", std::to_string(t.touch_ahead)},
-                                          {"PREFETCH_LOCALITY", std::to_string(t.prefetch_locality)}};
+                                          {"PREFETCH_LOCALITY", std::to_string(t.prefetch_locality)},
+                                          {"PREFETCH_BUILTIN", ops::prefetch_builtin(prof)}};
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);
@@ -284,7 +285,7 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     x.wg = 1, x.local_bytes = 0;
     if (!tile.cpu) x.why_not = "CPU_KERNEL = 0";
     else x.why_not = params::why_unavailable(prof, x.name);
-    if (x.why_not.empty()) x.options = cpu_build_options(tile, cache, denorms);
+    if (x.why_not.empty()) x.options = cpu_build_options(prof, tile, cache, denorms);
     v.push_back(std::move(x));
   }
   for (bool shfl : {true, false}) {

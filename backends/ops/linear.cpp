@@ -302,7 +302,8 @@ CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const Line
   const int64_t cores = std::max<int64_t>(1, c.profile.compute_units);
   auto groups = [&](int dvt) { return batch * cfg.num_v_heads * (DV / dvt); };
   std::map<std::string, std::string> d = {{"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))},
-                                          {"ST_DT", num(dt_code(pool.dtype))}, {"VW", num(vw)}};
+                                          {"ST_DT", num(dt_code(pool.dtype))}, {"VW", num(vw)},
+                                          {"PREFETCH_BUILTIN", ops::prefetch_builtin(c.profile)}};
   ops::Variant v;
   v.name = "cpu", v.file = gdn ? "linear_gdn_cpu.cl" : "linear_gla_cpu.cl", v.wg = 1;
   int dvt = 0, cc = 0, mr = 0, mv = 0;

@@ -400,7 +400,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     std::map<std::string, std::string> d = {
         {"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.cqb)}, {"VW", to_string(tile.vw)},
         {"SH", to_string(tile.sh)},             {"ST", to_string(tile.st)},  {"OH", to_string(tile.oh)},
-        {"OD", to_string(tile.od)},             {"TOUCH_AHEAD", to_string(tile.touch_ahead)}};
+        {"OD", to_string(tile.od)},             {"TOUCH_AHEAD", to_string(tile.touch_ahead)},
+        {"PREFETCH_BUILTIN", ops::prefetch_builtin(c.profile)}};
     if (cache.dtype == DType::FP8_E4M3 || cache.dtype == DType::FP8_E5M2) d["FP8_FAST"] = tile.fp8_fast ? "1" : "0";
     cv.options = rt::make_options(d);
   }

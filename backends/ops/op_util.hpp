@@ -86,6 +86,12 @@ inline int cpu_vector_width(int asked, int preferred, int dim, const char* op) {
   while (vw > 4 && dim > 0 && dim % vw != 0) vw /= 2;
   return vw;
 }
+// The CPU kernels' PREFETCH_BUILTIN build option (cpu_vec.clh): "1" where clang's
+// __builtin_prefetch takes __global pointers, i.e. PoCL's CPU targets (one flat address
+// space); NVIDIA's compiler and address-space-strict ones reject it, and touch loads serve.
+inline const char* prefetch_builtin(const DeviceProfile& p) {
+  return p.is_cpu && p.platform_name.find("Portable Computing Language") != std::string::npos ? "1" : "0";
+}
 inline int log2_int(int x) {  // ceil(log2(x)) for 1 <= x <= 2^30
   int l = 0;
   while (l < 30 && (1 << l) < x) ++l;
