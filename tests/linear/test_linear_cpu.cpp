@@ -57,6 +57,7 @@ Case make(bool gdn, int Dk, int Dv, DType io, DType st, bool norm, bool logits, 
   c.constant = constant, c.Hqk = Hqk, c.Hv = Hv;
   c.params = std::move(params);
   c.params["CPU_KERNEL"] = 1;
+  c.params["PF_MMA"] = 0;  // the tensor-core prefill ranks first where a device has it (NVIDIA)
   return c;
 }
 
