@@ -2,11 +2,40 @@
 // to the paged cache at slot_mapping[t] (page = slot / P, offset = slot % P); negative
 // slots (padding) are skipped, and so are slots past the cache, which set CLATTN_FAULT_SLOT. Source and cache dtypes are runtime arguments (one
 // program for every combination): stored = value / scale, rounded to nearest even, fp8
-// saturating (common.clh). Work-item (i, t): element i of token t's [Hkv, D] rows.
+// saturating (common.clh). Work-item (i, t): elements i*APPEND_ITEMS .. of token t's [Hkv, D] rows.
 #include "common.clh"
 
 #ifndef APPEND_WG
 #define APPEND_WG 64
+#endif
+// Consecutive elements per work-item (a divisor of D; the host lowers it). 1 on GPUs (one
+// element per lane); a whole row on CPUs, where the dtype switch is taken once per row
+// and each case is a plain loop the compiler vectorises.
+#ifndef APPEND_ITEMS
+#define APPEND_ITEMS 1
+#endif
+
+#if APPEND_ITEMS > 1
+// Row pass: src[0..n) as f32 / scale into buf, then buf into dst[0..n) in the cache dtype.
+inline void load_row(__global const void* p, size_t i, int dt, float scale, float* buf) {
+  switch (dt) {
+    case DT_F16: for (int j = 0; j < APPEND_ITEMS; ++j) buf[j] = vload_half(i + j, (__global const half*)p) / scale; break;
+    case DT_BF16:
+      for (int j = 0; j < APPEND_ITEMS; ++j) buf[j] = bf16_bits_to_float(((__global const ushort*)p)[i + j]) / scale;
+      break;
+    default: for (int j = 0; j < APPEND_ITEMS; ++j) buf[j] = ((__global const float*)p)[i + j] / scale; break;
+  }
+}
+
+inline void store_row(__global void* p, size_t i, int dt, const float* buf) {
+  switch (dt) {
+    case DT_F16: for (int j = 0; j < APPEND_ITEMS; ++j) vstore_half_rte(buf[j], i + j, (__global half*)p); break;
+    case DT_BF16: for (int j = 0; j < APPEND_ITEMS; ++j) ((__global ushort*)p)[i + j] = float_to_bf16_bits(buf[j]); break;
+    case DT_E4M3: for (int j = 0; j < APPEND_ITEMS; ++j) ((__global uchar*)p)[i + j] = float_to_e4m3(buf[j]); break;
+    case DT_E5M2: for (int j = 0; j < APPEND_ITEMS; ++j) ((__global uchar*)p)[i + j] = float_to_e5m2(buf[j]); break;
+    default: for (int j = 0; j < APPEND_ITEMS; ++j) ((__global float*)p)[i + j] = buf[j]; break;
+  }
+}
 #endif
 
 __kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1)))
@@ -14,7 +43,7 @@ void append_kv(__global const void* k, __global const void* v, int src_dt, long 
                __global const void* slots, int slots_i64, long num_slots,
                __global void* k_cache, __global void* v_cache, int kv_dt, long c_sp, long c_st, long c_sh,
                int page_size, int Hkv, int D, float k_scale, float v_scale, __global volatile int* faults) {
-  const int i = get_global_id(0);
+  const int i = get_global_id(0) * APPEND_ITEMS;
   const long t = get_global_id(1);
   if (i >= Hkv * D) return;
   const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
@@ -24,6 +53,14 @@ void append_kv(__global const void* k, __global const void* v, int src_dt, long 
   const long page = slot / page_size, off = slot - page * page_size;
   const size_t src = (size_t)(t * src_st + h * src_sh + d);
   const size_t dst = (size_t)(page * c_sp + off * c_st + h * c_sh + d);
+#if APPEND_ITEMS > 1
+  float buf[APPEND_ITEMS];
+  load_row(k, src, src_dt, k_scale, buf);
+  store_row(k_cache, dst, kv_dt, buf);
+  load_row(v, src, src_dt, v_scale, buf);
+  store_row(v_cache, dst, kv_dt, buf);
+#else
   store_elem(k_cache, dst, kv_dt, load_elem(k, src, src_dt) / k_scale);
   store_elem(v_cache, dst, kv_dt, load_elem(v, src, src_dt) / v_scale);
+#endif
 }

@@ -49,12 +49,17 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   auto& c = rt::impl(ctx);
   params::Entry pe = params::lookup(c.profile, "append_kv");
   size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("APPEND_WG")), c.profile.max_work_group_size));
-  auto prog = c.programs.get("append_kv.cl", rt::make_options({{"APPEND_WG", std::to_string(wg)}}));
+  // Elements per work-item: the row's parameter lowered to a divisor of D, so a work-item's
+  // run stays inside one head row.
+  int items = std::max(1, std::min(int(pe.get("APPEND_ITEMS")), D));
+  while (D % items) --items;
+  auto prog = c.programs.get("append_kv.cl", rt::make_options({{"APPEND_WG", std::to_string(wg)},
+                                                               {"APPEND_ITEMS", std::to_string(items)}}));
   rt::Kernel& k = prog->kernel("append_kv");
-  size_t elems = size_t(Hkv) * D;
-  size_t gws[2] = {(elems + wg - 1) / wg * wg, size_t(N)}, lws[2] = {wg, 1};
-  rt::log().debug("append_kv: {} tokens, {} -> {} cache, WG {} ({})", N, dtype_name(a.src_dtype),
-                  dtype_name(a.cache.dtype), wg, pe.source);
+  const size_t items_per_token = size_t(Hkv) * D / size_t(items);
+  size_t gws[2] = {(items_per_token + wg - 1) / wg * wg, size_t(N)}, lws[2] = {wg, 1};
+  rt::log().debug("append_kv: {} tokens, {} -> {} cache, WG {} x {} elements ({})", N, dtype_name(a.src_dtype),
+                  dtype_name(a.cache.dtype), wg, items, pe.source);
   k.launch(q, 2, gws, lws, e.num_wait, e.wait, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(st), cl_long(sh),
            a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
            a.k_cache, a.v_cache, cl_int(a.cache.dtype), cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),

@@ -1,15 +1,16 @@
 // append_kv parameters: generic, vendor, architecture and device rows. Each says where its numbers come from.
 //
 // APPEND_WG is the work-group size of cl_kernels/append_kv.cl, whose work-items each
-// convert one element of a token's [Hkv, D] K and V rows (a scatter of a few KiB per
-// token). Any size that fills whole SIMD units works; these are not tuned.
+// convert APPEND_ITEMS consecutive elements of a token's [Hkv, D] K and V rows (a scatter
+// of a few KiB per token). On GPUs one element per lane, and any size that fills whole
+// SIMD units works (not tuned); on CPUs one head row per work-item.
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
 const std::vector<Row>& rows_append_kv() {
   static const std::vector<Row> rows = {
       // 64 work-items: one AMD wavefront or two NVIDIA warps, under every driver's work-group limit.
-      {"append_kv", Level::Generic, "", "*", {{"APPEND_WG", 64}}, "portable default (by design; not tuned)"},
+      {"append_kv", Level::Generic, "", "*", {{"APPEND_WG", 64}, {"APPEND_ITEMS", 1}}, "portable default (by design; not tuned)"},
       // 4 warps per block, one head row of D=128 per block.
       {"append_kv", Level::Vendor, "nvidia", "*", {{"APPEND_WG", 128}},
        "vendor guide: CUDA C++ Best Practices Guide, execution configuration"},
@@ -22,8 +23,11 @@ const std::vector<Row>& rows_append_kv() {
       // Four SIMD16 sub-groups.
       {"append_kv", Level::Vendor, "intel", "*", {{"APPEND_WG", 64}},
        "vendor guide: Intel oneAPI GPU optimization guide, thread mapping"},
-      // One AVX-512 vector of work-items per PoCL work-group loop.
-      {"append_kv", Level::Vendor, "cpu", "*", {{"APPEND_WG", 16}}, "vendor docs: PoCL pthread device"},
+      // One work-item per head row (APPEND_ITEMS is lowered to D): the dtype switch is taken
+      // once per row and each case is a loop LLVM vectorises; PoCL runs one work-group per
+      // core thread at a time.
+      {"append_kv", Level::Vendor, "cpu", "*", {{"APPEND_WG", 1}, {"APPEND_ITEMS", 256}},
+       "vendor docs: PoCL pthread device; clattn-serve-sim decode steps, 2-core EPYC VM, PoCL 3.1, 2026-11-26"},
   };
   return rows;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "backends/params/database.hpp"
 #include "support/test_support.hpp"
 
 using namespace clattn;
@@ -44,9 +45,10 @@ std::vector<uint8_t> expected(const AppendCase& s, const std::vector<double>& sr
   return out;
 }
 
-AppendCase make_setup(test::Rng& rng, DType kv_dt, DType src_dt, KVLayout layout, int N, int64_t src_st_mult = 1) {
+AppendCase make_setup(test::Rng& rng, DType kv_dt, DType src_dt, KVLayout layout, int N, int64_t src_st_mult = 1,
+                      int head_dim = 64) {
   AppendCase s;
-  s.cache.num_pages = 6, s.cache.page_size = 8, s.cache.num_kv_heads = 2, s.cache.head_dim = 64;
+  s.cache.num_pages = 6, s.cache.page_size = 8, s.cache.num_kv_heads = 2, s.cache.head_dim = head_dim;
   s.cache.layout = layout, s.cache.dtype = kv_dt;
   s.N = N;
   const int row = s.cache.num_kv_heads * s.cache.head_dim;
@@ -80,28 +82,41 @@ void run_append(const AppendCase& s, DType src_dt, DType slot_dt, double k_scale
 
 }  // namespace
 
+// Both kernel forms on this device: one element per work-item (the GPU rows) and a run of
+// APPEND_ITEMS elements with the dtype switch hoisted (the CPU rows; lowered to a divisor
+// of D, so D = 80 takes 80 for 256 and 16 for 16).
 TEST(AppendKV, EveryDtypeLayoutAndSlotType) {
   CLATTN_SEED_TRACE();
-  test::Rng rng(21);
-  const DType kvs[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2};
-  const DType srcs[] = {DType::F32, DType::F16, DType::BF16};
-  int i = 0;
-  for (DType kv : kvs)
-    for (DType src : srcs) {
-      ++i;
-      KVLayout layout = (i % 2) ? KVLayout::NHD : KVLayout::HND;
-      DType slot_dt = (i % 3) ? DType::I64 : DType::I32;
-      // Power-of-two scales keep value / scale exact, so the stored bits are exact too.
-      double ks = kv == DType::FP8_E4M3 || kv == DType::FP8_E5M2 ? 0.5 : 1.0, vs = ks == 1.0 ? 1.0 : 2.0;
-      AppendCase s = make_setup(rng, kv, src, layout, 12);
-      DeviceBuffer kc(ctx(), size_t(s.cache.required_bytes())), vc(ctx(), size_t(s.cache.required_bytes()));
-      kc.fill_bytes(ctx(), kSentinel);
-      vc.fill_bytes(ctx(), kSentinel);
-      run_append(s, src, slot_dt, ks, vs, kc, vc, i % 2 == 0);
-      SCOPED_TRACE(std::string(dtype_name(src)) + " -> " + dtype_name(kv) + (layout == KVLayout::NHD ? " NHD" : " HND"));
-      EXPECT_EQ(test::download<uint8_t>(kc, kc.bytes()), expected(s, s.k, src, ks));
-      EXPECT_EQ(test::download<uint8_t>(vc, vc.bytes()), expected(s, s.v, src, vs));
-    }
+  struct Form {
+    int wg, items, head_dim;
+  };
+  const Form forms[] = {{64, 1, 64}, {1, 256, 64}, {1, 256, 80}, {2, 16, 80}};
+  for (const Form& f : forms) {
+    params::set_override("append_kv", {{"APPEND_WG", f.wg}, {"APPEND_ITEMS", f.items}});
+    test::Rng rng(21);
+    const DType kvs[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2};
+    const DType srcs[] = {DType::F32, DType::F16, DType::BF16};
+    int i = 0;
+    for (DType kv : kvs)
+      for (DType src : srcs) {
+        ++i;
+        KVLayout layout = (i % 2) ? KVLayout::NHD : KVLayout::HND;
+        DType slot_dt = (i % 3) ? DType::I64 : DType::I32;
+        // Power-of-two scales keep value / scale exact, so the stored bits are exact too.
+        double ks = kv == DType::FP8_E4M3 || kv == DType::FP8_E5M2 ? 0.5 : 1.0, vs = ks == 1.0 ? 1.0 : 2.0;
+        AppendCase s = make_setup(rng, kv, src, layout, 12, 1, f.head_dim);
+        DeviceBuffer kc(ctx(), size_t(s.cache.required_bytes())), vc(ctx(), size_t(s.cache.required_bytes()));
+        kc.fill_bytes(ctx(), kSentinel);
+        vc.fill_bytes(ctx(), kSentinel);
+        run_append(s, src, slot_dt, ks, vs, kc, vc, i % 2 == 0);
+        SCOPED_TRACE(std::string(dtype_name(src)) + " -> " + dtype_name(kv) + (layout == KVLayout::NHD ? " NHD" : " HND") +
+                     " WG " + std::to_string(f.wg) + " items " + std::to_string(f.items) + " D " +
+                     std::to_string(f.head_dim));
+        EXPECT_EQ(test::download<uint8_t>(kc, kc.bytes()), expected(s, s.k, src, ks));
+        EXPECT_EQ(test::download<uint8_t>(vc, vc.bytes()), expected(s, s.v, src, vs));
+      }
+  }
+  params::clear_overrides();
 }
 
 TEST(AppendKV, Fp8SaturatesAndStridedSourceAndCustomStrides) {
