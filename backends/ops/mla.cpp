@@ -197,12 +197,20 @@ struct Tile {
   size_t tiled_wg() const { return size_t(tqb / ms) * ds; }
   std::string why_not_tiled;
   // CPU variant (mla_cpu.cl) when the parameters ask for it (CPU_KERNEL=1): one work-item per
-  // group owning cqb query vectors; VW-token blocks (VW = vector width in floats); S in
-  // sh x st micro-tiles, P V in oh x od; fp8 decoded by bit moves where fp8_fast.
+  // group owning cqb query vectors (a multiple of the vector width vw); bk-key blocks; S in
+  // sk x (cqb / vw) micro-tiles over sd-dim passes, P V in oh x od; fp8 decoded by bit moves
+  // where fp8_fast.
   bool cpu = false;
-  int cqb = 32, vw = 16, sh = 2, st = 8, oh = 4, od = 4, touch_ahead = 1;
+  int cqb = 16, vw = 16, bk = 16, sk = 8, sd = 64, oh = 8, od = 2, touch_ahead = 1;
   bool fp8_fast = false;
+  bool local_bufs = true;
 };
+
+// mla_cpu.cl: Q^T (576 x cqb) and O (cqb x 512), the f32 block (bk x 576) and S^T (bk x cqb).
+size_t cpu_local_bytes(int cqb, int bk) {
+  return (size_t(kMlaCkvDim + kMlaKpeDim) * cqb + size_t(kMlaCkvDim) * cqb + size_t(bk) * (kMlaCkvDim + kMlaKpeDim) +
+          size_t(bk) * cqb) * 4;
+}
 
 // mla_mma_nv.cl: the staged V slices (keys x 512 16-bit values) + two buffers of every
 // warp's partial S (16 x keys f32) + the fused merge's flag.
@@ -301,9 +309,9 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
   }
 
   // CPU variant: VW (0 = the device's preferred float vector width: 16 on AVX-512), the query
-  // vectors per work-item (decode: at most the head count rounded up to a power of two) and
-  // the two micro-tiles, clamped to the block and the query vectors. No local memory, no
-  // barriers, so nothing else to fit.
+  // vectors per work-item (decode: at most the head count rounded up to a power of two, at
+  // least one vector: VW is lowered first where the heads fill less), the key block and the
+  // two micro-tiles; the buffers go to local memory where they fit, else private memory.
   if (ops::param_or(e, ov, "CPU_KERNEL", 0) != 0) {
     auto check = [](const char* name, int v, int lo, int hi) {
       if (!is_pow2(v) || v < lo || v > hi)
@@ -311,17 +319,24 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
                     to_string(lo) + ".." + to_string(hi));
     };
     t.vw = ops::cpu_vector_width(ops::param_or(e, ov, "VW", 0), preferred_float_width, 0, "mla");
-    t.cqb = ops::param_or(e, ov, "CPU_QB", 32);
-    t.sh = ops::param_or(e, ov, "SH", 2), t.st = ops::param_or(e, ov, "ST", 8);
-    t.oh = ops::param_or(e, ov, "OH", 4), t.od = ops::param_or(e, ov, "OD", 4);
+    t.cqb = ops::param_or(e, ov, "CPU_QB", 16);
+    t.bk = ops::param_or(e, ov, "BK", 16), t.sk = ops::param_or(e, ov, "SK", 8);
+    t.sd = ops::param_or(e, ov, "SD", 64);
+    t.oh = ops::param_or(e, ov, "OH", 8), t.od = ops::param_or(e, ov, "OD", 2);
     t.touch_ahead = ops::param_or(e, ov, "TOUCH_AHEAD", 1);
-    check("CPU_QB", t.cqb, 1, 64), check("SH", t.sh, 1, 16), check("ST", t.st, 1, 16), check("OH", t.oh, 1, 16);
+    check("CPU_QB", t.cqb, 1, 64), check("BK", t.bk, 1, 64), check("SK", t.sk, 1, 16), check("OH", t.oh, 1, 16);
     check("OD", t.od, 1, 32);
+    if (t.sd < 1 || (kMlaCkvDim + kMlaKpeDim) % t.sd || t.sd % 16)
+      rt::invalid("mla parameter SD = " + to_string(t.sd) + " must be a multiple of 16 dividing 576");
     if (t.touch_ahead < 0 || t.touch_ahead > 8)
       rt::invalid("mla parameter TOUCH_AHEAD = " + to_string(t.touch_ahead) + " must be in 0..8");
     if (!extend) t.cqb = std::min(t.cqb, pow2_ceil(opt.num_heads));
-    t.sh = std::min(t.sh, t.cqb), t.oh = std::min(t.oh, t.cqb), t.st = std::min(t.st, t.vw);
-    t.od = std::min(t.od, kMlaCkvDim / t.vw);
+    if (t.cqb < t.vw) t.vw = std::max(4, t.cqb);  // fewer heads than lanes: narrower vectors
+    t.cqb = std::max(t.cqb, t.vw);
+    t.sk = std::min(t.sk, t.bk), t.oh = std::min(t.oh, t.cqb), t.od = std::min(t.od, kMlaCkvDim / t.vw);
+    const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
+    // LOCAL_BUFS (not in the rows; 0 forces private arrays): local where the buffers fit.
+    t.local_bufs = ops::param_or(e, ov, "LOCAL_BUFS", 1) != 0 && cpu_local_bytes(t.cqb, t.bk) <= lmax;
     const int ff = ops::param_or(e, ov, "FP8_FAST", -1);
     t.fp8_fast = ff >= 0 ? ff != 0 : denorms;
     t.cpu = true;
@@ -395,13 +410,13 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   ops::Variant& cv = cands[1];
   cv.name = "cpu", cv.file = "mla_cpu.cl", cv.kernel = "mla_cpu";
   cv.why_not = !tile.cpu ? "CPU_KERNEL = 0" : params::why_unavailable(c.profile, cv.name);
-  cv.wg = 1, cv.local_bytes = 0;
+  cv.wg = 1, cv.local_bytes = tile.local_bufs ? cpu_local_bytes(tile.cqb, tile.bk) : 0;
   {
     std::map<std::string, std::string> d = {
         {"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.cqb)}, {"VW", to_string(tile.vw)},
-        {"SH", to_string(tile.sh)},             {"ST", to_string(tile.st)},  {"OH", to_string(tile.oh)},
-        {"OD", to_string(tile.od)},             {"TOUCH_AHEAD", to_string(tile.touch_ahead)},
-        {"PREFETCH_BUILTIN", ops::prefetch_builtin(c.profile)}};
+        {"BK", to_string(tile.bk)},             {"SK", to_string(tile.sk)},  {"SD", to_string(tile.sd)},
+        {"OH", to_string(tile.oh)},             {"OD", to_string(tile.od)},  {"TOUCH_AHEAD", to_string(tile.touch_ahead)},
+        {"LOCAL_BUFS", tile.local_bufs ? "1" : "0"},   {"PREFETCH_BUILTIN", ops::prefetch_builtin(c.profile)}};
     if (cache.dtype == DType::FP8_E4M3 || cache.dtype == DType::FP8_E5M2) d["FP8_FAST"] = tile.fp8_fast ? "1" : "0";
     cv.options = rt::make_options(d);
   }
@@ -436,7 +451,7 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   // Work entries: blocks of the chosen kernel's query vectors; KV chunks aligned to its tile.
   // MMA: one m-tile (H < 16: masked rows).
   const int qb = mma ? 16 : cpu ? tile.cqb : tiled ? tile.tqb : tile.qb;
-  const int align = mma ? tile.mma_keys : cpu ? tile.vw : tiled ? tile.kt : tile.lanes;
+  const int align = mma ? tile.mma_keys : cpu ? tile.bk : tiled ? tile.kt : tile.lanes;
   if (!extend) {
     const int n_hblk = (H + qb - 1) / qb;
     st->n_hblk = n_hblk;
@@ -503,9 +518,9 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "mla plan table", opt.plan_buffer);
   // lanes = tokens per tile (LANES, KT for tiled, MMA_KEYS for nv_mma_sync, whose loads are 8
-  // values: 16 bytes, 8 for fp8; VW for cpu, whose loads are VW values).
+  // values: 16 bytes, 8 for fp8; BK for cpu, whose loads are VW values).
   plan.tile = mma   ? MlaPlan::Tile{qb, tile.mma_keys, int(st->wg), int(8 * es)}
-              : cpu ? MlaPlan::Tile{qb, tile.vw, int(st->wg), int(tile.vw * es)}
+              : cpu ? MlaPlan::Tile{qb, tile.bk, int(st->wg), int(tile.vw * es)}
                     : MlaPlan::Tile{qb, tiled ? tile.kt : tile.lanes, int(st->wg), tile.load_bytes};
   rt::log().debug("{} plan: B={} T={} H={} P={} latent={} variant={} QB={} LANES={} WG={} LOAD={} ({}); {} work "
                   "entries, chunk {}, {} partials, {} merges, workspace {} B",

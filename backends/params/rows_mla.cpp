@@ -39,14 +39,15 @@
 //               reads all of them alone; B=1 at 128 parts is faster with the merge pass)
 // CPU kernel (cl_kernels/mla_cpu.cl, variant "cpu"; docs/mla.md): one work-item per group.
 //   CPU_KERNEL  1: prefer it to the tiled and generic kernels (the cpu rows)
-//   VW          vector width in floats = tokens per block (0: the device's
-//               CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, 16 on AVX-512; else 4, 8 or 16)
+//   VW          vector width in floats (0: the device's CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT,
+//               16 on AVX-512; else 4, 8 or 16; lowered where the heads fill less)
 //   CPU_QB      query vectors per work-item (decode: at most H rounded up to a power of two);
 //               each latent row is read and converted once per work-item for all of them.
-//               Private memory ~ CPU_QB x 4.4 KB (q and output rows) + VW x 2.3 KB (the
-//               block): 177 KB at 32 and 16 (L2-resident; CPU_QB 64 is 2x slower on Zen)
-//   SH, ST      S = Q K^T micro-tile: query vectors x tokens (SH x ST accumulator vectors in
-//               registers; ST divides VW)
+//               Buffers (local memory where they fit, else private): CPU_QB x 4.4 KB (Q^T and
+//               O) + BK x 2.3 KB (the block) + BK x CPU_QB x 4: 107 KB at 16 and 16
+//   BK          keys per block (one online-softmax step, at most 64)
+//   SK, SD      S^T = K Q^T micro-tile: SK keys x CPU_QB / VW accumulator vectors, over passes
+//               of SD latent dims (a multiple of 16 dividing 576) that stay in L1
 //   OH, OD      O += P V micro-tile: query vectors x output vectors of VW dims
 //   TOUCH_AHEAD touch the latent rows of the block this many blocks ahead (0: off)
 //   FP8_FAST    not in the rows: fp8 decoded by bit moves where the device keeps f32 denormals
@@ -109,23 +110,22 @@ const std::vector<Row>& rows_mla() {
       // `clattn-bench --device cpu mla --quick` (bf16 H=16 8.0 vs 10.4 ms, H=128 15.3 vs 19.6,
       // fp8 6.4 vs 12.0, B=1 split 8.2 vs 10.4; PoCL 3.1, 2-core EPYC VM, 2026-11-26).
       // CPU_KERNEL: the cpu variant (mla_cpu.cl; docs/mla.md) instead of both: one work-item per
-      // group owning 32 query vectors (decode H=16: all 16 heads), 16-token blocks at VW 16 (VW 0
-      // = CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT); 11-18x faster than the tiled kernel on the
-      // --quick cases. CPU_QB 32 and the S micro-tile 2 x 8 beat 16 and 4 x 4 by 3-7 % (H=128),
-      // OH x OD 4 x 4 is within noise of the best of 1..8 x 2..16, TOUCH_AHEAD 1 beats 0 by ~6 %
-      // (H=16) and equals 2 there; on the 16-core Xeon 2 beats 1 (B=64 S=4096 H=16: 11.0 vs
-      // 13.6 ms). With the prefetches spread through P.V, S 4 x 4 and P.V 8 x 2 micro-tiles:
-      // Xeon B=64 S=4096 H=16 10.1 ms (2 x 8 and 4 x 4: 12.8), VM B=16 S=4096 H=16 6.6-6.7
-      // ms (7.1). The fields above serve the fallbacks.
+      // group owning 32 query vectors (decode H=16: all 16 heads), 16-key blocks, VW 0 =
+      // CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT; 11-18x faster than the tiled kernel on the
+      // --quick cases (VM). CPU_QB 32 beats 16 at H=128 (Xeon 18.1 vs 22.1 ms); on the 16-core
+      // Xeon, B=64 S=4096 H=16, BK 16 SK 8 SD 192 OH 4 OD 2 is the best of BK 16/32/64, SK
+      // 8/16, SD 64/192, OH 4/8, OD 2/4 (11.4 ms on a run where 32/16/64 took 11.9-13.8 ms);
+      // TOUCH_AHEAD 2 beats 0 by ~20 % on the VM (B=16 S=512). The fields above serve the
+      // fallbacks.
       {"mla_decode", Level::Vendor, "cpu", "*",
        {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 128}, {"MAX_SPLITS", 16},
         {"TILED", 1}, {"KT", 8}, {"MS", 8}, {"DS", 4}, {"DSW", 4}, {"MO", 8},
-        {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"SH", 4}, {"ST", 4}, {"OH", 8}, {"OD", 2}, {"TOUCH_AHEAD", 2}},
+        {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"BK", 16}, {"SK", 8}, {"SD", 192}, {"OH", 4}, {"OD", 2}, {"TOUCH_AHEAD", 2}},
        "vendor docs: PoCL pthread device; sized for CI speed; TILED and its tile by clattn-bench --device cpu mla "
        "--quick (PoCL 3.1); CPU_KERNEL and its tile by clattn-bench --device cpu mla (--quick and -B 16 -S 4096 "
-       "-H 16, -B 4 -S 2048 -H 128), 2-core AMD EPYC (AVX-512) VM, PoCL 3.1, 2026-11-26; TOUCH_AHEAD and SH ST OH "
-       "OD by clattn-bench --device cpu mla -B 64 -S 4096 -H 16 --grid, 16-core Intel Xeon, PoCL, and -B 16 on the "
-       "VM, 2026-11-26"},
+       "-H 16, -B 4 -S 2048 -H 128), 2-core AMD EPYC (AVX-512) VM, PoCL 3.1, 2026-11-26; BK SK SD OH OD and "
+       "CPU_QB by clattn-bench --device cpu mla -B 64 -S 4096 -H 16 and -B 16 -H 128 --grid, 16-core Intel Xeon, "
+       "PoCL, 2026-11-26; TOUCH_AHEAD by -B 16 -S 512 on the VM"},
       // The same tile as mla_decode: query vectors are (row, head) pairs of one request.
       {"mla_extend", Level::Generic, "", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 8},
@@ -147,7 +147,7 @@ const std::vector<Row>& rows_mla() {
        "vendor guide, as mla_decode; not tuned on hardware"},
       {"mla_extend", Level::Vendor, "cpu", "*",
        {{"QB", 8}, {"LANES", 8}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 8}, {"DS", 4}, {"DSW", 4},
-        {"MO", 8}, {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"SH", 4}, {"ST", 4}, {"OH", 8}, {"OD", 2},
+        {"MO", 8}, {"CPU_KERNEL", 1}, {"VW", 0}, {"CPU_QB", 32}, {"BK", 16}, {"SK", 8}, {"SD", 192}, {"OH", 4}, {"OD", 2},
         {"TOUCH_AHEAD", 2}},
        "vendor docs: PoCL pthread device, as mla_decode; sized for CI speed; the cpu variant's tile as mla_decode"},
       // Tuned on the machine itself with the tensor-core kernel (clattn-tune --time-budget 240,

@@ -271,9 +271,10 @@ TEST(MlaPortable, TiledAndGenericMatchTheReference) {
 // where the device keeps f32 denormals, by the default raw-bit decode), q/o dtypes, page sizes
 // 1..64, CSR / page table / 576-wide buffer, decode with split-K on and off (an empty request
 // included), one head, head counts that leave part of a head block or of a micro-tile idle
-// (3, 5), head blocks smaller than H (CPU_QB 4, 8), extend causal and not with blocks spanning
-// query rows, and the other vector widths and micro-tiles (VW 4 / 8 / 16, SH, ST, OH, OD,
-// TOUCH_AHEAD 0 / 2).
+// (3, 5), head blocks smaller than H (CPU_QB 4, 8: narrower vectors), extend causal and not
+// with blocks spanning query rows, and the other vector widths, key blocks and micro-tiles
+// (VW 4 / 8 / 16, BK 8..64, SK, SD 32..576, OH, OD, TOUCH_AHEAD 0 / 2), private buffers
+// (LOCAL_BUFS 0, as on devices with little local memory).
 // One program per case (each costs a PoCL compile).
 TEST(MlaCpu, MatchesTheReference) {
   CLATTN_SEED_TRACE();
@@ -287,17 +288,17 @@ TEST(MlaCpu, MatchesTheReference) {
   const C cases[] = {
       {DType::BF16, DType::BF16, DType::F32, 16, 16, false, true, true, false, false, {}},
       {DType::F32, DType::F32, DType::F32, 8, 1, false, true, false, false, true,
-       {{"VW", 4}, {"SH", 2}, {"ST", 4}, {"OH", 8}, {"OD", 1}, {"TOUCH_AHEAD", 0}}},
+       {{"VW", 4}, {"BK", 8}, {"SK", 4}, {"SD", 32}, {"OH", 2}, {"OD", 1}, {"TOUCH_AHEAD", 0}}},
       {DType::F16, DType::F16, DType::BF16, 32, 32, false, true, true, true, false,
-       {{"VW", 8}, {"CPU_QB", 8}, {"SH", 8}, {"ST", 2}, {"OD", 8}, {"TOUCH_AHEAD", 2}}},
+       {{"VW", 8}, {"CPU_QB", 8}, {"BK", 32}, {"SK", 16}, {"SD", 192}, {"OH", 4}, {"OD", 8}, {"TOUCH_AHEAD", 2}}},
       {DType::FP8_E4M3, DType::F32, DType::F16, 3, 64, false, true, true, false, true, {}},
       {DType::FP8_E5M2, DType::BF16, DType::BF16, 16, 16, false, true, false, true, false,
-       {{"FP8_FAST", 0}, {"CPU_QB", 4}, {"OH", 2}}},
+       {{"FP8_FAST", 0}, {"CPU_QB", 4}, {"OH", 4}, {"OD", 4}, {"LOCAL_BUFS", 0}}},
       {DType::BF16, DType::F16, DType::F32, 8, 16, true, true, false, false, false, {}},
       {DType::FP8_E4M3, DType::BF16, DType::BF16, 5, 32, true, false, false, true, true,
-       {{"VW", 8}, {"FP8_FAST", 0}, {"SH", 2}, {"ST", 8}}},
+       {{"VW", 8}, {"FP8_FAST", 0}, {"SK", 2}, {"SD", 576}}},
       {DType::F16, DType::F32, DType::F16, 16, 64, true, true, false, false, false,
-       {{"CPU_QB", 4}, {"SH", 2}, {"OH", 2}, {"OD", 2}}},
+       {{"CPU_QB", 4}, {"BK", 64}, {"SK", 4}, {"OH", 1}, {"OD", 16}}},
       {DType::BF16, DType::F32, DType::F32, 1, 16, false, true, true, false, true, {}},
   };
   int k = 0;

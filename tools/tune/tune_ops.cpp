@@ -260,13 +260,14 @@ std::vector<Axis> mla_tiled_axes() {
 
 // CPU devices: the cpu variant (mla_cpu.cl) against the GPU-shaped kernels first (it decides
 // which kernel the other axes tune), then its vector width (0 = the device's preferred width),
-// query vectors per work-item, micro-tiles and touch-ahead distance (rows_mla.cpp).
+// query vectors per work-item, key block, micro-tiles, S pass and touch-ahead distance
+// (rows_mla.cpp).
 void add_mla_cpu_axes(const DeviceProfile& p, bool quick, std::vector<Axis>& a) {
   if (!p.is_cpu) return;
-  std::vector<Axis> c = {{"CPU_KERNEL", {1, 0}}, {"VW", {0, 8, 16}},     {"CPU_QB", {8, 16, 32}},
-                         {"SH", {1, 2, 4}},      {"ST", {4, 8, 16}},     {"OH", {2, 4, 8}},
-                         {"OD", {2, 4, 8}},      {"TOUCH_AHEAD", {0, 1, 2}}};
-  if (quick) c = {{"CPU_KERNEL", {1, 0}}, {"SH", {2, 4}}, {"ST", {4, 8}}};
+  std::vector<Axis> c = {{"CPU_KERNEL", {1, 0}}, {"VW", {0, 8, 16}},  {"CPU_QB", {8, 16, 32}},
+                         {"BK", {16, 32, 64}},   {"SK", {4, 8, 16}},  {"SD", {64, 192, 576}},
+                         {"OH", {2, 4, 8}},      {"OD", {2, 4, 8}},   {"TOUCH_AHEAD", {0, 1, 2}}};
+  if (quick) c = {{"CPU_KERNEL", {1, 0}}, {"BK", {16, 32}}, {"SK", {8, 16}}};
   a.insert(a.begin(), c.begin(), c.end());
 }
 
