@@ -140,18 +140,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
       for (int s = 0; s < SK; ++s)
 #pragma unroll
         for (int i = 0; i < RV; ++i) acc[s][i] = (floatV)(0.0f);
-      __local const float* kr = kb + s0 * HEAD_DIM;
-      for (int d = 0; d < HEAD_DIM; ++d) {
-        floatV qv[RV];
-#pragma unroll
-        for (int i = 0; i < RV; ++i) qv[i] = vloadV(d * RV + i, qt);
-#pragma unroll
-        for (int s = 0; s < SK; ++s) {
-          const floatV kd = (floatV)(kr[s * HEAD_DIM + d]);
-#pragma unroll
-          for (int i = 0; i < RV; ++i) acc[s][i] = fma(kd, qv[i], acc[s][i]);
-        }
-      }
+      SCORE_TILE(acc, kb + s0 * HEAD_DIM, HEAD_DIM, qt, 0, HEAD_DIM);
 #pragma unroll
       for (int s = 0; s < SK; ++s)
 #pragma unroll

@@ -9,11 +9,11 @@
 // arguments, work entries, split-K partial layout and results of mla.cl, so the planner,
 // mla_run and the merge pass are shared. Every query vector of the entry (a (row, head) pair:
 // decode = the request's heads) reads the same latent rows, so the work is two small GEMMs
-// per key block, laid out as extend_cpu.cl's with the query vectors innermost (a vector
-// holds VW of them, RV = QB / VW vectors):
+// per key block; the scores are laid out as extend_cpu.cl's with the query vectors innermost
+// (a vector holds VW of them, RV = QB / VW vectors):
 //
 //   Q^T [576][QB]  q_nope | q_pe, pre-scaled, transposed once per work-item
-//   O^T [512][QB]  the output accumulators
+//   O   [QB][512]  the output accumulators (rows, so they are stored without a transpose)
 //   K   [BK][576]  the block's latent rows converted to f32 once (V = their first 512)
 //   S^T [BK][QB]   scores, then weights
 //
@@ -23,8 +23,8 @@
 //   softmax        online, on the vectors: block max, exp2, rescale factor folded into the
 //                  P.V accumulator load; masks (block end, causal limit per query vector)
 //                  only on blocks that need them.
-//   O^T += V^T P^T PD latent dims x RV vectors of accumulators; per key one vector load of P^T
-//                  per RV and PD broadcast V values.
+//   O += P V       OH query vectors x OD output vectors of VW latent dims of accumulators;
+//                  per key OD vector loads of V and OH broadcast weights from S^T.
 //
 // The rows of the block TOUCH_AHEAD blocks ahead are prefetched a few lines per step of the
 // P.V loop (CPU_PREFETCH, cpu_vec.clh), so their misses overlap the math.
@@ -178,18 +178,7 @@ void mla_cpu(MLA_KERNEL_ARGS) {
         for (int s = 0; s < SK; ++s)
 #pragma unroll
           for (int i = 0; i < RV; ++i) acc[s][i] = d0 ? vloadV((s0 + s) * RV + i, pt) : (floatV)(0.0f);
-        BUF const float* kr = kb + s0 * ROW + d0;
-        for (int d = 0; d < SD; ++d) {
-          floatV qv[RV];
-#pragma unroll
-          for (int i = 0; i < RV; ++i) qv[i] = vloadV((d0 + d) * RV + i, qt);
-#pragma unroll
-          for (int s = 0; s < SK; ++s) {
-            const floatV kd = (floatV)(kr[s * ROW + d]);
-#pragma unroll
-            for (int i = 0; i < RV; ++i) acc[s][i] = fma(kd, qv[i], acc[s][i]);
-          }
-        }
+        SCORE_TILE(acc, kb + s0 * ROW + d0, ROW, qt, d0, SD);
 #pragma unroll
         for (int s = 0; s < SK; ++s)
 #pragma unroll
