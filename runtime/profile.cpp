@@ -23,7 +23,37 @@ bool DeviceProfile::has_extension(const std::string& e) const {
   return std::find(extensions.begin(), extensions.end(), e) != extensions.end();
 }
 
+bool DeviceProfile::emulates(const std::string& f) const {
+  return std::find(emulated.begin(), emulated.end(), f) != emulated.end();
+}
+
 namespace rt {
+
+const std::vector<std::string>& emulatable_features() {
+  static const std::vector<std::string> f = {"cl_khr_subgroups", "cl_intel_subgroups",
+                                             "cl_intel_subgroup_matrix_multiply_accumulate", "amd_wmma", "amd_mfma"};
+  return f;
+}
+
+std::vector<std::string> parse_emulated(const std::string& value, const std::string& from) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(value);
+  while (std::getline(in, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    const auto& known = emulatable_features();
+    if (std::find(known.begin(), known.end(), item) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      invalid(from + ": '" + item + "' is not an emulated feature (" + list + ")");
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  return out;
+}
+
 namespace {
 
 std::string lower(std::string s) {
@@ -215,6 +245,7 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
     p.vendor_forced = forced;
   }
   p.portable_only = parse_portable_only(env("CLATTN_VARIANTS"), "CLATTN_VARIANTS");
+  p.emulated = parse_emulated(env("CLATTN_EMULATE"), "CLATTN_EMULATE");
   return p;
 }
 

@@ -1,5 +1,8 @@
 // Reads a DeviceProfile off an OpenCL device.
 #pragma once
+#include <string>
+#include <vector>
+
 #include "clattn/context.hpp"
 
 namespace clattn::rt {
@@ -11,6 +14,11 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id device);
 // A variants mode (CLATTN_VARIANTS, ContextOptions::variants): true for "portable", false for
 // "" or "all" (any case); anything else is InvalidArgument naming `from`.
 bool parse_portable_only(const std::string& value, const std::string& from);
+
+// Features CLATTN_EMULATE may name (DeviceProfile::emulated), and its parser: a
+// comma-separated list of them; an unknown name is InvalidArgument naming `from`.
+const std::vector<std::string>& emulatable_features();
+std::vector<std::string> parse_emulated(const std::string& value, const std::string& from);
 
 // "NVIDIA Corporation" -> "nvidia", ...; CPU devices are "cpu" whatever their vendor.
 std::string normalise_vendor(const std::string& vendor, bool is_cpu);

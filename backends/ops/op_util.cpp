@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backends/params/variants.hpp"
 #include "runtime/log.hpp"
 
 namespace clattn::ops {
@@ -166,6 +167,24 @@ int64_t PlanTable::upload_host(detail::ContextImpl& c, cl_command_queue q, const
   rt::check_cl(clEnqueueWriteBuffer(q ? q : c.queue, table, CL_FALSE, 0, bytes, host.data(), 0, nullptr, &upload),
                "clEnqueueWriteBuffer", what);
   return int64_t(bytes);
+}
+
+void add_emulation(const DeviceProfile& p, const std::string& feature, std::map<std::string, std::string>& defines) {
+  static const std::map<std::string, std::string> names = {
+      {"cl_khr_subgroups", "EMULATE_KHR_SUBGROUPS"},
+      {"cl_intel_subgroups", "EMULATE_INTEL_SUBGROUPS"},
+      {"cl_intel_subgroup_matrix_multiply_accumulate", "EMULATE_INTEL_DPAS"},
+      {"amd_wmma", "EMULATE_AMD_WMMA"},
+      {"amd_mfma", "EMULATE_AMD_MFMA"}};
+  const auto it = names.find(feature);
+  if (it == names.end()) throw Error(Status::Internal, "add_emulation: unknown feature " + feature);
+  if (!p.emulates(feature)) return;
+  const bool present = feature == "cl_khr_subgroups"     ? p.subgroups
+                       : feature == "cl_intel_subgroups" ? p.intel_subgroups
+                       : feature == "amd_wmma"           ? p.vendor == "amd" && params::amd_has_wmma(p.architecture)
+                       : feature == "amd_mfma"           ? p.vendor == "amd" && params::amd_has_mfma(p.architecture)
+                                                         : p.has_extension(feature);
+  if (!present) defines[it->second] = "1";
 }
 
 }  // namespace clattn::ops

@@ -92,6 +92,12 @@ inline int cpu_vector_width(int asked, int preferred, int dim, const char* op) {
 inline const char* prefetch_builtin(const DeviceProfile& p) {
   return p.is_cpu && p.platform_name.find("Portable Computing Language") != std::string::npos ? "1" : "0";
 }
+// Adds EMULATE_<NAME>=1 to a variant's defines where `feature` is emulated for tests
+// (DeviceProfile::emulated, CLATTN_EMULATE) rather than present: the kernel then includes
+// its emulation header. Defines: cl_khr_subgroups -> EMULATE_KHR_SUBGROUPS,
+// cl_intel_subgroups -> EMULATE_INTEL_SUBGROUPS, cl_intel_subgroup_matrix_multiply_accumulate
+// -> EMULATE_INTEL_DPAS, amd_wmma -> EMULATE_AMD_WMMA, amd_mfma -> EMULATE_AMD_MFMA.
+void add_emulation(const DeviceProfile& p, const std::string& feature, std::map<std::string, std::string>& defines);
 inline int log2_int(int x) {  // ceil(log2(x)) for 1 <= x <= 2^30
   int l = 0;
   while (l < 30 && (1 << l) < x) ++l;

@@ -16,6 +16,11 @@ namespace clattn::params {
 // "tiled"          : OpenCL 1.2, register-blocked local-memory tiles (MLA)
 // "cpu"            : OpenCL 1.2, one work-item per group over vector types, for CPU devices
 //                    (decode; chosen by the cpu rows' CPU_KERNEL)
+// "khr_subgroups"  : cl_khr_subgroups reductions instead of local-memory butterflies (decode)
+// "intel_subgroups": cl_intel_subgroups shuffles (decode)
+// "intel_dpas"     : cl_intel_subgroup_matrix_multiply_accumulate, DPAS systolic arrays (extend)
+// "amd_wmma"       : AMD WMMA builtins, RDNA3 gfx11 wave32 (extend)
+// "amd_mfma"       : AMD MFMA builtins, CDNA gfx908/gfx90a/gfx94x wave64 (extend)
 // "nv_ptx_shfl"    : NVIDIA inline PTX shfl.sync warp reductions (decode)
 // "nv_mma_sync"    : NVIDIA inline PTX mma.sync tensor cores, compute capability >= 8.0
 //                    (extend, MLA, linear-attention prefill)
@@ -25,6 +30,9 @@ const std::vector<std::string>& all_variants();
 // those named after their vendor (nv_*, amd_*, intel_*, arm_*, qcom_*, apple_*). Portable
 // kernels and standard cl_khr_* paths have other names.
 bool vendor_specific(const std::string& variant);
+// AMD matrix instructions by ISA: WMMA on gfx11, MFMA on CDNA (gfx908, gfx90a, gfx94x, gfx95x).
+bool amd_has_wmma(const std::string& architecture);
+bool amd_has_mfma(const std::string& architecture);
 bool variant_available(const DeviceProfile& p, const std::string& variant, std::string* why = nullptr);
 // "" when the device can run `variant`, else why not.
 std::string why_unavailable(const DeviceProfile& p, const std::string& variant);

@@ -50,10 +50,15 @@ struct DeviceProfile {
   unsigned amd_wavefront = 0;    // cl_amd_device_attribute_query, 0 if none
   unsigned warp_size = 0;        // hardware SIMD width where known (nvidia 32, amd wavefront)
   std::vector<std::string> extensions;
+  // Features emulated for tests (CLATTN_EMULATE, comma-separated; docs/runtime.md): a variant
+  // that needs one is available here and built with an emulation header (local memory,
+  // barriers) implementing the builtins' documented semantics. Never for serving.
+  std::vector<std::string> emulated;
 
   // The vendor whose parameter tables apply (forced one if set).
   const std::string& param_vendor() const { return vendor_forced.empty() ? vendor : vendor_forced; }
   CLATTN_API bool has_extension(const std::string& e) const;
+  CLATTN_API bool emulates(const std::string& feature) const;
 };
 
 struct DeviceEntry {
