@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backends/metadata/checks.hpp"
+#include "backends/ops/catalog.hpp"
 #include "backends/params/database.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
@@ -62,6 +63,14 @@ void check_kernel_page_size(const DeviceEngineBatch& b, int page_size) {
               "with max_ctx = " + num(b.max_ctx) + ", max_ctx + page_size - 1 overflows int32 (device builders)");
 }
 
+// metadata.cl: no build parameters (the work-group size is a launch choice).
+ops::Variant metadata_variant() {
+  ops::Variant v;
+  v.name = "generic", v.file = "metadata.cl", v.kernel = "build_csr";
+  v.options = rt::make_options({});
+  return v;
+}
+
 struct Launch {
   std::shared_ptr<rt::Program> prog;
   rt::Kernel& k;
@@ -71,7 +80,8 @@ struct Launch {
 
 Launch prepare(const Context& ctx, cl_command_queue queue, const char* kernel) {
   detail::ContextImpl& c = rt::impl(ctx);
-  auto prog = c.programs.get("metadata.cl", rt::make_options({}));  // memoised per (file, options)
+  const ops::Variant v = metadata_variant();
+  auto prog = c.programs.get(v.file, v.options);  // memoised per (file, options)
   size_t wg = size_t(std::max(1, params::lookup(c.profile, "metadata").get("WG")));
   rt::Kernel& k = prog->kernel(kernel);
   wg = std::min({wg, c.profile.max_work_group_size, k.max_work_group_size(c.device)});
@@ -244,5 +254,11 @@ void validate_device(const Context& ctx, const DeviceEngineBatch& b, int page_si
   }
   validate(h, page_size);
 }
+
+namespace ops {
+void catalog_metadata(const CatalogTarget&, std::vector<CatalogEntry>& out) {
+  catalog_add(out, "metadata", "*", [] { return std::vector<Variant>{metadata_variant()}; });
+}
+}  // namespace ops
 
 }  // namespace clattn

@@ -1,5 +1,6 @@
 // append_kv: host checks (shapes, dtypes, buffer sizes, optional host slot validation),
 // then one launch of cl_kernels/append_kv.cl over (element, token).
+#include "backends/ops/catalog.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "clattn/append_kv.hpp"
@@ -7,6 +8,37 @@
 #include "runtime/log.hpp"
 
 namespace clattn {
+
+namespace {
+
+struct AppendProgram {
+  ops::Variant v;
+  int items = 1;
+  std::string source;
+};
+
+// WG work-items per group, each storing APPEND_ITEMS elements: the row's parameter lowered to
+// a divisor of D, so a work-item's run stays inside one head row.
+AppendProgram append_program(const DeviceProfile& prof, int D) {
+  params::Entry pe = params::lookup(prof, "append_kv");
+  AppendProgram a;
+  a.source = pe.source;
+  const size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("APPEND_WG")), prof.max_work_group_size));
+  a.items = std::max(1, std::min(int(pe.get("APPEND_ITEMS")), D));
+  while (D % a.items) --a.items;
+  a.v.name = "generic", a.v.file = "append_kv.cl", a.v.kernel = "append_kv", a.v.wg = wg;
+  a.v.options = rt::make_options({{"APPEND_WG", std::to_string(wg)}, {"APPEND_ITEMS", std::to_string(a.items)}});
+  return a;
+}
+
+}  // namespace
+
+namespace ops {
+void catalog_append_kv(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
+  for (int d : {64, 80, 96, 128, 192, 256})
+    catalog_add(out, "append_kv", "d" + std::to_string(d), [&] { return std::vector<Variant>{append_program(t.profile, d).v}; });
+}
+}  // namespace ops
 
 void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   ops::check_paged_kv(a.cache, "cache");
@@ -47,19 +79,15 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   }
 
   auto& c = rt::impl(ctx);
-  params::Entry pe = params::lookup(c.profile, "append_kv");
-  size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("APPEND_WG")), c.profile.max_work_group_size));
-  // Elements per work-item: the row's parameter lowered to a divisor of D, so a work-item's
-  // run stays inside one head row.
-  int items = std::max(1, std::min(int(pe.get("APPEND_ITEMS")), D));
-  while (D % items) --items;
-  auto prog = c.programs.get("append_kv.cl", rt::make_options({{"APPEND_WG", std::to_string(wg)},
-                                                               {"APPEND_ITEMS", std::to_string(items)}}));
+  const AppendProgram ap = append_program(c.profile, D);
+  const size_t wg = ap.v.wg;
+  const int items = ap.items;
+  auto prog = c.programs.get(ap.v.file, ap.v.options);
   rt::Kernel& k = prog->kernel("append_kv");
   const size_t items_per_token = size_t(Hkv) * D / size_t(items);
   size_t gws[2] = {(items_per_token + wg - 1) / wg * wg, size_t(N)}, lws[2] = {wg, 1};
   rt::log().debug("append_kv: {} tokens, {} -> {} cache, WG {} x {} elements ({})", N, dtype_name(a.src_dtype),
-                  dtype_name(a.cache.dtype), wg, items, pe.source);
+                  dtype_name(a.cache.dtype), wg, items, ap.source);
   k.launch(q, 2, gws, lws, e.num_wait, e.wait, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(st), cl_long(sh),
            a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
            a.k_cache, a.v_cache, cl_int(a.cache.dtype), cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backends/metadata/requests.hpp"
+#include "backends/ops/catalog.hpp"
 #include "backends/ops/merge_state.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
@@ -690,5 +691,30 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   p.state_ = st;
   return p;
 }
+
+namespace ops {
+
+// Every KV dtype at every head dim, GQA groups 1, 4 and 8, each as an unsplit plan and as a
+// split one (fused merge and prefetch registers where the rows ask for them); the merge pass.
+void catalog_decode(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
+  for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::FP8_E4M3})
+    for (int d : {64, 80, 96, 128, 192, 256})
+      for (int group : {1, 4, 8})
+        for (bool split : {false, true}) {
+          const std::string shape = std::string(dtype_name(dt)) + " d" + std::to_string(d) + " group " +
+                                    std::to_string(group) + (split ? " split" : "");
+          catalog_add(out, "decode", shape, [&] {
+            PagedKV cache;
+            cache.num_pages = 1024, cache.page_size = 16, cache.num_kv_heads = 8, cache.head_dim = d, cache.dtype = dt;
+            SplitParams sp;
+            KTile tile = choose_tile(t.profile, cache, group, {}, &sp, t.preferred_float_width);
+            if (!split) tile.fuse_merge = 0, tile.prefetch = 0;
+            return variants(t.profile, tile, cache, t.fp32_denorms);
+          });
+        }
+  catalog_add(out, "merge", "*", [&] { return std::vector<Variant>{merge_variant(t.profile)}; });
+}
+
+}  // namespace ops
 
 }  // namespace clattn

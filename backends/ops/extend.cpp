@@ -11,6 +11,7 @@
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/ops/extend.hpp"
+#include "backends/ops/catalog.hpp"
 #include "runtime/ptx_retarget.hpp"
 #include "runtime/log.hpp"
 
@@ -422,6 +423,20 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
 }
 
 
+// The candidates as select_and_build takes them.
+std::vector<ops::Variant> variants_of(const std::vector<Tile>& cands) {
+  std::vector<ops::Variant> vs;
+  for (const Tile& t : cands) {
+    ops::Variant v;
+    v.name = t.variant, v.file = t.file, v.options = t.options, v.wg = size_t(t.wg), v.local_bytes = t.local_bytes;
+    v.kernel = t.variant == "generic" ? "extend_generic" : t.variant == "cpu" ? "extend_cpu" : "extend_mma";
+    // (A register-capped nv_wgmma build: the driver's limit is for the uncapped count.)
+    v.check_wg = t.options.find(rt::kPtxMaxnregDefine) == std::string::npos;
+    vs.push_back(std::move(v));
+  }
+  return vs;
+}
+
 ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source src, const KVDesc& kv,
                      const ExtendOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
@@ -435,16 +450,7 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
     rt::log().info("extend: nv_mma_sync not used ({}); using the generic kernel", why_not_mma);
 
   // The first candidate that builds and fits (each variant has its own file).
-  std::vector<ops::Variant> vs;
-  for (const Tile& t : cands) {
-    ops::Variant v;
-    v.name = t.variant, v.file = t.file, v.options = t.options, v.wg = size_t(t.wg), v.local_bytes = t.local_bytes;
-    v.kernel = t.variant == "generic" ? "extend_generic" : t.variant == "cpu" ? "extend_cpu" : "extend_mma";
-    // (A register-capped nv_wgmma build: the driver's limit is for the uncapped count.)
-    v.check_wg = t.options.find(rt::kPtxMaxnregDefine) == std::string::npos;
-    vs.push_back(std::move(v));
-  }
-  const ops::BuiltVariant built = ops::select_and_build(c, "extend", vs);
+  const ops::BuiltVariant built = ops::select_and_build(c, "extend", variants_of(cands));
   Tile tile;
   for (const Tile& t : cands)
     if (t.variant == built.variant.name && t.options == built.variant.options) tile = t;
@@ -727,3 +733,28 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
 }
 
 }  // namespace clattn
+
+namespace clattn::ops {
+
+// Paged (page size 16) and ragged KV of every dtype at every head dim, causal, as plans ask
+// for them; TMA where the cache allows it (a paged NHD cache with 16-byte strides).
+void catalog_extend(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
+  for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::FP8_E4M3})
+    for (int d : {64, 80, 96, 128, 192, 256})
+      for (bool paged : {true, false}) {
+        const std::string shape = std::string(dtype_name(dt)) + " d" + std::to_string(d) + (paged ? " paged" : " ragged");
+        catalog_add(out, "extend", shape, [&] {
+          KVDesc kv;
+          kv.paged = paged, kv.num_kv_heads = 8, kv.head_dim = d, kv.dtype = dt;
+          kv.page_size = paged ? 16 : 1;
+          kv.stride_head = d, kv.stride_token = int64_t(8) * d, kv.stride_page = paged ? int64_t(16) * 8 * d : 0;
+          kv.num_pages = paged ? 1024 : 0, kv.num_tokens = paged ? 0 : 16384;
+          ExtendOptions opt;
+          opt.num_qo_heads = 32;
+          std::string why;
+          return variants_of(candidates(t.profile, kv, opt, tma_unfit(kv, {0}), t.preferred_float_width, &why));
+        });
+      }
+}
+
+}  // namespace clattn::ops

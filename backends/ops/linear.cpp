@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/ops/catalog.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
@@ -143,11 +144,20 @@ bool shrink_decode(Variant& v, int limit) {
   return changed;
 }
 
-void build(detail::ContextImpl& c, Variant& v, bool gdn) {
+// The portable program (both ops' kernels) as `v` builds it.
+ops::Variant portable_variant(Variant& v, bool gdn) {
   v.defines["DEC_DVT"] = num(v.dec_dvt);
   v.defines["DEC_ROWS"] = num(v.dec_rows);
   v.defines["DEC_VEC"] = num(v.dec_vec);
-  v.prog = c.programs.get(gdn ? "linear_gdn.cl" : "linear_gla.cl", rt::make_options(v.defines));
+  ops::Variant x;
+  x.name = "generic", x.file = gdn ? "linear_gdn.cl" : "linear_gla.cl", x.kernel = gdn ? "gdn_decode" : "gla_decode";
+  x.options = rt::make_options(v.defines), x.wg = size_t(v.dec_threads());
+  return x;
+}
+
+void build(detail::ContextImpl& c, Variant& v, bool gdn) {
+  const ops::Variant x = portable_variant(v, gdn);
+  v.prog = c.programs.get(x.file, x.options);
 }
 
 // The rows of both ops with the caller's overrides (LinearConfig::params): PF_* names go to
@@ -156,8 +166,8 @@ void build(detail::ContextImpl& c, Variant& v, bool gdn) {
 struct LinParams {
   params::Entry dec, pf;
 };
-LinParams lookup_params(const detail::ContextImpl& c, const LinearConfig& cfg) {
-  LinParams p{params::lookup(c.profile, "linear_decode"), params::lookup(c.profile, "linear_prefill")};
+LinParams lookup_params(const DeviceProfile& prof, const LinearConfig& cfg) {
+  LinParams p{params::lookup(prof, "linear_decode"), params::lookup(prof, "linear_prefill")};
   for (auto& [name, val] : cfg.params) {
     if (name == "CPU_KERNEL" || name == "VW") p.dec.values[name] = p.pf.values[name] = val;
     else (name.rfind("PF_", 0) == 0 ? p.pf : p.dec).values[name] = val;
@@ -165,12 +175,11 @@ LinParams lookup_params(const detail::ContextImpl& c, const LinearConfig& cfg) {
   return p;
 }
 
-// Parameters from the database, clamped to the shape and the device, then the program.
-Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
-                bool build_now = true) {
+// Parameters from the database, clamped to the shape and the device.
+Variant portable_tile(const DeviceProfile& prof, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn) {
   const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
-  auto [dec, pf] = lookup_params(c, cfg);
-  const int maxwg = int(std::max<size_t>(1, c.profile.max_work_group_size));
+  auto [dec, pf] = lookup_params(prof, cfg);
+  const int maxwg = int(std::max<size_t>(1, prof.max_work_group_size));
   Variant v{};
   v.dec_vec = std::min(pow2_floor(std::clamp(dec.get_or("DEC_VEC", 1), 1, 4)), DV);
   v.dec_dvt = std::clamp(pow2_floor(std::max(1, dec.get("DEC_DVT"))), v.dec_vec, DV);
@@ -187,16 +196,23 @@ Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearSta
     return 4ull * (DK * v.pf_dvt + v.pf_c * v.pf_dvt + v.pf_c * (v.pf_c + 1) + 4 * v.pf_c +
                    2 * v.pf_c * (v.pf_dkt + 1));
   };
-  const unsigned long long local = c.profile.local_mem_bytes ? c.profile.local_mem_bytes : 32768;
+  const unsigned long long local = prof.local_mem_bytes ? prof.local_mem_bytes : 32768;
   while (bytes() + 1024 > local && v.pf_dvt > 4) v.pf_dvt /= 2;
   while (bytes() + 1024 > local && v.pf_c > 8) v.pf_c /= 2;
   v.defines = {{"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))},
                {"ST_DT", num(dt_code(pool.dtype))}, {"PF_C", num(v.pf_c)}, {"PF_DVT", num(v.pf_dvt)},
                {"PF_WG", num(v.pf_wg)}, {"PF_DKT", num(v.pf_dkt)}};
-  if (build_now) build(c, v, gdn);
   rt::log().debug("linear {}: DK={} DV={} io={} state={} decode DVT={} VEC={} ROWS={} ({}), prefill C={} DVT={} WG={} ({})",
                   gdn ? "gdn" : "gla", DK, DV, dtype_name(cfg.dtype), dtype_name(pool.dtype), v.dec_dvt, v.dec_vec,
                   v.dec_rows, dec.source, v.pf_c, v.pf_dvt, v.pf_wg, pf.source);
+  return v;
+}
+
+// The same, with the program built unless `build_now` is false.
+Variant variant(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
+                bool build_now = true) {
+  Variant v = portable_tile(c.profile, cfg, pool, gdn);
+  if (build_now) build(c, v, gdn);
   return v;
 }
 
@@ -222,41 +238,55 @@ size_t mma_local_bytes(int dk, int mc, int dvt, bool gdn) {
   return 4 * words;
 }
 
-MmaPrefill mma_prefill(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
-                       const char* op, std::string* why) {
-  MmaPrefill m;
-  const params::Entry pf = lookup_params(c, cfg).pf;
+// The tensor-core prefill's candidate (why_not set where it is not chosen); *mc and *dvt its tile.
+ops::Variant mma_prefill_variant(const DeviceProfile& prof, const LinearConfig& cfg, const LinearStatePool& pool,
+                                 bool gdn, int* mc_out, int* dvt_out) {
+  ops::Variant v;
+  v.name = "nv_mma_sync", v.file = "linear_prefill_mma_nv.cl", v.kernel = "lin_prefill_mma";
+  const params::Entry pf = lookup_params(prof, cfg).pf;
   if (pf.get_or("PF_MMA", 0) == 0) {
-    *why = "PF_MMA = 0";
-    return m;
+    v.why_not = "PF_MMA = 0";
+    return v;
   }
-  if (!params::variant_available(c.profile, "nv_mma_sync", why)) return m;
+  if (!params::variant_available(prof, "nv_mma_sync", &v.why_not)) return v;
+  v.why_not.clear();
   if (cfg.dtype == DType::F32) {
-    *why = "f32 q/k/v keep f32 math (tensor cores take f16/bf16)";
-    return m;
+    v.why_not = "f32 q/k/v keep f32 math (tensor cores take f16/bf16)";
+    return v;
   }
   if (cfg.head_dim_k > 128) {
-    *why = "head_dim_k = " + num(cfg.head_dim_k) + " > 128 (state registers per work-item)";
-    return m;
+    v.why_not = "head_dim_k = " + num(cfg.head_dim_k) + " > 128 (state registers per work-item)";
+    return v;
   }
   const int DV = cfg.head_dim_v;
   int dvt = std::clamp(pow2_floor(std::max(16, pf.get_or("PF_MMA_DVT", 64))), 16, std::min(128, DV));
   int mc = std::clamp(pow2_floor(std::max(16, pf.get_or("PF_MMA_C", 32))), 16, 64);
-  const size_t local = c.profile.local_mem_bytes ? size_t(c.profile.local_mem_bytes) : size_t(32768);
+  const size_t local = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
   while (mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn) + 1024 > local && dvt > 16) dvt /= 2;
   while (mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn) + 1024 > local && mc > 16) mc /= 2;
   if (mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn) + 1024 > local) {
-    *why = "tiles need " + num(int64_t(mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn))) +
-           " bytes of local memory, device has " + num(int64_t(local));
-    return m;
+    v.why_not = "tiles need " + num(int64_t(mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn))) +
+                " bytes of local memory, device has " + num(int64_t(local));
+    return v;
   }
   const std::map<std::string, std::string> d = {
       {"DK", num(cfg.head_dim_k)}, {"DV", num(DV)},      {"IO_DT", num(dt_code(cfg.dtype))},
       {"ST_DT", num(dt_code(pool.dtype))}, {"LIN_GDN", gdn ? "1" : "0"}, {"MC", num(mc)},
       {"MDVT", num(dvt)}, {"S_SPLIT", pf.get_or("PF_MMA_SPLIT", 1) ? "1" : "0"}};
-  ops::Variant v;
-  v.name = "nv_mma_sync", v.file = "linear_prefill_mma_nv.cl", v.kernel = "lin_prefill_mma";
   v.options = rt::make_options(d), v.wg = size_t(2 * dvt), v.local_bytes = mma_local_bytes(cfg.head_dim_k, mc, dvt, gdn);
+  *mc_out = mc, *dvt_out = dvt;
+  return v;
+}
+
+MmaPrefill mma_prefill(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
+                       const char* op, std::string* why) {
+  MmaPrefill m;
+  int mc = 0, dvt = 0;
+  const ops::Variant v = mma_prefill_variant(c.profile, cfg, pool, gdn, &mc, &dvt);
+  if (!v.why_not.empty()) {
+    *why = v.why_not;
+    return m;
+  }
   try {
     m.prog = ops::select_and_build(c, op, {v}).program;  // the f32 prefill (another program) is the fallback
   } catch (const Error& e) {
@@ -290,22 +320,26 @@ uint64_t cpu_prefill_local_bytes(int dk, int c, int dvt, bool gdn) {
   return 4ull * (uint64_t(dk) * dvt + 3ull * c * dk + 2ull * c * dvt + 2ull * c * c + (gdn ? 3ull : 2ull) * c);
 }
 
-CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
-                     bool prefill, int64_t batch, const char* op) {
-  CpuKernel k;
-  const LinParams lp = lookup_params(c, cfg);
+// The CPU kernel's candidate (why_not "CPU_KERNEL = 0" where not asked for); *dvt_out its slice.
+ops::Variant cpu_variant(const DeviceProfile& prof, int preferred_width, const LinearConfig& cfg,
+                         const LinearStatePool& pool, bool gdn, bool prefill, int64_t batch, const char* op,
+                         int* dvt_out) {
+  const LinParams lp = lookup_params(prof, cfg);
   const params::Entry& e = prefill ? lp.pf : lp.dec;
-  if (e.get_or("CPU_KERNEL", 0) == 0) return k;
+  ops::Variant v;
+  v.name = "cpu", v.file = gdn ? "linear_gdn_cpu.cl" : "linear_gla_cpu.cl", v.wg = 1;
+  if (e.get_or("CPU_KERNEL", 0) == 0) {
+    v.why_not = "CPU_KERNEL = 0";
+    return v;
+  }
   const int DK = cfg.head_dim_k, DV = cfg.head_dim_v;
   // (head dims 64, 128, 256: every width divides them)
-  const int vw = ops::cpu_vector_width(int(e.get_or("VW", 0)), ops::preferred_float_width(c), 0, op);
-  const int64_t cores = std::max<int64_t>(1, c.profile.compute_units);
+  const int vw = ops::cpu_vector_width(int(e.get_or("VW", 0)), preferred_width, 0, op);
+  const int64_t cores = std::max<int64_t>(1, prof.compute_units);
   auto groups = [&](int dvt) { return batch * cfg.num_v_heads * (DV / dvt); };
   std::map<std::string, std::string> d = {{"DK", num(DK)}, {"DV", num(DV)}, {"IO_DT", num(dt_code(cfg.dtype))},
                                           {"ST_DT", num(dt_code(pool.dtype))}, {"VW", num(vw)},
-                                          {"PREFETCH_BUILTIN", ops::prefetch_builtin(c.profile)}};
-  ops::Variant v;
-  v.name = "cpu", v.file = gdn ? "linear_gdn_cpu.cl" : "linear_gla_cpu.cl", v.wg = 1;
+                                          {"PREFETCH_BUILTIN", ops::prefetch_builtin(prof)}};
   int dvt = 0, cc = 0, mr = 0, mv = 0;
   if (!prefill) {
     dvt = std::clamp(pow2_floor(std::max(1, e.get_or("DEC_CPU_DVT", 256))), vw, DV);
@@ -321,7 +355,7 @@ CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const Line
     mr = mr <= 0 ? (vw >= 16 ? 8 : 4) : std::min(pow2_floor(mr), 8);
     dvt = std::clamp(pow2_floor(std::max(1, e.get_or("PF_CPU_DVT", 128))), vw * mv, DV);
     while (dvt > vw * mv && groups(dvt) < cores) dvt /= 2;
-    const uint64_t local = c.profile.local_mem_bytes ? c.profile.local_mem_bytes : 32768;
+    const uint64_t local = prof.local_mem_bytes ? prof.local_mem_bytes : 32768;
     while (cpu_prefill_local_bytes(DK, cc, dvt, gdn) > local && dvt > vw * mv) dvt /= 2;
     while (cpu_prefill_local_bytes(DK, cc, dvt, gdn) > local && cc > std::max(vw, 8)) cc /= 2;
     d["PF_C"] = num(cc), d["PF_DVT"] = num(dvt), d["PF_MR"] = num(mr), d["PF_MV"] = num(mv), d["LIN_CPU_OP"] = "2";
@@ -329,6 +363,18 @@ CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const Line
     v.local_bytes = cpu_prefill_local_bytes(DK, cc, dvt, gdn);
   }
   v.options = rt::make_options(d);
+  *dvt_out = dvt;
+  if (prefill) rt::log().debug("{}: cpu variant, VW={} C={} DVT={} MR={} MV={} ({})", op, vw, cc, dvt, mr, mv, e.source);
+  else rt::log().debug("{}: cpu variant, VW={} DVT={} ({})", op, vw, dvt, e.source);
+  return v;
+}
+
+CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const LinearStatePool& pool, bool gdn,
+                     bool prefill, int64_t batch, const char* op) {
+  CpuKernel k;
+  int dvt = 0;
+  const ops::Variant v = cpu_variant(c.profile, ops::preferred_float_width(c), cfg, pool, gdn, prefill, batch, op, &dvt);
+  if (!v.why_not.empty()) return k;
   try {
     ops::BuiltVariant b = ops::select_and_build(c, op, {v});  // the portable kernels are the fallback
     k.prog = b.program, k.kernel = b.kernel;
@@ -338,8 +384,6 @@ CpuKernel cpu_kernel(detail::ContextImpl& c, const LinearConfig& cfg, const Line
     return k;
   }
   k.dvt = dvt;
-  if (prefill) rt::log().debug("{}: cpu variant, VW={} C={} DVT={} MR={} MV={} ({})", op, vw, cc, dvt, mr, mv, e.source);
-  else rt::log().debug("{}: cpu variant, VW={} DVT={} ({})", op, vw, dvt, e.source);
   return k;
 }
 
@@ -482,5 +526,34 @@ void linear_copy_slot(const Context& ctx, const LinearConfig& cfg, const LinearS
                                    nullptr, nullptr),
                "clEnqueueCopyBuffer", std::string(op) + " " + num(src) + " -> " + num(dst));
 }
+
+namespace ops {
+
+// GDN and GLA, decode and prefill, every q/k/v dtype (f32 state), head dims 64 / 128 / 256, a
+// batch of 64 requests with 16 v-heads.
+void catalog_linear(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
+  for (bool gdn : {true, false})
+    for (bool prefill : {false, true})
+      for (DType dt : {DType::BF16, DType::F16, DType::F32})
+        for (int d : {64, 128, 256}) {
+          const char* op = gdn ? (prefill ? "gdn_prefill" : "gdn_decode") : (prefill ? "gla_prefill" : "gla_decode");
+          catalog_add(out, op, std::string(dtype_name(dt)) + " d" + std::to_string(d), [&] {
+            LinearConfig cfg;
+            cfg.num_qk_heads = 16, cfg.num_v_heads = 16, cfg.head_dim_k = d, cfg.head_dim_v = d, cfg.dtype = dt;
+            LinearStatePool pool;
+            pool.num_slots = 64;
+            std::vector<Variant> vs;
+            int mc = 0, dvt = 0;
+            if (prefill) vs.push_back(mma_prefill_variant(t.profile, cfg, pool, gdn, &mc, &dvt));
+            vs.push_back(cpu_variant(t.profile, t.preferred_float_width, cfg, pool, gdn, prefill, 64, op, &dvt));
+            auto v = portable_tile(t.profile, cfg, pool, gdn);
+            vs.push_back(portable_variant(v, gdn));
+            if (prefill) vs.back().kernel = gdn ? "gdn_prefill" : "gla_prefill", vs.back().wg = size_t(v.pf_wg);
+            return vs;
+          });
+        }
+}
+
+}  // namespace ops
 
 }  // namespace clattn

@@ -11,13 +11,21 @@
 namespace clattn {
 namespace ops {
 
-MergeProgram merge_program(detail::ContextImpl& c) {
-  params::Entry e = params::lookup(c.profile, "merge");
+Variant merge_variant(const DeviceProfile& p) {
+  params::Entry e = params::lookup(p, "merge");
   size_t wg = size_t(e.get("MERGE_WG"));
-  wg = std::max<size_t>(1, std::min(wg, c.profile.max_work_group_size));
+  wg = std::max<size_t>(1, std::min(wg, p.max_work_group_size));
+  Variant v;
+  v.name = "generic", v.file = "merge_state.cl", v.kernel = "merge_partials", v.wg = wg;
+  v.options = rt::make_options({{"MERGE_WG", std::to_string(wg)}});
+  return v;
+}
+
+MergeProgram merge_program(detail::ContextImpl& c) {
+  const Variant v = merge_variant(c.profile);
   MergeProgram m;
-  m.wg = wg;
-  m.program = c.programs.get("merge_state.cl", rt::make_options({{"MERGE_WG", std::to_string(wg)}}));
+  m.wg = v.wg;
+  m.program = c.programs.get(v.file, v.options);
   return m;
 }
 

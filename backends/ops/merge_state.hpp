@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 
+#include "backends/ops/variant.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/program_cache.hpp"
 
@@ -13,6 +14,8 @@ struct MergeProgram {
   std::shared_ptr<rt::Program> program;
   size_t wg = 64;
 };
+// merge_state.cl as this device's parameters build it (MERGE_WG work-items per group).
+Variant merge_variant(const DeviceProfile& p);
 // Builds (or fetches) the merge program for this context.
 MergeProgram merge_program(detail::ContextImpl& c);
 // Groups per (merge entry, head) row for merge_partials (its col_blocks argument): enough

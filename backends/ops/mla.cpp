@@ -10,6 +10,7 @@
 
 #include "backends/ops/merge_state.hpp"
 #include "backends/metadata/requests.hpp"
+#include "backends/ops/catalog.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
@@ -376,6 +377,56 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
 }
 
 
+// The kernel's candidates: the tensor-core variant first when chosen, then the CPU variant,
+// then the register-blocked portable kernel, then the generic one (all take the same arguments
+// and work entries: mla_run does not care which).
+std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, const MlaCache& cache, bool extend) {
+  const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
+  std::vector<ops::Variant> cands(4);
+  ops::Variant& mv = cands[0];
+  mv.name = "nv_mma_sync", mv.file = "mla_mma_nv.cl", mv.kernel = "mla_mma";
+  mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
+  mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
+  mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
+                                 {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"}});
+  ops::Variant& cv = cands[1];
+  cv.name = "cpu", cv.file = "mla_cpu.cl", cv.kernel = "mla_cpu";
+  cv.why_not = !tile.cpu ? "CPU_KERNEL = 0" : params::why_unavailable(prof, cv.name);
+  cv.wg = 1, cv.local_bytes = tile.local_bufs ? cpu_local_bytes(tile.cqb, tile.bk) : 0;
+  {
+    std::map<std::string, std::string> d = {
+        {"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.cqb)}, {"VW", to_string(tile.vw)},
+        {"BK", to_string(tile.bk)},             {"SK", to_string(tile.sk)},  {"SD", to_string(tile.sd)},
+        {"OH", to_string(tile.oh)},             {"OD", to_string(tile.od)},  {"TOUCH_AHEAD", to_string(tile.touch_ahead)},
+        {"LOCAL_BUFS", tile.local_bufs ? "1" : "0"},   {"PREFETCH_BUILTIN", ops::prefetch_builtin(prof)}};
+    if (cache.dtype == DType::FP8_E4M3 || cache.dtype == DType::FP8_E5M2) d["FP8_FAST"] = tile.fp8_fast ? "1" : "0";
+    cv.options = rt::make_options(d);
+  }
+  ops::Variant& tv = cands[2];
+  tv.name = "tiled", tv.file = "mla_tiled.cl", tv.kernel = "mla_tiled";
+  tv.why_not = tile.tiled ? "" : tile.why_not_tiled.empty() ? "TILED = 0" : tile.why_not_tiled;
+  tv.wg = tile.tiled_wg(), tv.local_bytes = tiled_local_bytes(tile.tqb, tile.kt, tile.ds);
+  tv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.tqb)},
+                                 {"KT", to_string(tile.kt)}, {"MS", to_string(tile.ms)}, {"DS", to_string(tile.ds)},
+                                 {"DSW", to_string(tile.dsw)}, {"MO", to_string(tile.mo)},
+                                 {"LOAD_BYTES", to_string(tile.load_bytes)}, {"UNROLL_HINTS", tile.unroll ? "1" : "0"}});
+  ops::Variant& gv = cands[3];
+  gv.name = "generic", gv.file = "mla.cl", gv.kernel = "mla_attn";
+  gv.wg = size_t(tile.qb) * tile.lanes, gv.local_bytes = local_bytes(tile, cache.dtype);
+  gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.qb)},
+                                 {"LANES", to_string(tile.lanes)}, {"LOAD_BYTES", to_string(tile.load_bytes)}});
+  return cands;
+}
+
+// mla_append.cl: no build parameters; 16 work-items per token on CPUs, 64 elsewhere.
+ops::Variant append_variant(const DeviceProfile& prof) {
+  ops::Variant v;
+  v.name = "generic", v.file = "mla_append.cl", v.kernel = "append_latent";
+  v.options = rt::make_options({});
+  v.wg = prof.is_cpu ? 16 : 64;
+  return v;
+}
+
 MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool extend, const MlaCache& cache,
                   const MlaOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
@@ -395,45 +446,9 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.page_table = page_table;
   plan.page_ids_needed = r.page_ids_needed;
 
-  // Kernel: the tensor-core variant first when chosen, then the CPU variant, then the
-  // register-blocked portable kernel, then the generic one (all take the same arguments and
-  // work entries: mla_run does not care which).
   const std::string op = extend ? "mla_extend" : "mla_decode";
   const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
-  std::vector<ops::Variant> cands(4);
-  ops::Variant& mv = cands[0];
-  mv.name = "nv_mma_sync", mv.file = "mla_mma_nv.cl", mv.kernel = "mla_mma";
-  mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
-  mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
-  mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
-                                 {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"}});
-  ops::Variant& cv = cands[1];
-  cv.name = "cpu", cv.file = "mla_cpu.cl", cv.kernel = "mla_cpu";
-  cv.why_not = !tile.cpu ? "CPU_KERNEL = 0" : params::why_unavailable(c.profile, cv.name);
-  cv.wg = 1, cv.local_bytes = tile.local_bufs ? cpu_local_bytes(tile.cqb, tile.bk) : 0;
-  {
-    std::map<std::string, std::string> d = {
-        {"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.cqb)}, {"VW", to_string(tile.vw)},
-        {"BK", to_string(tile.bk)},             {"SK", to_string(tile.sk)},  {"SD", to_string(tile.sd)},
-        {"OH", to_string(tile.oh)},             {"OD", to_string(tile.od)},  {"TOUCH_AHEAD", to_string(tile.touch_ahead)},
-        {"LOCAL_BUFS", tile.local_bufs ? "1" : "0"},   {"PREFETCH_BUILTIN", ops::prefetch_builtin(c.profile)}};
-    if (cache.dtype == DType::FP8_E4M3 || cache.dtype == DType::FP8_E5M2) d["FP8_FAST"] = tile.fp8_fast ? "1" : "0";
-    cv.options = rt::make_options(d);
-  }
-  ops::Variant& tv = cands[2];
-  tv.name = "tiled", tv.file = "mla_tiled.cl", tv.kernel = "mla_tiled";
-  tv.why_not = tile.tiled ? "" : tile.why_not_tiled.empty() ? "TILED = 0" : tile.why_not_tiled;
-  tv.wg = tile.tiled_wg(), tv.local_bytes = tiled_local_bytes(tile.tqb, tile.kt, tile.ds);
-  tv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.tqb)},
-                                 {"KT", to_string(tile.kt)}, {"MS", to_string(tile.ms)}, {"DS", to_string(tile.ds)},
-                                 {"DSW", to_string(tile.dsw)}, {"MO", to_string(tile.mo)},
-                                 {"LOAD_BYTES", to_string(tile.load_bytes)}, {"UNROLL_HINTS", tile.unroll ? "1" : "0"}});
-  ops::Variant& gv = cands[3];
-  gv.name = "generic", gv.file = "mla.cl", gv.kernel = "mla_attn";
-  gv.wg = size_t(tile.qb) * tile.lanes, gv.local_bytes = local_bytes(tile, cache.dtype);
-  gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.qb)},
-                                 {"LANES", to_string(tile.lanes)}, {"LOAD_BYTES", to_string(tile.load_bytes)}});
-  ops::BuiltVariant built = ops::select_and_build(c, op, cands);
+  ops::BuiltVariant built = ops::select_and_build(c, op, variants(c.profile, tile, cache, extend));
   st->prog = built.program;
   st->attn_k = built.kernel;
   st->wg = built.variant.wg;
@@ -688,8 +703,9 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
     ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
-  auto prog = c.programs.get("mla_append.cl", rt::make_options({}));
-  const size_t wg = c.profile.is_cpu ? 16 : 64;
+  const ops::Variant av = append_variant(c.profile);
+  auto prog = c.programs.get(av.file, av.options);
+  const size_t wg = av.wg;
   const size_t gws[1] = {size_t(rt::checked::mul(a.num_tokens, int64_t(wg), "append_latent work-items"))},
                lws[1] = {wg};
   cl_mem kc = a.cache.single_buffer ? a.ckv_cache : a.kpe_cache;
@@ -701,5 +717,28 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
               cl_long(a.cache.page_size), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size), cl_float(a.scale),
               rt::impl(ctx).faults);
 }
+
+namespace ops {
+
+// Decode at 16 and 128 heads, extend; every latent dtype; the latent appender.
+void catalog_mla(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
+  for (bool extend : {false, true})
+    for (DType dt : {DType::BF16, DType::F16, DType::FP8_E4M3, DType::F32})
+      for (int heads : {16, 128}) {
+        if (extend && heads != 16) continue;
+        const std::string shape = std::string(dtype_name(dt)) + " H" + std::to_string(heads);
+        catalog_add(out, extend ? "mla_extend" : "mla_decode", shape, [&] {
+          MlaCache cache;
+          cache.num_pages = 1024, cache.page_size = 64, cache.dtype = dt;
+          MlaOptions opt;
+          opt.num_heads = heads, opt.sm_scale = 0.1f;
+          const Tile tile = choose_tile(t.profile, cache, opt, extend, t.preferred_float_width, t.fp32_denorms);
+          return variants(t.profile, tile, cache, extend);
+        });
+      }
+  catalog_add(out, "mla_append", "*", [&] { return std::vector<Variant>{append_variant(t.profile)}; });
+}
+
+}  // namespace ops
 
 }  // namespace clattn
