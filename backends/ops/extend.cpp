@@ -97,9 +97,9 @@ void check_options(const KVDesc& kv, const ExtendOptions& opt) {
   ops::check_attention_options({opt.num_qo_heads, kv.num_kv_heads, kv.head_dim, opt.q_dtype, opt.o_dtype,
                                 opt.sm_scale, opt.logits_soft_cap, opt.window_left});
   if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "cpu" && opt.variant != "nv_mma_sync" &&
-      opt.variant != "nv_wgmma")
+      opt.variant != "nv_wgmma" && opt.variant != "amd_wmma" && opt.variant != "amd_mfma")
     rt::invalid("variant = '" + opt.variant +
-                "' unknown (\"\", \"generic\", \"cpu\", \"nv_mma_sync\", \"nv_wgmma\")");
+                "' unknown (\"\", \"generic\", \"cpu\", \"nv_mma_sync\", \"nv_wgmma\", \"amd_wmma\", \"amd_mfma\")");
 }
 
 // The shared request view (backends/metadata/requests.hpp) as the work list reads it.
@@ -156,7 +156,7 @@ Requests requests_from_table(const PageTable& t, const PagedKV& cache, const Ext
 // The tile of one build: which kernel (variant and source file), its work-group, rows and
 // keys per step.
 struct Tile {
-  std::string variant, file;
+  std::string variant, file, kernel;
   int wg = 0, rows = 0, keys = 0;
   bool tma = false;  // nv_wgmma fed by TMA (runs tma_maps_nv.cl first)
   std::string options;
@@ -251,6 +251,79 @@ CpuTile cpu_tile(const params::Entry& e, const std::map<std::string, int>& over,
   return t;
 }
 
+// The AMD matrix-instruction kernels (cl_kernels/extend_amd_mm.clh): WAVES waves of `wave`
+// lanes in row blocks of WSPLIT waves, 16 packed rows per block. Local memory: Q rows and P
+// per block ([16][D + 8], [16][KEYS + 8] 16-bit), K rows [KEYS][D + 8] and V^T [D][KEYS + 8]
+// (16-bit), S per block [16][KEYS + 4] and the row partials (floats), KEYS row offsets (long)
+// and flags (int), plus the emulation's operand exchange (per work-item: 32 16-bit values
+// for WMMA, 8 for MFMA) where it is emulated.
+struct AmdMmTile {
+  int waves, wsplit, keys, wave;
+  int rb() const { return waves / wsplit; }
+  int wg() const { return waves * wave; }
+};
+size_t amd_mm_local_bytes(const AmdMmTile& t, int d, int emul_per_item) {
+  const size_t rb = size_t(t.rb()), ng = size_t(t.wave) * t.wsplit / 16, k = size_t(t.keys);
+  return rb * 16 * (d + 8) * 2 + k * (d + 8) * 2 + size_t(d) * (k + 8) * 2 + rb * 16 * (k + 8) * 2 +
+         rb * 16 * (k + 4) * 4 + rb * ng * 16 * 4 + rb * 16 * 4 + k * 8 + k * 4 + size_t(t.wg()) * emul_per_item * 2;
+}
+
+// amd_wmma / amd_mfma where the parameters (WMMA / MFMA) or the caller ask for it; "" in *why
+// when one was added to `out`, else why not.
+void amd_mm_candidate(const DeviceProfile& prof, const KVDesc& kv, const ExtendOptions& opt, const params::Entry& e,
+                      bool mfma, size_t lmax, std::vector<Tile>& out, std::string* why) {
+  const std::string variant = mfma ? "amd_mfma" : "amd_wmma", pre = mfma ? "MFMA" : "WMMA";
+  const auto& over = opt.params;
+  if (!(opt.variant.empty() ? ops::param_or(e, over, pre.c_str(), 0) != 0 : opt.variant == variant)) return;
+  if (!params::variant_available(prof, variant, why)) return;
+  if (kv.dtype != DType::F16 && kv.dtype != DType::BF16) {
+    *why = "KV dtype " + std::string(dtype_name(kv.dtype)) + " (the matrix instructions take f16/bf16 KV)";
+    return;
+  }
+  if (kv.head_dim % 16 != 0) {
+    *why = "head_dim " + to_string(kv.head_dim) + " is not a multiple of 16";
+    return;
+  }
+  AmdMmTile t{ops::param_or(e, over, (pre + "_WAVES").c_str(), 4), ops::param_or(e, over, (pre + "_WSPLIT").c_str(), 1),
+              ops::param_or(e, over, (pre + "_KEYS").c_str(), 32), mfma ? 64 : 32};
+  if (t.waves < 1 || t.waves > 16 || t.wsplit < 1 || t.waves % t.wsplit != 0)
+    rt::invalid("extend parameters " + pre + "_WAVES = " + to_string(t.waves) + ", " + pre + "_WSPLIT = " +
+                to_string(t.wsplit) + ": WAVES must be 1..16 and a multiple of WSPLIT");
+  if (t.keys < 16 || t.keys > 128 || t.keys % 16 != 0)
+    rt::invalid("extend parameter " + pre + "_KEYS = " + to_string(t.keys) + " must be a multiple of 16 in 16..128");
+  // WSPLIT divides the head dim's 16-wide tiles (64, 80, 96: lowered); the row blocks stay.
+  const int blocks = t.waves / t.wsplit;
+  while ((kv.head_dim / 16) % t.wsplit != 0) --t.wsplit;
+  t.waves = blocks * t.wsplit;
+  // A row's lanes in the softmax (wave x WSPLIT / 16) divide KEYS.
+  while (t.keys % (t.wave * t.wsplit / 16) != 0) t.keys += 16;
+  std::map<std::string, std::string> d;
+  ops::add_emulation(prof, variant, d);
+  const int emul = d.empty() ? 0 : mfma ? 8 : 32;
+  while (amd_mm_local_bytes(t, kv.head_dim, emul) > lmax && t.keys > 16 && (t.keys / 2) % (t.wave * t.wsplit / 16) == 0)
+    t.keys /= 2;
+  if (amd_mm_local_bytes(t, kv.head_dim, emul) > lmax) {
+    *why = "its tiles need " + to_string(amd_mm_local_bytes(t, kv.head_dim, emul)) +
+           " bytes of local memory, device has " + to_string(lmax);
+    return;
+  }
+  if (prof.max_work_group_size && size_t(t.wg()) > prof.max_work_group_size) {
+    *why = to_string(t.wg()) + " work-items per group exceed the device's " + to_string(prof.max_work_group_size);
+    return;
+  }
+  d["HEAD_DIM"] = to_string(kv.head_dim), d["KV_DT"] = to_string(int(kv.dtype));
+  d["WAVES"] = to_string(t.waves), d["WSPLIT"] = to_string(t.wsplit), d["KEYS"] = to_string(t.keys);
+  d["UNROLL_HINTS"] = prof.is_cpu ? "0" : "1";
+  Tile tile;
+  tile.variant = variant, tile.file = mfma ? "extend_mfma_amd.cl" : "extend_wmma_amd.cl";
+  tile.kernel = mfma ? "extend_mfma_amd" : "extend_wmma_amd";
+  tile.wg = t.wg(), tile.rows = 16 * t.rb(), tile.keys = t.keys;
+  tile.options = rt::make_options(d);
+  tile.local_bytes = amd_mm_local_bytes(t, kv.head_dim, emul);
+  out.push_back(tile);
+  why->clear();
+}
+
 // Candidates in order of preference: the tensor-core kernel when the parameters (or the
 // caller) ask for it and the device and shapes allow it, then the portable kernel.
 std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const ExtendOptions& opt,
@@ -260,6 +333,15 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   const auto& over = opt.params;
   const size_t lmax = prof.local_mem_bytes ? size_t(prof.local_mem_bytes) : size_t(32768);
   std::vector<Tile> out;
+
+  // AMD matrix instructions (WMMA on RDNA3, MFMA on CDNA) where asked for; otherwise, or where
+  // they do not apply (logged), the kernels below.
+  for (bool mfma : {false, true}) {
+    std::string why = "not asked for";
+    amd_mm_candidate(prof, kv, opt, e, mfma, lmax, out, &why);
+    if (!why.empty() && why != "not asked for")
+      rt::log().info("extend: {} not used ({}); using the next kernel", mfma ? "amd_mfma" : "amd_wmma", why);
+  }
 
   bool want_mma = opt.variant.empty() ? param(e, over, "MMA") != 0
                                        : opt.variant == "nv_mma_sync" || opt.variant == "nv_wgmma";
@@ -429,7 +511,10 @@ std::vector<ops::Variant> variants_of(const std::vector<Tile>& cands) {
   for (const Tile& t : cands) {
     ops::Variant v;
     v.name = t.variant, v.file = t.file, v.options = t.options, v.wg = size_t(t.wg), v.local_bytes = t.local_bytes;
-    v.kernel = t.variant == "generic" ? "extend_generic" : t.variant == "cpu" ? "extend_cpu" : "extend_mma";
+    v.kernel = !t.kernel.empty()        ? t.kernel
+               : t.variant == "generic" ? "extend_generic"
+               : t.variant == "cpu"     ? "extend_cpu"
+                                        : "extend_mma";
     // (A register-capped nv_wgmma build: the driver's limit is for the uncapped count.)
     v.check_wg = t.options.find(rt::kPtxMaxnregDefine) == std::string::npos;
     vs.push_back(std::move(v));

@@ -75,9 +75,33 @@ const std::vector<Row>& rows_extend() {
       // GCN / CDNA (wave64): 4 waves of 64 as a 16 x 16 grid, 4 rows x 4 keys per work-item,
       // 64 x 64 tiles: 41 KB of the 64 KB LDS a work-group may use at D=128; 32 accumulators
       // leave VGPRs for 2 groups per SIMD.
-      {"extend", Level::Vendor, "amd", "*", {{"WG", 256}, {"ROWS", 64}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}},
+      // The matrix-instruction kernels' tiles (asked for by the architecture rows below; forced
+      // by ExtendOptions::variant elsewhere). WMMA: 8 wave32 on one 16-row block, each wave one
+      // 16-column tile of O at D=128 (8 VGPRs of accumulators), 32-key tiles: 0 spills at
+      // D=64/128 f16/bf16 under clang-15 for gfx1100, which allots at most 128 VGPRs a lane;
+      // 28 KB of LDS. MFMA: 4 wave64, one 16-row block each (O is 32 VGPRs at D=128), 32-key
+      // tiles.
+      {"extend", Level::Vendor, "amd", "*",
+       {{"WG", 256}, {"ROWS", 64}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}, {"WMMA_WAVES", 8}, {"WMMA_WSPLIT", 8},
+        {"WMMA_KEYS", 32}, {"MFMA_WAVES", 4}, {"MFMA_WSPLIT", 1}, {"MFMA_KEYS", 32}},
        "vendor guide: AMD CDNA3 ISA and the AMD GPU performance guide (LDS 64 KB per work-group, 512 VGPRs); "
-       "not tuned on hardware"},
+       "WMMA_* / MFMA_*: AMD RDNA3 ISA (wave32 WMMA operand layout) and CDNA3 ISA / AMD matrix instruction "
+       "calculator (16x16x16 MFMA layout), registers and spills from offline clang-15 builds; not tuned on "
+       "hardware"},
+      // WMMA (v_wmma_f32_16x16x16_{f16,bf16}) on RDNA3: the amd_wmma kernel.
+      {"extend", Level::Arch, "gfx1100", "*", {{"WMMA", 1}},
+       "vendor guide: AMD RDNA3 ISA reference guide (WMMA); not run on hardware"},
+      {"extend", Level::Arch, "gfx1101", "*", {{"WMMA", 1}},
+       "vendor guide: AMD RDNA3 ISA reference guide (WMMA); not run on hardware"},
+      {"extend", Level::Arch, "gfx1102", "*", {{"WMMA", 1}},
+       "vendor guide: AMD RDNA3 ISA reference guide (WMMA); not run on hardware"},
+      // MFMA 16x16x16 f16/bf16 (bf16_1k form from gfx90a) on CDNA2/3: the amd_mfma kernel.
+      {"extend", Level::Arch, "gfx90a", "*", {{"MFMA", 1}},
+       "vendor guide: AMD CDNA2 ISA (MFMA), AMD matrix instruction calculator; not run on hardware"},
+      {"extend", Level::Arch, "gfx940", "*", {{"MFMA", 1}},
+       "vendor guide: AMD CDNA3 ISA (MFMA), AMD matrix instruction calculator; not run on hardware"},
+      {"extend", Level::Arch, "gfx942", "*", {{"MFMA", 1}},
+       "vendor guide: AMD CDNA3 ISA (MFMA), AMD matrix instruction calculator; not run on hardware"},
       // RDNA (wave32 native, 2 SIMD32 per CU): 4 wave32 per group as 8 x 16, 4 rows x 4 keys.
       {"extend", Level::Arch, "rdna", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}},
        "vendor guide: AMD RDNA3 ISA reference guide, wave32 native, 64 KB LDS per work-group; not tuned on hardware"},

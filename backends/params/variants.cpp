@@ -92,6 +92,8 @@ std::vector<OpChoice> op_choices(const DeviceProfile& p) {
   static const std::vector<Candidate> table = {
       {"decode", "bf16", {"PTX_SHFL"}, "nv_ptx_shfl"},
       {"decode", "bf16", {"CPU_KERNEL"}, "cpu"},
+      {"extend", "d128", {"WMMA"}, "amd_wmma"},
+      {"extend", "d128", {"MFMA"}, "amd_mfma"},
       {"extend", "d128", {"MMA", "MMA_WGMMA"}, "nv_wgmma"},
       {"extend", "d128", {"MMA"}, "nv_mma_sync"},
       {"extend", "d128", {"CPU_KERNEL"}, "cpu"},

@@ -47,7 +47,8 @@ struct ExtendOptions {
   bool validate = true;           // run the O(pages) metadata validation (off for the hot path)
   // "" = the device profile's choice; "generic" forces the portable kernel; "nv_mma_sync"
   // asks for the tensor-core kernel (falls back to generic, logged, when unavailable);
-  // "nv_wgmma" for its Hopper warpgroup-MMA form (falls back to nv_mma_sync, then generic).
+  // "nv_wgmma" for its Hopper warpgroup-MMA form (falls back to nv_mma_sync, then generic);
+  // "amd_wmma" / "amd_mfma" for the AMD matrix-instruction kernels (fall back, logged).
   std::string variant;
   std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
   PlanBuffer plan_buffer;             // optional caller-owned table memory (context.hpp PlanBuffer)
