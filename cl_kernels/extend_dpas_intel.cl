@@ -16,9 +16,9 @@
 //              one 32-byte global read. With SG 8 the two blocks of a 16-key group hold keys
 //              2n and 2n + 1 in work-item n, so that S's accumulator layout is P's A layout.
 //   softmax    masks applied to S in registers, S -> local memory; then TPR = WG / ROWS
-//              work-items per row: the tile's row max (partials through local memory),
-//              P = exp2(S - max) rounded to the MMA type -> local memory; the row sum adds
-//              the rounded P, so O and its normaliser see the same weights.
+//              work-items per row: the soft cap, the tile's row max (partials through local
+//              memory), P = exp2(S - max) rounded to the MMA type -> local memory; the row
+//              sum adds the rounded P, so O and its normaliser see the same weights.
 //   O += P V   sub-group (rg, cg) owns its rows x head-dim columns [cg DS, cg DS + DS)
 //              (DS = D / CG), 8 x SG blocks in registers, rescaled by the tile's factor.
 //              A = P from local memory; B = V: work-item n holds head-dim column n of 16
@@ -136,6 +136,24 @@ inline dpas_a load_a(__local const ushort* mat, int r0, int st, int c0, int lane
 #endif
 }
 
+// O x 1 / sum -> o, one element per row of each 8 x SG block.
+#define STORE_F32(i, x) ((__global float*)o)[i] = (x)
+#define STORE_F16(i, x) vstore_half_rte((x), (i), (__global half*)o)
+#define STORE_BF16(i, x) ((__global ushort*)o)[i] = float_to_bf16_bits(x)
+#define STORE_O(STORE)                                                                          \
+  UNROLL_LOOP for (int rb = 0; rb < RB; ++rb) {                                                 \
+    float ov[NOB][8];                                                                           \
+    UNROLL_LOOP for (int j = 0; j < NOB; ++j) vstore8(acc[rb][j], 0, ov[j]);                    \
+    UNROLL_LOOP for (int m = 0; m < 8; ++m) {                                                   \
+      const int rr = rg * SROWS + rb * 8 + m, pr = row0 + rr;                                   \
+      if (pr >= nrows) continue;                                                                \
+      const int tok = qpos_row[rr] - (kv_len - qo_len); /* pr / G */                              \
+      const size_t oi = ((size_t)(qo_start + tok) * Hq + kvh * G + pr - tok * G) * HEAD_DIM + cg * DS + lane; \
+      const float inv = rowf[rr];                                                               \
+      UNROLL_LOOP for (int j = 0; j < NOB; ++j) STORE(oi + j * SG, ov[j][m] * inv);             \
+    }                                                                                           \
+  }
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SG_ATTR void extend_dpas_intel(EXTEND_KERNEL_ARGS) {
   __local ushort qs[ROWS * HEAD_DIM];  // Q x q_scale as MMA bits
   __local float ss[ROWS * SST];        // the tile's masked scores
@@ -143,6 +161,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SG_ATTR void extend_dpa
   __local float red[ROWS * TPR];       // a row's partials across its TPR work-items
   __local float rowf[ROWS];            // per row: the tile's rescale factor, at the end 1 / sum
   __local long rowoff[KEYS];
+  __local int qpos_row[ROWS];          // query position of each row
 #ifdef EMULATE_INTEL_DPAS
   __local dpas_a dpas_x[WG];
 #endif
@@ -179,6 +198,10 @@ UNROLL_LOOP
   for (int rb = 0; rb < RB; ++rb)
 UNROLL_LOOP
     for (int j = 0; j < NOB; ++j) acc[rb][j] = (float8)(0.0f);
+
+  // Query positions of the rows (the masks' and the output's row index; local memory rather
+  // than 8 x RB registers in each work-item).
+  for (int rr = lid; rr < ROWS; rr += WG) qpos_row[rr] = kv_len - qo_len + (row0 + rr) / G;
 
   const int last_tok = (min(row0 + ROWS, nrows) - 1) / G;
   const int kv_end = causal ? min(kv_len, kv_len - qo_len + last_tok + 1) : kv_len;
@@ -222,10 +245,8 @@ UNROLL_LOOP
         vstore8(s[rb][j], 0, sv);
 UNROLL_LOOP
         for (int m = 0; m < 8; ++m) {
-          const int rr = rg * SROWS + rb * 8 + m, pr = row0 + rr;
-          const int qpos = kv_len - qo_len + pr / G;
-          float x = sv[m];
-          if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
+          const int rr = rg * SROWS + rb * 8 + m, pr = row0 + rr, qpos = qpos_row[rr];
+          const float x = sv[m];
           bool vis = key_ok && pr < nrows;
           if (causal) vis = vis && key <= qpos;
           if (window_left >= 0) vis = vis && key >= qpos - window_left;
@@ -238,10 +259,19 @@ UNROLL_LOOP
       }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    // Online softmax: the row max over the tile, P -> ps, the rescale factor -> rowf.
+    // Online softmax: the soft cap on visible scores (here, once per score, rather than in
+    // the unrolled S blocks), the row max over the tile, P -> ps, the rescale factor -> rowf.
     {
       float mx = CLATTN_NEG_INF;
-      for (int kt = st; kt < KEYS; kt += TPR) mx = fmax(mx, ss[sr * SST + kt]);
+      if (cap_log2 > 0.0f) {
+        for (int kt = st; kt < KEYS; kt += TPR) {
+          float x = ss[sr * SST + kt];
+          if (x != CLATTN_NEG_INF) x = cap_log2 * tanh(x * inv_cap), ss[sr * SST + kt] = x;
+          mx = fmax(mx, x);
+        }
+      } else {
+        for (int kt = st; kt < KEYS; kt += TPR) mx = fmax(mx, ss[sr * SST + kt]);
+      }
       red[sr * TPR + st] = mx;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -273,17 +303,15 @@ UNROLL_LOOP
       dpas_a a[RB];
 UNROLL_LOOP
       for (int rb = 0; rb < RB; ++rb) a[rb] = load_a(ps, rg * SROWS + rb * 8, KEYS, kk, lane);
-      long ro[16];
-UNROLL_LOOP
-      for (int i = 0; i < 16; ++i) ro[i] = rowoff[kk + i];
 UNROLL_LOOP
       for (int j = 0; j < NOB; ++j) {
         const int d = cg * DS + j * SG + lane;
         uint bw[8];
 UNROLL_LOOP
         for (int i = 0; i < 8; ++i) {
-          const uint lo = ro[2 * i] >= 0 ? vp[ro[2 * i] + d] : 0u;
-          const uint hi = ro[2 * i + 1] >= 0 ? vp[ro[2 * i + 1] + d] : 0u;
+          const long r0 = rowoff[kk + 2 * i], r1 = rowoff[kk + 2 * i + 1];
+          const uint lo = r0 >= 0 ? vp[r0 + d] : 0u;
+          const uint hi = r1 >= 0 ? vp[r1 + d] : 0u;
           bw[i] = lo | (hi << 16);
         }
         const int8 b = as_int8(vload8(0, bw));
@@ -307,18 +335,12 @@ UNROLL_LOOP
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
-UNROLL_LOOP
-  for (int rb = 0; rb < RB; ++rb)
-UNROLL_LOOP
-    for (int j = 0; j < NOB; ++j) {
-      float ov[8];
-      vstore8(acc[rb][j], 0, ov);
-UNROLL_LOOP
-      for (int m = 0; m < 8; ++m) {
-        const int rr = rg * SROWS + rb * 8 + m, pr = row0 + rr;
-        if (pr >= nrows) continue;
-        const size_t orow = (size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G;
-        store_elem(o, orow * HEAD_DIM + cg * DS + j * SG + lane, o_dt, ov[m] * rowf[rr]);
-      }
-    }
+  // The dtype switch outside the unrolled loops (o is f32, f16 or bf16).
+  if (o_dt == DT_F32) {
+    STORE_O(STORE_F32)
+  } else if (o_dt == DT_F16) {
+    STORE_O(STORE_F16)
+  } else {
+    STORE_O(STORE_BF16)
+  }
 }

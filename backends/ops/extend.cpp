@@ -229,12 +229,13 @@ struct DpasTile {
   int wg() const { return rg * cg * sg; }
   int rows() const { return rg * 8 * rb; }
 };
-// Q rows and P as 16-bit values, the scores [ROWS][KEYS + 1] and the per-row partials
-// [ROWS][WG / ROWS] and factors (floats), KEYS row offsets (long); emulated, one A operand
+// Q rows and P as 16-bit values, the scores [ROWS][KEYS + 1], the per-row partials
+// [ROWS][WG / ROWS], factors (floats) and query positions (int), KEYS row offsets (long);
+// emulated, one A operand
 // per work-item (int8 at SG 8, short8 at SG 16).
 size_t dpas_local_bytes(const DpasTile& t, int d, bool emulated) {
   const size_t rows = size_t(t.rows()), keys = size_t(t.keys);
-  return rows * d * 2 + rows * (keys + 1) * 4 + rows * keys * 2 + rows * (size_t(t.wg()) / rows + 1) * 4 +
+  return rows * d * 2 + rows * (keys + 1) * 4 + rows * keys * 2 + rows * (size_t(t.wg()) / rows + 2) * 4 +
          keys * 8 + (emulated ? size_t(t.wg()) * (t.sg == 8 ? 32 : 16) : 0);
 }
 
@@ -274,9 +275,10 @@ Tile dpas_candidate(const DeviceProfile& prof, const KVDesc& kv, const params::E
     *why_not = "head_dim " + to_string(d) + " is not a multiple of 16";
     return t;
   }
-  // Head dims that CG x SG columns do not divide (80, 96 at SG 16): fewer column groups (the
+  // Head dims that CG x SG columns do not divide (80 at SG 16 and 8): fewer column groups, and
+  // fewer keys per tile with them so that each sub-group's S block stays KEYS / CG keys (the
   // softmax's work-items per row shrink with them; RB follows).
-  while (dt.cg > 1 && d % (dt.cg * dt.sg) != 0) dt.cg /= 2;
+  while (dt.cg > 1 && d % (dt.cg * dt.sg) != 0) dt.cg /= 2, dt.keys /= 2;
   if ((dt.cg * dt.sg) % (8 * dt.rb) != 0) dt.rb = 1;
   if (d % (dt.cg * dt.sg) != 0) {
     *why_not = "head_dim " + to_string(d) + " is not a multiple of DPAS_SG = " + to_string(dt.sg);

@@ -7,15 +7,19 @@
 //
 // Both sub-group sizes: 16 (the intel vendor row, Xe-HPC / Xe2) and 8 with 4 column groups
 // (the xe-hpg row); f16 and bf16 KV; paged (page sizes 1 and 16) and ragged; causal and not;
-// GQA groups 2..4; head dims 64, 128 and 80 (column groups lowered); cached prefixes longer
-// than a key tile and requests of several row tiles; soft cap, window, sinks, custom masks,
-// LSE. Tolerances: the matrix-unit ones (extend_cases.hpp).
+// GQA groups 2..4; head dims 64, 128, 80 (column groups lowered) and 256 (the d256 rows);
+// cached prefixes longer than a key tile and requests of several row tiles; soft cap, window,
+// sinks, custom masks, LSE. Tolerances: the matrix-unit ones (extend_cases.hpp).
 #include "extend_cases.hpp"
 
 namespace {
 
 // The xe-hpg row's sub-group shape (on any device: the emulation takes either size).
 const std::map<std::string, int> kSg8 = {{"DPAS_SG", 8}, {"DPAS_CG", 4}};
+
+// Head dims 64 and 128 each meet both sub-group sizes and both dtypes, in four programs (PoCL
+// spends seconds compiling each emulated one).
+int head_dim(int sg, DType kv) { return (sg == 16) == (kv == DType::F16) ? 128 : 64; }
 
 void expect_dpas(const Case& c, uint64_t salt) {
   Batch b = build(c, salt);
@@ -36,7 +40,7 @@ TEST(ExtendDpas, SubgroupSizesDtypesAndKvForms) {
         c.qo = {5, 13, 1};
         c.prefix = {70, 0, 17};  // 75 keys: two 64-key tiles; 13 x G rows: two row tiles
         c.Hkv = 2, c.G = 2 + n % 3;
-        c.D = n % 2 ? 64 : 128;
+        c.D = head_dim(sg, kv);
         c.kv = c.qd = c.od = kv;
         c.P = form == 1 ? 1 : 16;
         c.meta = form == 2 ? Meta::Ragged : Meta::Csr;
@@ -54,8 +58,9 @@ TEST(ExtendDpas, CapWindowSinksMasksAndPageTable) {
     Case c;
     c.qo = {9, 20};
     c.prefix = {40, 3};
-    c.Hkv = 1, c.G = 4, c.D = 128, c.P = 16;
+    c.Hkv = 1, c.G = 4, c.P = 16;
     c.kv = DType::BF16, c.qd = DType::F16, c.od = DType::F32;
+    c.D = head_dim(sg, c.kv);
     c.cap = 30.0, c.window = 21, c.sinks = true;
     c.meta = Meta::PageTable;
     if (sg == 8) c.params = kSg8;
@@ -64,11 +69,12 @@ TEST(ExtendDpas, CapWindowSinksMasksAndPageTable) {
     c.cap = 0.0, c.sinks = false, c.causal = false;
     c.mask = Mask::Tree, c.meta = Meta::Csr;
     c.kv = DType::F16, c.od = DType::F16;
+    c.D = head_dim(sg, c.kv);
     expect_dpas(c, 200 + uint64_t(n++));
   }
 }
 
-TEST(ExtendDpas, HeadDimWithFewerColumnGroups) {
+TEST(ExtendDpas, OtherHeadDims) {
   CLATTN_SEED_TRACE();
   Case c;
   c.qo = {6, 3};
@@ -78,6 +84,10 @@ TEST(ExtendDpas, HeadDimWithFewerColumnGroups) {
   expect_dpas(c, 300);  // D = 80: one column group of 16 (80 / 32 is not whole)
   c.params = kSg8;
   expect_dpas(c, 301);  // 2 column groups of 8
+  // D = 256: the d256 rows' 4 column groups (256 work-items).
+  c.params = {};
+  c.D = 256, c.kv = c.qd = c.od = DType::BF16;
+  expect_dpas(c, 302);
 }
 
 TEST(ExtendDpas, VariantOptionForcesAndFallsBack) {
@@ -86,7 +96,7 @@ TEST(ExtendDpas, VariantOptionForcesAndFallsBack) {
   c.qo = {4};
   c.prefix = {9};
   c.kv = c.qd = c.od = DType::F16;
-  c.D = 64;
+  c.D = head_dim(16, c.kv);
   // Forced with the parameter off; the generic kernel when asked for.
   c.variant = "intel_dpas", c.params = {{"DPAS", 0}};
   expect_dpas(c, 400);
