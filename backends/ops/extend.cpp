@@ -97,9 +97,11 @@ void check_options(const KVDesc& kv, const ExtendOptions& opt) {
   ops::check_attention_options({opt.num_qo_heads, kv.num_kv_heads, kv.head_dim, opt.q_dtype, opt.o_dtype,
                                 opt.sm_scale, opt.logits_soft_cap, opt.window_left});
   if (!opt.variant.empty() && opt.variant != "generic" && opt.variant != "cpu" && opt.variant != "nv_mma_sync" &&
-      opt.variant != "nv_wgmma" && opt.variant != "amd_wmma" && opt.variant != "amd_mfma")
+      opt.variant != "nv_wgmma" && opt.variant != "intel_dpas" && opt.variant != "amd_wmma" &&
+      opt.variant != "amd_mfma")
     rt::invalid("variant = '" + opt.variant +
-                "' unknown (\"\", \"generic\", \"cpu\", \"nv_mma_sync\", \"nv_wgmma\", \"amd_wmma\", \"amd_mfma\")");
+                "' unknown (\"\", \"generic\", \"cpu\", \"nv_mma_sync\", \"nv_wgmma\", \"intel_dpas\", "
+                "\"amd_wmma\", \"amd_mfma\")");
 }
 
 // The shared request view (backends/metadata/requests.hpp) as the work list reads it.
@@ -222,6 +224,91 @@ std::string tma_unfit(const KVDesc& kv, const std::vector<int32_t>& tok_off) {
 }
 
 using ops::param;
+
+// The Intel matrix-engine kernel's tile (cl_kernels/extend_dpas_intel.cl): RG x CG sub-groups
+// of SG work-items, 8 x RB rows per sub-group, KEYS keys per tile.
+struct DpasTile {
+  int sg, rb, rg, cg, keys;
+  int wg() const { return rg * cg * sg; }
+  int rows() const { return rg * 8 * rb; }
+};
+// Q rows and P as 16-bit values, the scores [ROWS][KEYS + 1], the per-row partials
+// [ROWS][WG / ROWS], factors (floats) and query positions (int), KEYS row offsets (long);
+// emulated, one A operand
+// per work-item (int8 at SG 8, short8 at SG 16).
+size_t dpas_local_bytes(const DpasTile& t, int d, bool emulated) {
+  const size_t rows = size_t(t.rows()), keys = size_t(t.keys);
+  return rows * d * 2 + rows * (keys + 1) * 4 + rows * keys * 2 + rows * (size_t(t.wg()) / rows + 2) * 4 +
+         keys * 8 + (emulated ? size_t(t.wg()) * (t.sg == 8 ? 32 : 16) : 0);
+}
+
+// The intel_dpas candidate where it applies ("" in *why_not), else why not.
+Tile dpas_candidate(const DeviceProfile& prof, const KVDesc& kv, const params::Entry& e,
+                    const std::map<std::string, int>& over, size_t lmax, std::string* why_not) {
+  Tile t;
+  const int d = kv.head_dim;
+  if (!params::variant_available(prof, "intel_dpas", why_not)) return t;
+  why_not->clear();
+  if (kv.dtype != DType::F16 && kv.dtype != DType::BF16) {
+    *why_not = "KV dtype " + std::string(dtype_name(kv.dtype)) + " (the kernel takes f16 and bf16 KV)";
+    return t;
+  }
+  DpasTile dt{ops::param_or(e, over, "DPAS_SG", 16), ops::param_or(e, over, "DPAS_RB", 1),
+              ops::param_or(e, over, "DPAS_RG", 4), ops::param_or(e, over, "DPAS_CG", 2),
+              ops::param_or(e, over, "DPAS_KEYS", 64)};
+  if (dt.sg != 8 && dt.sg != 16) rt::invalid("extend parameter DPAS_SG = " + to_string(dt.sg) + " must be 8 or 16");
+  if (dt.rb < 1 || dt.rg < 1 || dt.cg < 1 || (dt.cg & (dt.cg - 1)) != 0)
+    rt::invalid("extend parameters DPAS_RB = " + to_string(dt.rb) + ", DPAS_RG = " + to_string(dt.rg) +
+                ", DPAS_CG = " + to_string(dt.cg) + ": each >= 1, DPAS_CG a power of two");
+  if (dt.keys < 16 || dt.keys % (16 * dt.cg) != 0)
+    rt::invalid("extend parameter DPAS_KEYS = " + to_string(dt.keys) + " must be a multiple of 16 x DPAS_CG = " +
+                to_string(16 * dt.cg));
+  if ((dt.cg * dt.sg) % (8 * dt.rb) != 0)
+    rt::invalid("extend parameters DPAS_CG = " + to_string(dt.cg) + ", DPAS_SG = " + to_string(dt.sg) +
+                ", DPAS_RB = " + to_string(dt.rb) + ": DPAS_CG x DPAS_SG must be a multiple of 8 x DPAS_RB");
+  // (The emulation takes either size.)
+  const bool emulated = prof.emulates("cl_intel_subgroup_matrix_multiply_accumulate") &&
+                        !prof.has_extension("cl_intel_subgroup_matrix_multiply_accumulate");
+  if (!emulated && !prof.subgroup_sizes.empty() &&
+      std::find(prof.subgroup_sizes.begin(), prof.subgroup_sizes.end(), unsigned(dt.sg)) == prof.subgroup_sizes.end()) {
+    *why_not = "sub-group size DPAS_SG = " + to_string(dt.sg) + " not among the device's";
+    return t;
+  }
+  if (d % 16 != 0) {
+    *why_not = "head_dim " + to_string(d) + " is not a multiple of 16";
+    return t;
+  }
+  // Head dims that CG x SG columns do not divide (80 at SG 16 and 8): fewer column groups, and
+  // fewer keys per tile with them so that each sub-group's S block stays KEYS / CG keys (the
+  // softmax's work-items per row shrink with them; RB follows).
+  while (dt.cg > 1 && d % (dt.cg * dt.sg) != 0) dt.cg /= 2, dt.keys /= 2;
+  if ((dt.cg * dt.sg) % (8 * dt.rb) != 0) dt.rb = 1;
+  if (d % (dt.cg * dt.sg) != 0) {
+    *why_not = "head_dim " + to_string(d) + " is not a multiple of DPAS_SG = " + to_string(dt.sg);
+    return t;
+  }
+  while (dpas_local_bytes(dt, d, emulated) > lmax && dt.keys > 16 * dt.cg) dt.keys /= 2;
+  if (dpas_local_bytes(dt, d, emulated) > lmax) {
+    *why_not = "the tile needs " + to_string(dpas_local_bytes(dt, d, emulated)) +
+               " bytes of local memory, device has " + to_string(lmax);
+    return t;
+  }
+  if (prof.max_work_group_size && size_t(dt.wg()) > prof.max_work_group_size) {
+    *why_not = to_string(dt.wg()) + " work-items per group (DPAS_RG x DPAS_CG x DPAS_SG), device allows " +
+               to_string(prof.max_work_group_size);
+    return t;
+  }
+  t.variant = "intel_dpas", t.file = "extend_dpas_intel.cl";
+  t.wg = dt.wg(), t.rows = dt.rows(), t.keys = dt.keys;
+  std::map<std::string, std::string> defs = {
+      {"HEAD_DIM", to_string(d)},     {"KV_DT", to_string(int(kv.dtype))}, {"SG", to_string(dt.sg)},
+      {"RB", to_string(dt.rb)},       {"RG", to_string(dt.rg)},            {"CG", to_string(dt.cg)},
+      {"KEYS", to_string(dt.keys)},   {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};
+  ops::add_emulation(prof, "cl_intel_subgroup_matrix_multiply_accumulate", defs);
+  t.options = rt::make_options(defs);
+  t.local_bytes = dpas_local_bytes(dt, d, emulated);
+  return t;
+}
 
 // The CPU kernel's tile (cl_kernels/extend_cpu.cl): one work-item, ROWS = RV x VW packed rows,
 // BK keys per block, SK x RV and PD x RV vector accumulators in its two micro-kernels.
@@ -434,6 +521,15 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
     }
   }
 
+  // The Intel matrix-engine kernel where the parameters (the intel rows: DPAS) or the caller
+  // ask for it and the device has DPAS.
+  if (opt.variant.empty() ? ops::param_or(e, over, "DPAS", 0) != 0 : opt.variant == "intel_dpas") {
+    std::string why;
+    Tile t = dpas_candidate(prof, kv, e, over, lmax, &why);
+    if (why.empty()) out.push_back(t);
+    else rt::log().info("extend: intel_dpas not used ({}); using the generic kernel", why);
+  }
+
   // The CPU kernel where the parameters (the cpu rows) or the caller ask for it.
   if (opt.variant.empty() ? ops::param_or(e, over, "CPU_KERNEL", 0) != 0 : opt.variant == "cpu") {
     CpuTile ct = cpu_tile(e, over, kv.head_dim, preferred_width);
@@ -511,10 +607,11 @@ std::vector<ops::Variant> variants_of(const std::vector<Tile>& cands) {
   for (const Tile& t : cands) {
     ops::Variant v;
     v.name = t.variant, v.file = t.file, v.options = t.options, v.wg = size_t(t.wg), v.local_bytes = t.local_bytes;
-    v.kernel = !t.kernel.empty()        ? t.kernel
-               : t.variant == "generic" ? "extend_generic"
-               : t.variant == "cpu"     ? "extend_cpu"
-                                        : "extend_mma";
+    v.kernel = !t.kernel.empty()           ? t.kernel
+               : t.variant == "generic"    ? "extend_generic"
+               : t.variant == "cpu"        ? "extend_cpu"
+               : t.variant == "intel_dpas" ? "extend_dpas_intel"
+                                           : "extend_mma";
     // (A register-capped nv_wgmma build: the driver's limit is for the uncapped count.)
     v.check_wg = t.options.find(rt::kPtxMaxnregDefine) == std::string::npos;
     vs.push_back(std::move(v));

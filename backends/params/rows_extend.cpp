@@ -40,6 +40,21 @@
 //              softmax runs beside another's MMA (FlashAttention-3's warp scheduling)
 //   MMA_TMA_PAGES (TMA) page ids of a group's key range kept in local memory (default 1024,
 //              4 KB); longer ranges read the page table at each copy
+// Intel matrix-engine kernel (variant "intel_dpas", cl_kernels/extend_dpas_intel.cl; devices
+// with cl_intel_subgroup_matrix_multiply_accumulate, f16 / bf16 KV, head dims multiples of 16):
+//   DPAS       1: prefer it where variant_available() says the device has DPAS (Xe-HPG,
+//              Xe-HPC, Xe2; not Xe-LP), else generic (logged)
+//   DPAS_SG    sub-group size, the device's minimum one as the extension requires: 8 on
+//              Xe-HPG, 16 on Xe-HPC and Xe2
+//   DPAS_RB    blocks of 8 query rows per sub-group (DPAS M = 8)
+//   DPAS_RG    sub-groups along the rows: ROWS = 8 x DPAS_RB x DPAS_RG
+//   DPAS_CG    sub-groups sharing those rows, splitting S by keys and O by head-dim columns
+//              (halved, and DPAS_KEYS with it, while DPAS_CG x DPAS_SG does not divide
+//              head_dim: D = 80)
+//   DPAS_KEYS  keys per tile (a multiple of 16 x DPAS_CG; halved while local memory is short)
+//   work-group = DPAS_RG x DPAS_CG x DPAS_SG; per work-item DPAS_RB x (D / DPAS_CG + KEYS /
+//   DPAS_CG) / DPAS_SG float8 accumulators; local memory = ROWS x (2 D + 6 KEYS + 4 (WG /
+//   ROWS + 3)) + 8 KEYS bytes
 // H100 figures of every variant and of the alternatives behind these choices:
 // docs/results-h100.md.
 #include "backends/params/database.hpp"
@@ -107,8 +122,38 @@ const std::vector<Row>& rows_extend() {
        "vendor guide: AMD RDNA3 ISA reference guide, wave32 native, 64 KB LDS per work-group; not tuned on hardware"},
       // Xe: 8 x SIMD16 per group as 8 x 16, 4 rows x 4 keys; 26 KB of SLM at D=128 (64 KB per
       // Xe-core), 32 accumulators inside the 128 GRF registers of SIMD16.
-      {"extend", Level::Vendor, "intel", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}},
-       "vendor guide: Intel oneAPI GPU optimization guide (SLM, GRF size per thread); not tuned on hardware"},
+      // intel_dpas (DPAS=1) where the device has DPAS: sub-groups of 16 (Xe-HPC and Xe2, whose
+      // DPAS is 8 x 16 x 16), 4 x 2 of them as 32 rows x 64 keys; the arch rows below.
+      {"extend", Level::Vendor, "intel", "*",
+       {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}, {"DPAS", 1}, {"DPAS_SG", 16},
+        {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 2}, {"DPAS_KEYS", 64}},
+       "vendor guide: Intel oneAPI GPU optimization guide (SLM, GRF size per thread; XMX / DPAS sub-group "
+       "sizes) and the cl_intel_subgroup_matrix_multiply_accumulate extension; not tuned on hardware"},
+      // D = 192, 256: 4 column groups keep a work-item's O at 4 float8 (no spill at 128 GRF
+      // in ocloc's pvc build; 2 column groups spill 5 KB per thread there).
+      {"extend", Level::Vendor, "intel", "d256", {{"DPAS_CG", 4}, {"DPAS_KEYS", 64}},
+       "by design: register budget from ocloc 22.43 (IGC 1.0.12504) pvc builds; not tuned on hardware"},
+      // Xe-HPG (Arc, dg2): DPAS at sub-group size 8 (8 x 8 x 16 per call), 128 GRF of 32 bytes:
+      // 4 x 4 sub-groups of 8, so that a work-item's O block is D / 32 columns (4 float8 = 32 GRF
+      // at D = 128) and its S block 16 keys (2 float8). 21 KB of SLM at D = 128.
+      {"extend", Level::Arch, "xe-hpg", "*", {{"DPAS_SG", 8}, {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 4},
+        {"DPAS_KEYS", 64}},
+       "vendor guide: Intel oneAPI GPU optimization guide (Xe-HPG: 8-wide XMX, 128 GRF) and the "
+       "cl_intel_subgroup_matrix_multiply_accumulate extension (sub-group size 8 on these devices); "
+       "not tuned on hardware"},
+      // D = 192, 256: 8 column groups (256 work-items, 128-key tiles), O at 4 float8 again (4
+      // column groups spill 2.5 KB per thread in ocloc's dg2 build at D = 256).
+      {"extend", Level::Arch, "xe-hpg", "d256", {{"DPAS_CG", 8}, {"DPAS_KEYS", 128}},
+       "by design: register budget from ocloc 22.43 (IGC 1.0.12504) dg2 builds; not tuned on hardware"},
+      // Xe-HPC (Data Center GPU Max, pvc): DPAS at sub-group size 16 (8 x 16 x 16), GRF of 64
+      // bytes: 4 x 2 sub-groups of 16, O blocks of D / 32 columns (4 float8 at D = 128).
+      {"extend", Level::Arch, "xe-hpc", "*", {{"DPAS_SG", 16}, {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 2},
+        {"DPAS_KEYS", 64}},
+       "vendor guide: Intel oneAPI GPU optimization guide (Xe-HPC: 16-wide XMX, 64-byte GRF) and the "
+       "cl_intel_subgroup_matrix_multiply_accumulate extension (sub-group size 16 on these devices); "
+       "not tuned on hardware"},
+      {"extend", Level::Arch, "xe-hpc", "d256", {{"DPAS_CG", 4}, {"DPAS_KEYS", 64}},
+       "by design: register budget from ocloc 22.43 (IGC 1.0.12504) pvc builds; not tuned on hardware"},
       // Apple GPUs: 32 KB threadgroup memory, SIMD-groups of 32: the portable default tile.
       {"extend", Level::Vendor, "apple", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 32}, {"TM", 4}, {"MMA", 0}},
        "vendor guide: Apple Metal feature set tables (32 KB threadgroup memory); not tuned on hardware"},

@@ -96,6 +96,7 @@ std::vector<OpChoice> op_choices(const DeviceProfile& p) {
       {"extend", "d128", {"MFMA"}, "amd_mfma"},
       {"extend", "d128", {"MMA", "MMA_WGMMA"}, "nv_wgmma"},
       {"extend", "d128", {"MMA"}, "nv_mma_sync"},
+      {"extend", "d128", {"DPAS"}, "intel_dpas"},
       {"extend", "d128", {"CPU_KERNEL"}, "cpu"},
       {"mla_decode", "*", {"MMA"}, "nv_mma_sync"},
       {"mla_decode", "*", {"CPU_KERNEL"}, "cpu"},
