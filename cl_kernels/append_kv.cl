@@ -38,7 +38,7 @@ inline void store_row(__global void* p, size_t i, int dt, const float* buf) {
 }
 #endif
 
-__kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1))) SIMD_ATTR
 void append_kv(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
                __global const void* slots, int slots_i64, long num_slots,
                __global void* k_cache, __global void* v_cache, int kv_dt, long c_sp, long c_st, long c_sh,

@@ -152,7 +152,7 @@
 // outside K/V; an id that needed it sets CLATTN_FAULT_PAGE_ID in *faults.
 // Token j of a request's key list sits at list slot token_offset + j, i.e. page
 // page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
-__kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) SIMD_ATTR
 void paged_decode(DECODE_KERNEL_ARGS) {
   __local float lmem[LMEM_FLOATS];
 #if FUSE_MERGE

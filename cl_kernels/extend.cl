@@ -161,7 +161,7 @@ inline float row_sum(__local const float* r) {
   return x;
 }
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void extend_generic(EXTEND_KERNEL_ARGS) {
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SIMD_ATTR void extend_generic(EXTEND_KERNEL_ARGS) {
   __local float stage[STAGE_FLOATS];  // (Q and) K chunks [SROWS][SST], or a V chunk [VC][VST]
 #if QRES
   __local float qs[ROWS * QST];

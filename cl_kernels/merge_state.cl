@@ -14,7 +14,7 @@
 // Two states -> one. vo may alias va and so may alias sa: every work-item reads its row's
 // lse values before the barrier and only work-item 0 writes so after it; elements are
 // read and written by the same work-item.
-__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) SIMD_ATTR
 void merge_state(__global const void* va, __global const float* sa, __global const void* vb,
                  __global const float* sb, __global void* vo, __global float* so, int has_so, int D, int dt) {
   const size_t row = get_group_id(0);
@@ -36,7 +36,7 @@ void merge_state(__global const void* va, __global const float* sa, __global con
 }
 
 // k states of a row, laid out v [T, S, H, D], s [T, S, H] -> vo [T, H, D], so [T, H].
-__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) SIMD_ATTR
 void merge_states(__global const void* v, __global const float* s, __global void* vo, __global float* so,
                   int has_so, int S, int H, int D, int dt) {
   const size_t row = get_group_id(0);  // t * H + h
@@ -66,7 +66,7 @@ void merge_states(__global const void* v, __global const float* s, __global void
 // columns (merge_parts.clh; more groups than rows keep many parts' loads in flight). tab
 // entries (4 int32 at merge_off + 4*e): {req, first, num_parts, 0}, num_parts <= MERGE_MAXP.
 #define MERGE_SUMS (MERGE_WG > MERGE_COLS ? MERGE_WG : MERGE_COLS)
-__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) SIMD_ATTR
 void merge_partials(__global const int* tab, int merge_off, __global const float* ws, ulong lse_off,
                     __global void* o, int o_dt, __global float* lse, int has_lse, __global const float* sinks,
                     int has_sinks, int Hq, int D, int col_blocks) {

@@ -42,7 +42,7 @@
 #error "LANES must divide the latent row's words (ckv and kpe)"
 #endif
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SIMD_ATTR
 void mla_attn(MLA_KERNEL_ARGS) {
   __local VT lat[LANES * ROWC];
   __local float part[WG * (LANES + 1)];

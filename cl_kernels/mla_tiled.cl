@@ -74,7 +74,7 @@
 #error "mla_tiled.cl: DS must divide 144, DSW divide DS, MS and MO divide QB, WG * MO / QB divide 128"
 #endif
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SIMD_ATTR
 void mla_tiled(MLA_KERNEL_ARGS) {
   __local float4 lat[KT * ROW4];
   __local float4 pr4[(NS + 3) / 4];

@@ -77,6 +77,22 @@ Kernel& Program::kernel(const std::string& name) {
   return *slot;
 }
 
+std::string device_build_options(const DeviceProfile& p) {
+  // Intel's compiler (IGC) gives a thread 128 GRF registers unless asked for its large register
+  // file; on Xe-HPG, Xe-HPC and Xe2 that mode has 256 (Intel oneAPI GPU Optimization Guide,
+  // "Small register mode vs. large register mode"), which the attention kernels' per-lane tiles
+  // need: with 128 their builds spill (clattn-kernel-report, dg2 / pvc). On Xe-HPC and Xe2 IGC
+  // otherwise picks SIMD32 for kernels without a required sub-group size, which spills even with
+  // 256; CLATTN_SIMD asks for SIMD16 (common.clh: SIMD_ATTR). Only for the real vendor's compiler
+  // (a forced vendor's runs go to another compiler, which rejects these options).
+  if (p.vendor != "intel" || !p.is_gpu) return "";
+  const std::string& a = p.architecture;
+  std::string o;
+  if (a == "xe-hpg" || a == "xe-hpc" || a == "xe2") o = "-cl-intel-256-GRF-per-thread";
+  if ((a == "xe-hpc" || a == "xe2") && p.intel_required_subgroup_size) o += " -DCLATTN_SIMD=16";
+  return o;
+}
+
 std::string make_options(const std::map<std::string, std::string>& defines, const std::string& extra) {
   std::string s = "-cl-std=CL1.2";
   for (auto& [k, v] : defines) s += " -D" + k + "=" + v;
@@ -88,6 +104,7 @@ ProgramCache::ProgramCache(cl_context ctx, cl_device_id dev) : ctx_(ctx), dev_(d
 
 void ProgramCache::set_profile(const DeviceProfile& p) {
   identity_ = p.platform_name + "\n" + p.platform_version + "\n" + p.device_name + "\n" + p.driver_version;
+  device_options_ = device_build_options(p);
 }
 
 std::string ProgramCache::key(const std::string& source, const std::string& options) const {
@@ -104,7 +121,8 @@ void ProgramCache::clear() {
   by_name_.clear();
 }
 
-std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::string& options) {
+std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::string& op_options) {
+  const std::string options = device_options_.empty() ? op_options : op_options + " " + device_options_;
   // Fast path: this (file, options) was asked for before; skip reading and hashing the
   // source (tens of microseconds), which matters for per-step callers.
   const std::string name = file + '\n' + options;

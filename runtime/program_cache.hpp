@@ -94,6 +94,10 @@ std::vector<unsigned char> program_binary(cl_program p);
 cl_program rebuild_program_sm90a(cl_context ctx, cl_device_id dev, cl_program p, const std::string& options,
                                  cl_int* err);
 
+// Options every program gets on this device, after the op's own (ProgramCache::get appends
+// them): compiler register-file and SIMD choices that hold for all kernels (Intel GPUs).
+std::string device_build_options(const DeviceProfile& p);
+
 // Build options from named defines, sorted so equal sets give equal keys.
 std::string make_options(const std::map<std::string, std::string>& defines, const std::string& extra = {});
 
@@ -102,7 +106,8 @@ class ProgramCache {
   ProgramCache(cl_context ctx, cl_device_id dev);
   void set_profile(const DeviceProfile& p);
 
-  // The program for `file` (a cl_kernels/ name) built with `options`. Thread-safe; each
+  // The program for `file` (a cl_kernels/ name) built with `options` and the device's own
+  // (device_build_options). Thread-safe; each
   // distinct (source, options) is built at most once per context. Build failures raise
   // Status::BuildFailed with the compiler log.
   std::shared_ptr<Program> get(const std::string& file, const std::string& options);
@@ -126,6 +131,7 @@ class ProgramCache {
   cl_context ctx_;
   cl_device_id dev_;
   std::string identity_;  // platform + device + driver, folded into keys
+  std::string device_options_;  // device_build_options of the profile
   DiskCache disk_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_future<std::shared_ptr<Program>>> programs_;  // by cache key

@@ -1,5 +1,7 @@
 #include "backends/ops/catalog.hpp"
 
+#include "runtime/program_cache.hpp"
+
 namespace clattn::ops {
 
 std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
@@ -10,6 +12,11 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
   catalog_linear(target, out);
   catalog_append_kv(target, out);
   catalog_metadata(target, out);
+  // The options the program cache adds on this device (ProgramCache::get).
+  const std::string extra = rt::device_build_options(target.profile);
+  if (!extra.empty())
+    for (CatalogEntry& e : out)
+      for (Variant& v : e.variants) v.options += " " + extra;
   return out;
 }
 

@@ -529,12 +529,12 @@ void linear_copy_slot(const Context& ctx, const LinearConfig& cfg, const LinearS
 
 namespace ops {
 
-// GDN and GLA, decode and prefill, every q/k/v dtype (f32 state), head dims 64 / 128 / 256, a
-// batch of 64 requests with 16 v-heads.
+// GDN and GLA, decode and prefill, 16-bit and f32 q/k/v (f32 state), head dims 64 / 128 / 256,
+// a batch of 64 requests with 16 v-heads.
 void catalog_linear(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
   for (bool gdn : {true, false})
     for (bool prefill : {false, true})
-      for (DType dt : {DType::BF16, DType::F16, DType::F32})
+      for (DType dt : {DType::BF16, DType::F32})
         for (int d : {64, 128, 256}) {
           const char* op = gdn ? (prefill ? "gdn_prefill" : "gdn_decode") : (prefill ? "gla_prefill" : "gla_decode");
           catalog_add(out, op, std::string(dtype_name(dt)) + " d" + std::to_string(d), [&] {

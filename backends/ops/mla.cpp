@@ -723,7 +723,7 @@ namespace ops {
 // Decode at 16 and 128 heads, extend; every latent dtype; the latent appender.
 void catalog_mla(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
   for (bool extend : {false, true})
-    for (DType dt : {DType::BF16, DType::F16, DType::FP8_E4M3, DType::F32})
+    for (DType dt : {DType::BF16, DType::FP8_E4M3, DType::F32})
       for (int heads : {16, 128}) {
         if (extend && heads != 16) continue;
         const std::string shape = std::string(dtype_name(dt)) + " H" + std::to_string(heads);

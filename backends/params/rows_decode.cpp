@@ -72,6 +72,13 @@ const std::vector<Row>& rows_decode() {
         {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
        "vendor guide: AMD Instinct MI200/MI300 ISA and CDNA3 tuning guide, occupancy tables; not tuned on "
        "hardware"},
+      // RDNA (wave32): 32 q floats per lane, at most 64 with the GQA group's rows: the wave32
+      // build of clang-15 for gfx11 allots at most 128 VGPRs a lane, and 128 q floats per lane
+      // (the amd row's QREGS_MAX) spill there and, for fp8 at GQA 8, on gfx1030
+      // (clattn-kernel-report).
+      {"decode", Level::Arch, "rdna", "*", {{"QREGS", 32}, {"QREGS_MAX", 64}},
+       "vendor guide: AMD RDNA3 ISA (wave32, VGPR file); register budget from clattn-kernel-report "
+       "(clang-15 gfx1030 / gfx1100 builds, 2026-11-26); not tuned on hardware"},
       // Xe: 128 GRF x 32 bytes per EU thread at SIMD16 leave ~48 floats per lane for q/acc after
       // addressing; sub-groups of 8/16/32 through cl_intel_required_subgroup_size, 16 the
       // compiler's usual choice; 16-byte block loads; split-K thresholds as the generic row.

@@ -32,7 +32,7 @@ struct KernelFigures {
   int vgpr_spill = -1, sgpr_spill = -1; // AMD
   int occupancy = -1;       // AMD: waves per SIMD
   long lds = -1;            // local memory per work-group (AMD LDS, Intel SLM), bytes
-  bool spills() const;      // register spills (AMD VGPR/SGPR spills, Intel scratch space)
+  bool spills() const;      // spills to memory (scratch space > 0)
 };
 
 // One program (file + options) compiled for one target.
