@@ -12,12 +12,21 @@
 // states are merged through local memory in slot order (deterministic) and the work-group
 // writes o/lse (whole request) or a partial state for the merge pass (split-K).
 //
-// The butterfly is inline PTX shfl.sync on NVIDIA (USE_PTX_SHFL=1) or the same butterfly
-// through local memory elsewhere: both add the partner's value to one's own in the same
-// order, so the two give bit-identical sums and the PoCL runs cover the NVIDIA math.
+// The butterfly is inline PTX shfl.sync on NVIDIA (USE_PTX_SHFL=1), sub-group xor shuffles
+// (USE_SUBGROUP=2: cl_intel_subgroups; USE_SUBGROUP=1 with SG_SHUFFLE=1: cl_khr_subgroups +
+// cl_khr_subgroup_shuffle), the local-memory butterfly fenced per sub-group (USE_SUBGROUP=1,
+// SG_SHUFFLE=0: cl_khr_subgroups alone) or the same butterfly through local memory with
+// work-group barriers elsewhere: all add the partner's value to one's own in the same order,
+// so they give bit-identical sums and the PoCL runs cover the vendor math. The sub-group
+// forms number the lanes in sub-group order (the mapping of work-items to sub-groups is
+// implementation-defined): lane position = sub-group id x max sub-group size + sub-group
+// local id, a permutation of the local ids when every sub-group is full (the host requires
+// WGSIZE to be a multiple of the sub-group size and TPT to divide it).
 //
 // Build options (-D): HEAD_DIM, KV_DT (dtype code), GMAX (query heads per group block),
-// TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals), FUSE_MERGE
+// TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, USE_SUBGROUP (0 none, 1 khr, 2
+// intel), SG_SHUFFLE, SG_SIZE (the sub-group size: Intel's required size where SG_REQD, the
+// emulated size), SG_REQD, UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals), FUSE_MERGE
 // (split-K: the last work-group of a request merges its partial states, no second launch).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
@@ -58,6 +67,29 @@
 #endif
 #ifndef USE_PTX_SHFL
 #define USE_PTX_SHFL 0
+#endif
+#ifndef USE_SUBGROUP
+#define USE_SUBGROUP 0
+#endif
+#ifndef SG_SHUFFLE
+#define SG_SHUFFLE 1
+#endif
+#ifndef SG_REQD
+#define SG_REQD 0
+#endif
+#if USE_SUBGROUP == 1 && !defined(EMULATE_KHR_SUBGROUPS)
+#pragma OPENCL EXTENSION cl_khr_subgroups : enable
+#if SG_SHUFFLE
+#pragma OPENCL EXTENSION cl_khr_subgroup_shuffle : enable
+#endif
+#endif
+// Intel: the sub-group size the parameters ask for (cl_intel_required_subgroup_size).
+#if USE_SUBGROUP == 2 && SG_REQD && !defined(EMULATE_INTEL_SUBGROUPS)
+#define SG_SIZE_ATTR __attribute__((intel_reqd_sub_group_size(SG_SIZE)))
+#elif USE_SUBGROUP
+#define SG_SIZE_ATTR
+#else
+#define SG_SIZE_ATTR SIMD_ATTR  // (the device's SIMD choice, common.clh)
 #endif
 
 #if KV_DT == DT_F32
@@ -129,7 +161,7 @@
 #define NSCORE (UNROLL * GMAX)
 #define FULL_CHUNKS ((NCHUNK % TPT) == 0)    // every lane's loads are all inside the row
 
-#if TPT > 1 && !USE_PTX_SHFL
+#if TPT > 1 && !USE_PTX_SHFL && !(USE_SUBGROUP && SG_SHUFFLE)
 #define SCR_FLOATS (NSCORE * WGSIZE)
 #else
 #define SCR_FLOATS 1
@@ -152,14 +184,19 @@
 // outside K/V; an id that needed it sets CLATTN_FAULT_PAGE_ID in *faults.
 // Token j of a request's key list sits at list slot token_offset + j, i.e. page
 // page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
-__kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) SIMD_ATTR
+__kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) SG_SIZE_ATTR
 void paged_decode(DECODE_KERNEL_ARGS) {
   __local float lmem[LMEM_FLOATS];
 #if FUSE_MERGE
   __local int is_last;
 #endif
   const int lid = get_local_id(0);
-  const int tl = lid % TPT, slot = lid / TPT;
+#if USE_SUBGROUP
+  const int pos = (int)(SG_ID() * SG_MAX_SIZE() + SG_LOCAL_ID());
+#else
+  const int pos = lid;
+#endif
+  const int tl = pos % TPT, slot = pos / TPT;
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
   const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
   const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
@@ -292,7 +329,7 @@ UNROLL_LOOP
         s[u * GMAX + g] = d;
       }
     }
-    slot_allreduce(s, lmem, lid);
+    slot_allreduce(s, lmem, pos);
 
     // Soft cap and masking, then one online-softmax update per head for the whole tile.
 UNROLL_LOOP

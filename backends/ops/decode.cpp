@@ -2,6 +2,7 @@
 // one non-blocking upload) and run (buffer-size checks, then enqueue only).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -91,6 +92,13 @@ const char* kv_key(DType t) {
 struct KTile {
   int wg = 128, tpt = 8, gmax = 4, unroll = 4, load_bytes = 16;
   bool ptx_shfl = false;  // preferred by the parameters (the variant still needs the device)
+  // Sub-group variants (SUBGROUP): intel_subgroups and khr_subgroups, each where allowed here
+  // (a plan vector names the one it was built with); sg_size: SUBGROUP_SIZE, Intel's required
+  // sub-group size (0: none required) and the emulated size (0: 32); sg_shuffle: SUBGROUP_SHUFFLE,
+  // -1 = cl_khr_subgroup_shuffle where the device has it, 0 = the sub-group-fenced local-memory
+  // butterfly, 1 = shuffles required.
+  bool subgroup = false, sg_intel = true, sg_khr = true;
+  int sg_size = 0, sg_shuffle = -1;
   int fuse_merge = 1;     // split-K merged by the last work-group of each request (no second launch)
   int prefetch = 0;       // next tile's K/V loaded into a second register set (PREFETCH)
   int merge_batch = 8;    // fused merge: partial states loaded per batch (MERGE_BATCH)
@@ -110,7 +118,8 @@ struct SplitParams {
   int wgs_per_cu = 4, min_chunk = 256, max_splits = 64, det_chunk = 1024;
 };
 
-// Local memory the kernel declares (mirrors LMEM_FLOATS in decode.cl).
+// Local memory the kernel declares (mirrors LMEM_FLOATS in decode.cl); shfl: the butterfly
+// uses register shuffles (no scratch rows).
 size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
   size_t nslot = size_t(t.wg / t.tpt);
   size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
@@ -128,6 +137,14 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.wg = ops::param(e, over, "WG");
   t.unroll = std::max(1, ops::param(e, over, "UNROLL"));
   t.ptx_shfl = ops::param(e, over, "PTX_SHFL") != 0;
+  t.subgroup = ops::param_or(e, over, "SUBGROUP", 0) != 0;
+  t.sg_size = ops::param_or(e, over, "SUBGROUP_SIZE", 0);
+  t.sg_shuffle = ops::param_or(e, over, "SUBGROUP_SHUFFLE", -1);
+  if (t.sg_size < 0 || (t.sg_size && !is_pow2(t.sg_size)) || t.sg_size > 128)
+    rt::invalid("decode parameter SUBGROUP_SIZE = " + std::to_string(t.sg_size) +
+                " must be 0 or a power of two up to 128");
+  if (t.sg_shuffle < -1 || t.sg_shuffle > 1)
+    rt::invalid("decode parameter SUBGROUP_SHUFFLE = " + std::to_string(t.sg_shuffle) + " must be -1, 0 or 1");
   t.fuse_merge = ops::param_or(e, over, "FUSE_MERGE", 1) != 0;
   t.prefetch = ops::param_or(e, over, "PREFETCH", 0) != 0;
   t.merge_batch = std::clamp(ops::param_or(e, over, "MERGE_BATCH", 8), 1, 32);
@@ -140,6 +157,15 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   if (lmem) {
     qregs = std::max(1, ops::param_or(e, over, "QREGS_LMEM", qregs));
     qregs_max = std::max(qregs, ops::param_or(e, over, "QREGS_MAX_LMEM", qregs_max));
+  }
+  // Sub-group variants: a sub-group is one SIMD thread's lanes (Intel: SIMD16 at size 16, half
+  // the registers per lane of the SIMD8 build the compiler picks for the generic kernel), so
+  // the rows may ask for a smaller tile there: QREGS_SG / QREGS_MAX_SG / UNROLL_SG.
+  if (t.subgroup &&
+      (params::variant_available(prof, "intel_subgroups") || params::variant_available(prof, "khr_subgroups"))) {
+    qregs = std::max(1, ops::param_or(e, over, "QREGS_SG", qregs));
+    qregs_max = std::max(qregs, ops::param_or(e, over, "QREGS_MAX_SG", qregs_max));
+    t.unroll = std::max(1, ops::param_or(e, over, "UNROLL_SG", t.unroll));
   }
   const int gcap = std::clamp(ops::param(e, over, "GMAX_CAP"), 1, 16);
   sp->wgs_per_cu = std::max(1, ops::param(e, over, "WGS_PER_CU"));
@@ -205,7 +231,16 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   return t;
 }
 
-std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu, bool denorms) {
+// sg: the sub-group build (USE_SUBGROUP and its settings; kind 0 = none).
+struct SubgroupBuild {
+  int kind = 0;  // 1 khr, 2 intel
+  int size = 0, shuffle = 1, reqd = 0;
+  std::string cl_std;  // "-cl-std=CL2.0" / "CL3.0" where the khr builtins need it
+  std::map<std::string, std::string> emulation;  // EMULATE_* (ops::add_emulation)
+};
+
+std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu, bool denorms,
+                          const SubgroupBuild& sg = {}) {
   // Unroll hints only where the per-lane arrays can live in registers: CPU compilers keep
   // them on the stack anyway (and spend most of a cold build unrolling), and a GPU tile
   // with more than 256 floats of q per lane (e.g. the CPU tile forced onto a GPU) spills.
@@ -224,7 +259,17 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
   // them); elsewhere the exact select-based decode.
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
-  return rt::make_options(d);
+  if (sg.kind) {
+    d["USE_SUBGROUP"] = std::to_string(sg.kind);
+    d["SG_SIZE"] = std::to_string(sg.size);
+    d["SG_SHUFFLE"] = std::to_string(sg.shuffle);
+    d["SG_REQD"] = std::to_string(sg.reqd);
+    d.insert(sg.emulation.begin(), sg.emulation.end());
+  }
+  std::string o = rt::make_options(d);
+  const std::string std12 = "-cl-std=CL1.2";
+  if (!sg.cl_std.empty() && o.rfind(std12, 0) == 0) o = sg.cl_std + o.substr(std12.size());
+  return o;
 }
 
 std::string cpu_build_options(const DeviceProfile& prof, const KTile& t, const PagedKV& c, bool denorms) {
@@ -273,10 +318,77 @@ void check_options(const PagedKV& cache, const DecodeOptions& opt) {
   if (opt.split_tokens < 0) rt::invalid("split_tokens = " + std::to_string(opt.split_tokens) + ", must be >= 0");
 }
 
-// Builds the kernels of `tile` (NVIDIA shfl variant first when the parameters ask for it
-// and the device can run it; the local-memory butterfly otherwise or if it fails to build).
-// The decode kernel's variants, best first: the NVIDIA shfl butterfly where the parameters
-// ask for it, the local-memory butterfly everywhere.
+// The OpenCL C version the device compiles ("OpenCL C 2.0 ..." -> 20; 12 when unknown).
+int opencl_c_version(const DeviceProfile& p) {
+  int major = 0, minor = 0;
+  if (std::sscanf(p.opencl_c_version.c_str(), "OpenCL C %d.%d", &major, &minor) == 2) return major * 10 + minor;
+  return 12;
+}
+
+// A sub-group variant of decode.cl (kind 2: intel_subgroups, 1: khr_subgroups), or why it
+// does not apply. A token slot's TPT lanes must lie in one sub-group: TPT divides the
+// sub-group size and every sub-group is full (WG a multiple of it). The size checked is the
+// one the build fixes (Intel's required size) or the smallest the device may pick (its
+// cl_intel_required_subgroup_size sizes, AMD wavefront, NVIDIA warp); emulated: the
+// SUBGROUP_SIZE parameter or 32.
+ops::Variant subgroup_variant(const DeviceProfile& prof, const KTile& tile, const PagedKV& cache, bool denorms,
+                              int kind) {
+  ops::Variant x;
+  x.name = kind == 2 ? "intel_subgroups" : "khr_subgroups";
+  x.file = "decode.cl", x.kernel = "paged_decode";
+  x.wg = size_t(tile.wg);
+  auto no = [&](const std::string& why) {
+    x.why_not = why;
+    return x;
+  };
+  if (!tile.subgroup) return no("SUBGROUP = 0");
+  if (!(kind == 2 ? tile.sg_intel : tile.sg_khr)) return no("the plan names the other sub-group variant");
+  if (tile.tpt < 2) return no("one lane per token (TPT = 1): no reduction across lanes");
+  const std::string why = params::why_unavailable(prof, x.name);
+  if (!why.empty()) return no(why);
+  const std::string feature = kind == 2 ? "cl_intel_subgroups" : "cl_khr_subgroups";
+  const bool emulated = prof.emulates(feature) && !(kind == 2 ? prof.intel_subgroups : prof.subgroups);
+  const unsigned min_size =
+      prof.subgroup_sizes.empty() ? 0u : *std::min_element(prof.subgroup_sizes.begin(), prof.subgroup_sizes.end());
+  const std::string size_name = "SUBGROUP_SIZE = " + std::to_string(tile.sg_size);
+  SubgroupBuild sg;
+  sg.kind = kind;
+  if (emulated) {
+    sg.size = tile.sg_size > 0 ? tile.sg_size : 32;
+    sg.reqd = kind == 2 && tile.sg_size > 0;
+    ops::add_emulation(prof, feature, sg.emulation);
+  } else if (kind == 2 && tile.sg_size > 0) {
+    if (!prof.intel_required_subgroup_size) return no(size_name + " needs cl_intel_required_subgroup_size");
+    if (!prof.subgroup_sizes.empty() && std::find(prof.subgroup_sizes.begin(), prof.subgroup_sizes.end(),
+                                                  unsigned(tile.sg_size)) == prof.subgroup_sizes.end())
+      return no(size_name + " is not a sub-group size of the device");
+    sg.size = tile.sg_size, sg.reqd = 1;
+  } else {
+    sg.size = int(min_size);
+  }
+  if (sg.size <= 0)
+    return no("sub-group size unknown (no required sizes, wavefront or warp size): TPT cannot be checked against it");
+  if (kind == 1) {
+    const bool has_shuffle = emulated || prof.has_extension("cl_khr_subgroup_shuffle");
+    if (tile.sg_shuffle == 1 && !has_shuffle) return no("SUBGROUP_SHUFFLE = 1 needs cl_khr_subgroup_shuffle");
+    sg.shuffle = tile.sg_shuffle >= 0 ? tile.sg_shuffle : int(has_shuffle);
+    // The khr builtins are OpenCL C 2.0 (cl_khr_subgroups) or 3.0 (__opencl_c_subgroups).
+    const int v = opencl_c_version(prof);
+    if (!emulated && v >= 20) sg.cl_std = v >= 30 ? "-cl-std=CL3.0" : "-cl-std=CL2.0";
+  }
+  if (sg.size % tile.tpt)
+    return no("TPT = " + std::to_string(tile.tpt) + " lanes per token do not divide the sub-group size " +
+              std::to_string(sg.size));
+  if (tile.wg % sg.size)
+    return no("WG = " + std::to_string(tile.wg) + " is not a multiple of the sub-group size " + std::to_string(sg.size));
+  x.local_bytes = local_bytes(tile, cache.head_dim, sg.shuffle != 0);
+  x.options = build_options(tile, cache, false, prof.is_cpu, denorms, sg);
+  return x;
+}
+
+// The decode kernel's variants, best first: the cpu kernel where CPU_KERNEL asks for it, the
+// NVIDIA shfl butterfly where PTX_SHFL does, the sub-group shuffles where SUBGROUP does
+// (Intel's, then the standard ones), the local-memory butterfly everywhere.
 std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile, const PagedKV& cache, bool denorms) {
   std::vector<ops::Variant> v;
   {
@@ -289,7 +401,7 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     if (x.why_not.empty()) x.options = cpu_build_options(prof, tile, cache, denorms);
     v.push_back(std::move(x));
   }
-  for (bool shfl : {true, false}) {
+  auto lanes = [&](bool shfl) {
     ops::Variant x;
     x.name = shfl ? "nv_ptx_shfl" : "generic";
     x.file = "decode.cl", x.kernel = "paged_decode";
@@ -297,8 +409,12 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     if (shfl && !(tile.ptx_shfl && tile.tpt > 1)) x.why_not = "PTX_SHFL = 0 or one lane per token";
     else if (shfl) x.why_not = params::why_unavailable(prof, x.name);
     if (x.why_not.empty()) x.options = build_options(tile, cache, shfl, prof.is_cpu, denorms);
-    v.push_back(std::move(x));
-  }
+    return x;
+  };
+  v.push_back(lanes(true));
+  v.push_back(subgroup_variant(prof, tile, cache, denorms, 2));
+  v.push_back(subgroup_variant(prof, tile, cache, denorms, 1));
+  v.push_back(lanes(false));
   return v;
 }
 
@@ -523,9 +639,11 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
 
 // ---- plain-data form ----
 namespace {
-// The variant in a plan vector: 0 generic, 1 nv_ptx_shfl, 2 cpu (versions before the CPU
-// variant wrote 0 or 1 here).
-int64_t variant_code(const std::string& v) { return v == "nv_ptx_shfl" ? 1 : v == "cpu" ? 2 : 0; }
+// The variant in a plan vector: 0 generic, 1 nv_ptx_shfl, 2 cpu, 3 intel_subgroups,
+// 4 khr_subgroups (versions before the CPU variant wrote 0 or 1 here).
+int64_t variant_code(const std::string& v) {
+  return v == "nv_ptx_shfl" ? 1 : v == "cpu" ? 2 : v == "intel_subgroups" ? 3 : v == "khr_subgroups" ? 4 : 0;
+}
 }  // namespace
 
 std::vector<int64_t> DecodePlan::to_vector() const {
@@ -651,9 +769,11 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   t.load_bytes = next_int("LOAD_BYTES");
   t.n_hblk = next_int("head blocks");
   const int64_t vcode = v[i++];
-  if (vcode < 0 || vcode > 2) bad_vector("variant code out of range");
+  if (vcode < 0 || vcode > 4) bad_vector("variant code out of range");
   t.ptx_shfl = vcode == 1;
   t.cpu = vcode == 2;
+  t.subgroup = vcode == 3 || vcode == 4;
+  t.sg_intel = vcode == 3, t.sg_khr = vcode == 4;
   t.fuse_merge = v[i++] != 0;
   t.prefetch = v[i++] != 0;
   auto st = std::make_shared<DecodePlanState>();
@@ -683,7 +803,15 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   st->gmax = t.gmax, st->n_hblk = t.n_hblk, st->wg = size_t(t.wg);
   auto& c = rt::impl(ctx);
   // Speed only (the merge's order is fixed): the device's current entry, not serialised.
-  t.merge_batch = std::clamp(params::lookup(c.profile, "decode", kv_key(p.cache.dtype)).get_or("MERGE_BATCH", 8), 1, 32);
+  const params::Entry entry = params::lookup(c.profile, "decode", kv_key(p.cache.dtype));
+  t.merge_batch = std::clamp(entry.get_or("MERGE_BATCH", 8), 1, 32);
+  // Sub-group size and shuffle form: the device's current entry (the sums are the same bits
+  // in every form).
+  if (t.subgroup) {
+    t.sg_size = entry.get_or("SUBGROUP_SIZE", 0);
+    if (t.sg_size < 0 || t.sg_size > 128 || (t.sg_size && !is_pow2(t.sg_size))) t.sg_size = 0;
+    t.sg_shuffle = std::clamp(entry.get_or("SUBGROUP_SHUFFLE", -1), -1, 1);
+  }
   build_kernels(c, t, p.cache, *st, p);
   st->freeze(p);
   p.table_bytes = st->upload_host(c, queue, "decode plan table");

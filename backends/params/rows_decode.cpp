@@ -13,6 +13,19 @@
 //   LOAD_BYTES  bytes per K/V load (16 = ld.global.v4; lowered automatically for strides)
 //   PTX_SHFL    1: prefer the inline-PTX shfl.sync butterfly (NVIDIA variant "nv_ptx_shfl";
 //               only used when the device's compiler takes inline PTX)
+//   SUBGROUP    1: prefer sub-group shuffles for the butterfly: "intel_subgroups"
+//               (cl_intel_subgroups), else "khr_subgroups" (cl_khr_subgroups, with
+//               cl_khr_subgroup_shuffle where the device has it); used only where TPT divides
+//               the sub-group size and WG is a multiple of it
+//   SUBGROUP_SIZE  intel_subgroups: the required sub-group size (intel_reqd_sub_group_size;
+//               0 = the compiler's choice, checked against the smallest size); khr_subgroups
+//               checks the smallest size the device may pick (wavefront, warp); both: the
+//               emulated size in tests (0 = 32)
+//   QREGS_SG, QREGS_MAX_SG, UNROLL_SG  QREGS, QREGS_MAX and UNROLL where a sub-group variant can run (default:
+//               the same)
+//   SUBGROUP_SHUFFLE  khr_subgroups: -1 (default) xor shuffles where the device has
+//               cl_khr_subgroup_shuffle, else local memory fenced by sub_group_barrier; 0 / 1
+//               force one form (tests)
 //   GMAX_CAP    largest query-head block per work-group
 //   CPU_KERNEL  1: the cpu variant (decode_cpu.cl): one work-item per group, VW tokens per
 //               step over vector types (CPU devices)
@@ -66,12 +79,18 @@ const std::vector<Row>& rows_decode() {
        {{"LOAD_BYTES", 16}, {"UNROLL", 4}},
        "clattn-bench decode --grid (fp8 e4m3), NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"},
       // 4 x wave64 per group (one per SIMD of a CU); 128 VGPRs per lane keep 4 waves per SIMD;
-      // dwordx4 global loads; split-K thresholds as the generic row.
+      // dwordx4 global loads; split-K thresholds as the generic row. SUBGROUP: a token's lanes
+      // (TPT <= 32) sit in one wavefront (32 or 64 work-items, the device's wavefront size), so
+      // the butterfly needs no work-group barrier: khr_subgroups (ROCm's OpenCL device library
+      // has the cl_khr_subgroups builtins but no cl_khr_subgroup_shuffle, so its
+      // sub_group_barrier-fenced local-memory form).
       {"decode", Level::Vendor, "amd", "*",
        {{"WG", 256}, {"QREGS", 64}, {"QREGS_MAX", 128}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
-        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
-       "vendor guide: AMD Instinct MI200/MI300 ISA and CDNA3 tuning guide, occupancy tables; not tuned on "
-       "hardware"},
+        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024},
+        {"SUBGROUP", 1}, {"SUBGROUP_SIZE", 0}},
+       "vendor guide: AMD Instinct MI200/MI300 ISA and CDNA3 tuning guide, occupancy tables; SUBGROUP: AMD ROCm "
+       "OpenCL programming guide (wavefronts as sub-groups, cl_khr_subgroups) and the ROCm device library's "
+       "OpenCL sub-group functions; not tuned on hardware"},
       // RDNA (wave32): 32 q floats per lane, at most 64 with the GQA group's rows: the wave32
       // build of clang-15 for gfx11 allots at most 128 VGPRs a lane, and 128 q floats per lane
       // (the amd row's QREGS_MAX) spill there and, for fp8 at GQA 8, on gfx1030
@@ -82,10 +101,25 @@ const std::vector<Row>& rows_decode() {
       // Xe: 128 GRF x 32 bytes per EU thread at SIMD16 leave ~48 floats per lane for q/acc after
       // addressing; sub-groups of 8/16/32 through cl_intel_required_subgroup_size, 16 the
       // compiler's usual choice; 16-byte block loads; split-K thresholds as the generic row.
+      // SUBGROUP: the butterfly by intel_sub_group_shuffle_xor at sub-group size 16 (a token's
+      // TPT <= 16 lanes in one sub-group; TPT 32 tiles keep the local-memory form). SIMD16 has
+      // half the registers per lane of the SIMD8 build ocloc picks for the generic kernel: the
+      // row's GMAX 4 x UNROLL 2 tile spills 4 KB per thread there (dg2, tgllp), 2 heads x 1
+      // token per tile at 16 lanes per token (QREGS_SG / QREGS_MAX_SG 16, UNROLL_SG 1) far less.
       {"decode", Level::Vendor, "intel", "*",
        {{"WG", 128}, {"QREGS", 32}, {"QREGS_MAX", 64}, {"UNROLL", 2}, {"LOAD_BYTES", 16}, {"PTX_SHFL", 0},
-        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024}},
-       "vendor guide: Intel oneAPI GPU optimization guide, GRF and occupancy; not tuned on hardware"},
+        {"GMAX_CAP", 16}, {"WGS_PER_CU", 4}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64}, {"DET_CHUNK", 1024},
+        {"SUBGROUP", 1}, {"SUBGROUP_SIZE", 16}, {"QREGS_SG", 16}, {"QREGS_MAX_SG", 16}, {"UNROLL_SG", 1}},
+       "vendor guide: Intel oneAPI GPU optimization guide, GRF and occupancy; SUBGROUP: the same guide's sub-group "
+       "chapter (shuffles instead of SLM and barriers, SIMD16 sub-groups) and the cl_intel_subgroups / "
+       "cl_intel_required_subgroup_size specs; QREGS_SG / QREGS_MAX_SG / UNROLL_SG: ocloc dg2 / tgllp builds (scratch per "
+       "thread); not tuned on hardware"},
+      // Xe-LP (Tiger Lake and later integrated GPUs): no large register file, so the vendor
+      // row's tiles (32 q floats and 2 tokens of K and V per lane) spill 1-4 KB per thread
+      // even at SIMD8 (clattn-kernel-report, tgllp): 16 q floats, one token per step.
+      {"decode", Level::Arch, "xe-lp", "*", {{"QREGS", 16}, {"QREGS_MAX", 32}, {"UNROLL", 1}},
+       "vendor guide: Intel oneAPI GPU optimization guide (128 GRF per thread on Xe-LP); register budget from "
+       "clattn-kernel-report (ocloc 22.43 tgllp builds, 2026-11-26); not tuned on hardware"},
       // CPU devices: the cpu variant (decode_cpu.cl), one work-item per group (PoCL's pthread
       // device runs a work-group as one loop on one core thread), VW 0 = the device's
       // preferred float vector width; the whole GQA group per work-item (its q and output

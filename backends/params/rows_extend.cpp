@@ -131,8 +131,11 @@ const std::vector<Row>& rows_extend() {
        "sizes) and the cl_intel_subgroup_matrix_multiply_accumulate extension; not tuned on hardware"},
       // D = 192, 256: 4 column groups keep a work-item's O at 4 float8 (no spill at 128 GRF
       // in ocloc's pvc build; 2 column groups spill 5 KB per thread there).
-      {"extend", Level::Vendor, "intel", "d256", {{"DPAS_CG", 4}, {"DPAS_KEYS", 64}},
-       "by design: register budget from ocloc 22.43 (IGC 1.0.12504) pvc builds; not tuned on hardware"},
+      // The portable kernel at D = 192, 256: 256 work-items as 16 x 16, 2 rows each (O is 2 x 16
+      // floats a work-item): 4 rows x 16 columns spill 1-4 KB per thread (dg2, tgllp, pvc).
+      {"extend", Level::Vendor, "intel", "d256", {{"DPAS_CG", 4}, {"DPAS_KEYS", 64}, {"WG", 256}, {"TM", 2}},
+       "by design: register budget from ocloc 22.43 (IGC 1.0.12504) pvc builds; WG / TM: clattn-kernel-report "
+       "(dg2, tgllp, pvc, 2026-11-26); not tuned on hardware"},
       // Xe-HPG (Arc, dg2): DPAS at sub-group size 8 (8 x 8 x 16 per call), 128 GRF of 32 bytes:
       // 4 x 4 sub-groups of 8, so that a work-item's O block is D / 32 columns (4 float8 = 32 GRF
       // at D = 128) and its S block 16 keys (2 float8). 21 KB of SLM at D = 128.

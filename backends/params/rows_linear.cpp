@@ -75,9 +75,12 @@ const std::vector<Row>& rows_linear() {
       // Chunk 64 (FLA default); 64 KiB LDS per CU; 4 x wave64.
       {"linear_prefill", Level::Vendor, "amd", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 256}},
        "vendor guide: AMD CDNA ISA guide, LDS size; chunk: FLA default"},
-      // Chunk 64 (FLA default); 64 KiB SLM per Xe core; 8 x SIMD16.
-      {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 128}},
-       "vendor guide: Intel oneAPI GPU optimization guide, SLM; chunk: FLA default"},
+      // Chunk 64 (FLA default); 64 KiB SLM per Xe core; 16 x SIMD16: each work-item keeps 16 of
+      // the chunk's C x C entries of K K^T and Q K^T in registers (PF_E; 32 with 128 work-items
+      // spill 4 KB per thread at SIMD16 with 128 GRF: clattn-kernel-report, tgllp / pvc).
+      {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 256}},
+       "vendor guide: Intel oneAPI GPU optimization guide, SLM; chunk: FLA default; PF_WG: register budget "
+       "from clattn-kernel-report (ocloc 22.43 tgllp / pvc builds, 2026-11-26)"},
       // CPU devices: the cpu variant (linear_cpu.clh), one work-item per (request, v-head, up to
       // 128 state columns: C x C work not repeated across slices at Dv = 128), chunks of 16
       // tokens, register tiles of MR x 2 vectors (MR 0: 8 with 16-wide vectors, 4 with

@@ -91,6 +91,8 @@ std::vector<OpChoice> op_choices(const DeviceProfile& p) {
   };
   static const std::vector<Candidate> table = {
       {"decode", "bf16", {"PTX_SHFL"}, "nv_ptx_shfl"},
+      {"decode", "bf16", {"SUBGROUP"}, "intel_subgroups"},
+      {"decode", "bf16", {"SUBGROUP"}, "khr_subgroups"},
       {"decode", "bf16", {"CPU_KERNEL"}, "cpu"},
       {"extend", "d128", {"WMMA"}, "amd_wmma"},
       {"extend", "d128", {"MFMA"}, "amd_mfma"},

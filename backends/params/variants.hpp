@@ -16,8 +16,11 @@ namespace clattn::params {
 // "tiled"          : OpenCL 1.2, register-blocked local-memory tiles (MLA)
 // "cpu"            : OpenCL 1.2, one work-item per group over vector types, for CPU devices
 //                    (decode; chosen by the cpu rows' CPU_KERNEL)
-// "khr_subgroups"  : cl_khr_subgroups reductions instead of local-memory butterflies (decode)
-// "intel_subgroups": cl_intel_subgroups shuffles (decode)
+// "khr_subgroups"  : cl_khr_subgroups sub-group butterflies instead of work-group-wide ones:
+//                    cl_khr_subgroup_shuffle xor shuffles where the device has them, else
+//                    local memory fenced by sub_group_barrier (decode)
+// "intel_subgroups": cl_intel_subgroups xor shuffles, optionally at a required sub-group size
+//                    (cl_intel_required_subgroup_size) (decode)
 // "intel_dpas"     : cl_intel_subgroup_matrix_multiply_accumulate, DPAS systolic arrays (extend)
 // "amd_wmma"       : AMD WMMA builtins, RDNA3 gfx11 wave32 (extend)
 // "amd_mfma"       : AMD MFMA builtins, CDNA gfx908/gfx90a/gfx94x wave64 (extend)

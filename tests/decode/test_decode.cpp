@@ -680,3 +680,67 @@ TEST(PagedDecode, CpuVariantMatchesTheReference) {
       ++i;
     }
 }
+
+// The sub-group variants (intel_subgroups under the intel rows, khr_subgroups under the amd
+// rows) where the device runs them, natively or through their emulation (CLATTN_EMULATE:
+// the test_decode_subgroups.* ctests, where PoCL runs decode.cl's own sub-group text with
+// subgroups_emul.clh): every KV dtype x head dims 64/128/256 x GQA groups 1/4/8 (each pair
+// of them once), page sizes 1 and 16, split and unsplit, lse; the khr runs alternate the
+// shuffle and the sub_group_barrier forms. The plan must name the variant: a broken build
+// must fail here, not fall back to the generic kernel.
+TEST(PagedDecodeSubgroups, MatchTheReference) {
+  CLATTN_SEED_TRACE();
+  const DeviceProfile& prof = ctx().profile();
+  auto available = [&](const std::string& name) {
+    for (const auto& v : variants(prof))
+      if (v.name == name) return v.available;
+    return false;
+  };
+  std::string want;
+  if (prof.param_vendor() == "intel" && available("intel_subgroups")) want = "intel_subgroups";
+  else if (prof.param_vendor() == "amd" && available("khr_subgroups")) want = "khr_subgroups";
+  if (want.empty()) GTEST_SKIP() << "no sub-group variant under these rows (CLATTN_EMULATE, CLATTN_FORCE_VENDOR)";
+  const bool emulated = !prof.emulated.empty();
+  const DType kvs[] = {DType::BF16, DType::F16, DType::F32, DType::FP8_E4M3};
+  const int dims[] = {64, 128, 256}, groups[] = {1, 4, 8};
+  test::Rng rng(2026120101);
+  for (int i = 0; i < 12; ++i) {
+    Case c;
+    c.kv = kvs[i % 4], c.D = dims[(i / 4) % 3], c.G = groups[i % 3];
+    c.Hkv = c.G == 8 ? 1 : 2;
+    c.P = i % 2 ? 16 : 1;
+    c.qd = c.od = c.kv == DType::F32 ? DType::F32 : DType::BF16;
+    c.lse = true;
+    c.lens = {rng.uniform_int(1, 40), rng.uniform_int(100, 300)};
+    if (c.kv == DType::FP8_E4M3) c.k_scale = 0.3, c.v_scale = 0.2;
+    c.opt.params = {{"CPU_KERNEL", 0}};
+    if ((i / 2) % 2) {
+      for (auto& kv : force_split()) c.opt.params.insert(kv);
+    } else {
+      c.opt.max_splits = 1;
+    }
+    // Intel: D 256 tiles of 4+ heads take 32 lanes per token, so sub-groups of 32 there
+    // (emulated or required); 16 elsewhere (the row).
+    if (want == "intel_subgroups" && c.D == 256 && c.G >= 4) c.opt.params["SUBGROUP_SIZE"] = 32;
+    if (want == "khr_subgroups" && emulated) c.opt.params["SUBGROUP_SHUFFLE"] = (i + i / 4) % 2;
+    Batch b = build(c, 5000 + uint64_t(i));
+    DevRun r = run(b, options_of(b));
+    EXPECT_DECODE_OK(b, r) << " (case " << i << ")";
+    EXPECT_EQ(r.plan.variant, want) << c.describe();
+    EXPECT_GT(r.plan.tile.tpt, 1) << c.describe();
+    if ((i / 2) % 2) EXPECT_GT(r.plan.num_partials, 0) << c.describe();
+    else EXPECT_EQ(r.plan.num_partials, 0) << c.describe();
+  }
+  // A token's lanes wider than the sub-group: the plan keeps the generic butterfly.
+  if (emulated) {
+    Case c;
+    c.lens = {50};
+    c.opt.params = {{"CPU_KERNEL", 0}, {"TPT", 16}, {"SUBGROUP_SIZE", 8}};
+    // khr: work-groups of 16 against emulated sub-groups of 32 (not all full).
+    if (want == "khr_subgroups") c.opt.params = {{"CPU_KERNEL", 0}, {"TPT", 8}, {"WG", 16}};
+    Batch b = build(c, 5100);
+    DevRun r = run(b, options_of(b));
+    EXPECT_DECODE_OK(b, r);
+    EXPECT_EQ(r.plan.variant, "generic") << c.describe();
+  }
+}
