@@ -77,7 +77,7 @@ Kernel& Program::kernel(const std::string& name) {
   return *slot;
 }
 
-std::string device_build_options(const DeviceProfile& p) {
+std::string device_build_options(const DeviceProfile& p, const std::string& op_options) {
   // Intel's compiler (IGC) gives a thread 128 GRF registers unless asked for its large register
   // file; on Xe-HPG, Xe-HPC and Xe2 that mode has 256 (Intel oneAPI GPU Optimization Guide,
   // "Small register mode vs. large register mode"), which the attention kernels' per-lane tiles
@@ -88,8 +88,10 @@ std::string device_build_options(const DeviceProfile& p) {
   if (p.vendor != "intel" || !p.is_gpu) return "";
   const std::string& a = p.architecture;
   std::string o;
-  if (a == "xe-hpg" || a == "xe-hpc" || a == "xe2") o = "-cl-intel-256-GRF-per-thread";
-  if ((a == "xe-hpc" || a == "xe2") && p.intel_required_subgroup_size) o += " -DCLATTN_SIMD=16";
+  // (A program whose parameters keep the small file says -DCLATTN_GRF=128.)
+  const bool small = op_options.find("-DCLATTN_GRF=128") != std::string::npos;
+  if ((a == "xe-hpg" || a == "xe-hpc" || a == "xe2") && !small) o = "-cl-intel-256-GRF-per-thread";
+  if ((a == "xe-hpc" || a == "xe2") && p.intel_required_subgroup_size) o += std::string(o.empty() ? "" : " ") + "-DCLATTN_SIMD=16";
   return o;
 }
 
@@ -104,7 +106,7 @@ ProgramCache::ProgramCache(cl_context ctx, cl_device_id dev) : ctx_(ctx), dev_(d
 
 void ProgramCache::set_profile(const DeviceProfile& p) {
   identity_ = p.platform_name + "\n" + p.platform_version + "\n" + p.device_name + "\n" + p.driver_version;
-  device_options_ = device_build_options(p);
+  profile_ = p;
 }
 
 std::string ProgramCache::key(const std::string& source, const std::string& options) const {
@@ -122,7 +124,8 @@ void ProgramCache::clear() {
 }
 
 std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::string& op_options) {
-  const std::string options = device_options_.empty() ? op_options : op_options + " " + device_options_;
+  const std::string device = device_build_options(profile_, op_options);
+  const std::string options = device.empty() ? op_options : op_options + " " + device;
   // Fast path: this (file, options) was asked for before; skip reading and hashing the
   // source (tens of microseconds), which matters for per-step callers.
   const std::string name = file + '\n' + options;

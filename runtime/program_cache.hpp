@@ -94,9 +94,9 @@ std::vector<unsigned char> program_binary(cl_program p);
 cl_program rebuild_program_sm90a(cl_context ctx, cl_device_id dev, cl_program p, const std::string& options,
                                  cl_int* err);
 
-// Options every program gets on this device, after the op's own (ProgramCache::get appends
-// them): compiler register-file and SIMD choices that hold for all kernels (Intel GPUs).
-std::string device_build_options(const DeviceProfile& p);
+// Options a program gets on this device after the op's own `op_options` (ProgramCache::get
+// appends them): compiler register-file and SIMD choices (Intel GPUs).
+std::string device_build_options(const DeviceProfile& p, const std::string& op_options);
 
 // Build options from named defines, sorted so equal sets give equal keys.
 std::string make_options(const std::map<std::string, std::string>& defines, const std::string& extra = {});
@@ -131,7 +131,7 @@ class ProgramCache {
   cl_context ctx_;
   cl_device_id dev_;
   std::string identity_;  // platform + device + driver, folded into keys
-  std::string device_options_;  // device_build_options of the profile
+  DeviceProfile profile_;  // for device_build_options
   DiskCache disk_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_future<std::shared_ptr<Program>>> programs_;  // by cache key

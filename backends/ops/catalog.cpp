@@ -13,10 +13,11 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
   catalog_append_kv(target, out);
   catalog_metadata(target, out);
   // The options the program cache adds on this device (ProgramCache::get).
-  const std::string extra = rt::device_build_options(target.profile);
-  if (!extra.empty())
-    for (CatalogEntry& e : out)
-      for (Variant& v : e.variants) v.options += " " + extra;
+  for (CatalogEntry& e : out)
+    for (Variant& v : e.variants) {
+      const std::string extra = rt::device_build_options(target.profile, v.options);
+      if (!extra.empty()) v.options += " " + extra;
+    }
   return out;
 }
 

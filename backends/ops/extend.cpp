@@ -304,6 +304,9 @@ Tile dpas_candidate(const DeviceProfile& prof, const KVDesc& kv, const params::E
       {"HEAD_DIM", to_string(d)},     {"KV_DT", to_string(int(kv.dtype))}, {"SG", to_string(dt.sg)},
       {"RB", to_string(dt.rb)},       {"RG", to_string(dt.rg)},            {"CG", to_string(dt.cg)},
       {"KEYS", to_string(dt.keys)},   {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};
+  // DPAS_GRF 128: the build keeps IGC's small register file where the device's default is the
+  // large one (rt::device_build_options reads CLATTN_GRF).
+  if (ops::param_or(e, over, "DPAS_GRF", 0) == 128) defs["CLATTN_GRF"] = "128";
   ops::add_emulation(prof, "cl_intel_subgroup_matrix_multiply_accumulate", defs);
   t.options = rt::make_options(defs);
   t.local_bytes = dpas_local_bytes(dt, d, emulated);

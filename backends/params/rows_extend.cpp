@@ -117,8 +117,10 @@ const std::vector<Row>& rows_extend() {
        "vendor guide: AMD CDNA3 ISA (MFMA), AMD matrix instruction calculator; not run on hardware"},
       {"extend", Level::Arch, "gfx942", "*", {{"MFMA", 1}},
        "vendor guide: AMD CDNA3 ISA (MFMA), AMD matrix instruction calculator; not run on hardware"},
-      // RDNA (wave32 native, 2 SIMD32 per CU): 4 wave32 per group as 8 x 16, 4 rows x 4 keys.
-      {"extend", Level::Arch, "rdna", "*", {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}},
+      // RDNA (wave32 native, 2 SIMD32 per CU): 4 wave32 per group as 4 x 32, 4 rows x 2 keys (O
+      // is 4 x 4 floats a work-item at D = 128): 32-row tiles as 8 x 16 spill at D = 80 on
+      // gfx1030 and at every D on gfx1100 (clattn-kernel-report, clang-15).
+      {"extend", Level::Arch, "rdna", "*", {{"WG", 128}, {"ROWS", 16}, {"KEYS", 64}, {"TM", 4}},
        "vendor guide: AMD RDNA3 ISA reference guide, wave32 native, 64 KB LDS per work-group; not tuned on hardware"},
       // Xe: 8 x SIMD16 per group as 8 x 16, 4 rows x 4 keys; 26 KB of SLM at D=128 (64 KB per
       // Xe-core), 32 accumulators inside the 128 GRF registers of SIMD16.
@@ -131,9 +133,10 @@ const std::vector<Row>& rows_extend() {
        "sizes) and the cl_intel_subgroup_matrix_multiply_accumulate extension; not tuned on hardware"},
       // D = 192, 256: 4 column groups keep a work-item's O at 4 float8 (no spill at 128 GRF
       // in ocloc's pvc build; 2 column groups spill 5 KB per thread there).
-      // The portable kernel at D = 192, 256: 256 work-items as 16 x 16, 2 rows each (O is 2 x 16
-      // floats a work-item): 4 rows x 16 columns spill 1-4 KB per thread (dg2, tgllp, pvc).
-      {"extend", Level::Vendor, "intel", "d256", {{"DPAS_CG", 4}, {"DPAS_KEYS", 64}, {"WG", 256}, {"TM", 2}},
+      // The portable kernel at D = 192, 256: 16-row tiles, 128 work-items as 4 x 32 (O is 4 x 8
+      // floats a work-item): 32 rows as 8 x 16 (4 x 16 floats) spill 1-4 KB per thread (dg2,
+      // tgllp, pvc).
+      {"extend", Level::Vendor, "intel", "d256", {{"DPAS_CG", 4}, {"DPAS_KEYS", 64}, {"ROWS", 16}},
        "by design: register budget from ocloc 22.43 (IGC 1.0.12504) pvc builds; WG / TM: clattn-kernel-report "
        "(dg2, tgllp, pvc, 2026-11-26); not tuned on hardware"},
       // Xe-HPG (Arc, dg2): DPAS at sub-group size 8 (8 x 8 x 16 per call), 128 GRF of 32 bytes:
@@ -150,11 +153,13 @@ const std::vector<Row>& rows_extend() {
        "by design: register budget from ocloc 22.43 (IGC 1.0.12504) dg2 builds; not tuned on hardware"},
       // Xe-HPC (Data Center GPU Max, pvc): DPAS at sub-group size 16 (8 x 16 x 16), GRF of 64
       // bytes: 4 x 2 sub-groups of 16, O blocks of D / 32 columns (4 float8 at D = 128).
+      // DPAS_GRF 128: this kernel builds without scratch in IGC's 128-GRF mode, and spills 1-2 KB
+      // per thread in the 256-GRF mode the device's other programs get (clattn-kernel-report, pvc).
       {"extend", Level::Arch, "xe-hpc", "*", {{"DPAS_SG", 16}, {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 2},
-        {"DPAS_KEYS", 64}},
+        {"DPAS_KEYS", 64}, {"DPAS_GRF", 128}},
        "vendor guide: Intel oneAPI GPU optimization guide (Xe-HPC: 16-wide XMX, 64-byte GRF) and the "
        "cl_intel_subgroup_matrix_multiply_accumulate extension (sub-group size 16 on these devices); "
-       "not tuned on hardware"},
+       "DPAS_GRF: clattn-kernel-report (ocloc 22.43 pvc builds, 2026-11-26); not tuned on hardware"},
       {"extend", Level::Arch, "xe-hpc", "d256", {{"DPAS_CG", 4}, {"DPAS_KEYS", 64}},
        "by design: register budget from ocloc 22.43 (IGC 1.0.12504) pvc builds; not tuned on hardware"},
       // Apple GPUs: 32 KB threadgroup memory, SIMD-groups of 32: the portable default tile.

@@ -41,8 +41,9 @@ const std::vector<Row>& rows_linear() {
       // wave64 spans one row segment of 64 columns; 4 waves per work-group, one per SIMD of a CU.
       {"linear_decode", Level::Vendor, "amd", "*", {{"DEC_DVT", 64}, {"DEC_ROWS", 4}},
        "vendor guide: AMD GCN/CDNA ISA guide, wavefront size 64"},
-      // wave32 spans one 128-byte row segment of 32 f32 columns; 4 waves per work-group.
-      {"linear_decode", Level::Arch, "rdna", "*", {{"DEC_DVT", 32}, {"DEC_ROWS", 4}},
+      // wave32 spans one 128-byte row segment of 32 f32 columns; 8 waves per work-group (Dk / 8
+      // state rows a work-item: 4 row groups spill at Dk = 256 on gfx1100, clattn-kernel-report).
+      {"linear_decode", Level::Arch, "rdna", "*", {{"DEC_DVT", 32}, {"DEC_ROWS", 8}},
        "vendor guide: AMD RDNA3 ISA reference guide, wave32 native, 128-byte cache lines; not tuned on hardware"},
       // SIMD16 spans 16 columns (64 bytes); 8 row groups = 128 work-items.
       {"linear_decode", Level::Vendor, "intel", "*", {{"DEC_DVT", 16}, {"DEC_ROWS", 8}},
@@ -75,6 +76,10 @@ const std::vector<Row>& rows_linear() {
       // Chunk 64 (FLA default); 64 KiB LDS per CU; 4 x wave64.
       {"linear_prefill", Level::Vendor, "amd", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 256}},
        "vendor guide: AMD CDNA ISA guide, LDS size; chunk: FLA default"},
+      // RDNA: K / Q tiles of 16 dims (the unrolled tile loop of 32 spills on gfx1100's 128 VGPRs,
+      // clattn-kernel-report).
+      {"linear_prefill", Level::Arch, "rdna", "*", {{"PF_DKT", 16}},
+       "register budget from clattn-kernel-report (clang-15 gfx1100, 2026-11-26); not tuned on hardware"},
       // Chunk 64 (FLA default); 64 KiB SLM per Xe core; 16 x SIMD16: each work-item keeps 16 of
       // the chunk's C x C entries of K K^T and Q K^T in registers (PF_E; 32 with 128 work-items
       // spill 4 KB per thread at SIMD16 with 128 GRF: clattn-kernel-report, tgllp / pvc).

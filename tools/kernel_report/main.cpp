@@ -205,33 +205,30 @@ int main(int argc, char** argv) {
     }
     results.push_back(std::move(r));
   }
-  std::vector<std::pair<size_t, size_t>> work;
-  for (size_t i = 0; i < results.size(); ++i)
-    for (size_t j = 0; j < results[i].programs.size(); ++j) work.emplace_back(i, j);
-  std::fprintf(stderr, "clattn-kernel-report: %zu builds on %zu targets, %u at once\n", work.size(), results.size(), jobs);
-  std::mutex mu;
-  size_t next = 0;
-  auto worker = [&] {
-    for (;;) {
-      size_t w;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (next == work.size()) return;
-        w = next++;
-      }
-      TargetResult& r = results[work[w].first];
-      Program& p = r.programs[work[w].second];
-      p.build = clattn::kreport::compile(*r.target, clattn::rt::kernel_source(p.file), p.options, work_dir);
-      p.build.variant = p.variant;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned i = 0; i < jobs; ++i) pool.emplace_back(worker);
-  for (auto& th : pool) th.join();
-
+  // One target at a time (its table prints as soon as its builds are done), `jobs` builds at once.
   bool failed = false;
   nlohmann::json out = nlohmann::json::array();
   for (TargetResult& r : results) {
+    std::fprintf(stderr, "clattn-kernel-report: %s: %zu builds, %u at once\n", r.target->name.c_str(),
+                 r.programs.size(), jobs);
+    std::mutex mu;
+    size_t next = 0;
+    auto worker = [&] {
+      for (;;) {
+        size_t w;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (next == r.programs.size()) return;
+          w = next++;
+        }
+        Program& p = r.programs[w];
+        p.build = clattn::kreport::compile(*r.target, clattn::rt::kernel_source(p.file), p.options, work_dir);
+        p.build.variant = p.variant;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < jobs; ++i) pool.emplace_back(worker);
+    for (auto& th : pool) th.join();
     for (const Program& p : r.programs) {
       if (!p.build.ok) ++r.errors;
       for (const KernelFigures& k : p.build.kernels)
@@ -239,6 +236,7 @@ int main(int argc, char** argv) {
       if (*matrix_mnemonic(p.variant) && p.build.ok) ++(p.build.matrix_lines.empty() ? r.missing_matrix : r.matrix_ok);
     }
     print_target(r, show_options, show_logs);
+    std::fflush(stdout);
     failed = failed || r.errors || r.spills || r.missing_matrix || !r.refused.empty();
     out.push_back(to_json(r));
   }
