@@ -1,6 +1,7 @@
 // The object behind clattn::Context: OpenCL handles, the profile, the program cache.
 #pragma once
 #include <memory>
+#include <mutex>
 
 #include "clattn/context.hpp"
 #include "runtime/program_cache.hpp"
@@ -28,6 +29,9 @@ class ContextImpl {
   // One int32 of DeviceFault bits that bounds-checking kernels OR into (atomically, from
   // any queue) when they skip an index outside its pool; zero at creation.
   cl_mem faults = nullptr;
+  // Serialises self-validation checks (backends/ops/self_validation.cpp): each program's
+  // check runs once per context, whichever thread plans first.
+  std::mutex self_validation_mu;
 
  private:
   void release();  // drops every handle (destructor, failed constructor)

@@ -347,6 +347,36 @@ void DiskCache::store(const std::string& key, const std::vector<unsigned char>& 
   if (!why.empty()) log().warn("program cache: {}", why);
 }
 
+namespace {
+bool note_suffix(const std::string& s) {
+  if (s.size() < 2 || s.size() > 16 || s[0] != '.' || s == ".clbin") return false;
+  for (size_t i = 1; i < s.size(); ++i)
+    if (!(s[i] >= 'a' && s[i] <= 'z')) return false;
+  return true;
+}
+}  // namespace
+
+std::optional<std::string> DiskCache::load_note(const std::string& key, const std::string& suffix,
+                                                size_t max_bytes) const {
+  if (dirfd_ < 0 || !valid_key(key) || !note_suffix(suffix)) return std::nullopt;
+  const std::string name = key + suffix, path = dir_ + "/" + name;
+  Fd fd(::openat(dirfd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    if (errno != ENOENT) log().warn("program cache: ignoring {} ({})", path, open_error(dirfd_, name, errno));
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !trusted(st, path)) return std::nullopt;
+  return read_checked(fd.get(), st, max_bytes, "program cache", path);
+}
+
+void DiskCache::store_note(const std::string& key, const std::string& suffix, const std::string& text) const {
+  if (dirfd_ < 0 || !valid_key(key) || !note_suffix(suffix)) return;
+  std::string why = write_atomic(dirfd_, dir_, key + suffix, reinterpret_cast<const unsigned char*>(text.data()),
+                                 text.size());
+  if (!why.empty()) log().warn("program cache: {}", why);
+}
+
 std::optional<std::string> DiskCache::read_file(const std::string& sub, const std::string& name, size_t max_bytes,
                                                 const char* tag) const {
   if (dirfd_ < 0 || !plain_name(sub) || !plain_name(name)) return std::nullopt;

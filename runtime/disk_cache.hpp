@@ -27,6 +27,14 @@ class DiskCache {
   std::optional<std::vector<unsigned char>> load(const std::string& key) const;
   void store(const std::string& key, const std::vector<unsigned char>& binary) const;
 
+  // A small text note kept beside entry `key` as <key><suffix> (".verdict": the program's
+  // self-validation verdict, backends/ops/self_validation.hpp), read under the entries'
+  // rules (opened without following a link, a regular file of ours that group and others
+  // cannot write, at most `max_bytes`) and written as they are (0600 temp file, renamed).
+  // nullopt when absent (quietly) or refused (logged). `suffix`: '.' and letters.
+  std::optional<std::string> load_note(const std::string& key, const std::string& suffix, size_t max_bytes) const;
+  void store_note(const std::string& key, const std::string& suffix, const std::string& text) const;
+
   // Other code-loading input kept in the cache (tuned/<device>.json), under the entries'
   // rules: `sub` opened without following a link and not writable by group or others, the
   // file opened without following a link, a regular file of ours that group and others

@@ -117,6 +117,37 @@ std::string ProgramCache::key(const std::string& source, const std::string& opti
 
 ProgramCache::Stats ProgramCache::stats() const { return {compiled_.load(), disk_hits_.load(), memory_hits_.load()}; }
 
+namespace {
+constexpr const char* kVerdictSuffix = ".verdict";
+constexpr size_t kMaxVerdictBytes = 4096;
+}  // namespace
+
+std::optional<std::string> ProgramCache::verdict(const std::string& file, const std::string& options,
+                                                 bool* from_disk, bool use_disk) {
+  if (from_disk) *from_disk = false;
+  const std::string name = file + '\n' + options;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = verdicts_.find(name);
+    if (it != verdicts_.end()) return it->second;
+  }
+  if (!use_disk || !disk_.enabled()) return std::nullopt;
+  auto text = disk_.load_note(key(kernel_source(file), options), kVerdictSuffix, kMaxVerdictBytes);
+  if (!text) return std::nullopt;
+  if (from_disk) *from_disk = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  verdicts_[name] = *text;
+  return text;
+}
+
+void ProgramCache::set_verdict(const std::string& file, const std::string& options, const std::string& text) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    verdicts_[file + '\n' + options] = text;
+  }
+  if (disk_.enabled()) disk_.store_note(key(kernel_source(file), options), kVerdictSuffix, text);
+}
+
 void ProgramCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   programs_.clear();

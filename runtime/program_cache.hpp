@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -115,6 +116,15 @@ class ProgramCache {
   // Cache key = SHA-256 of format, source, options, platform, device, driver.
   std::string key(const std::string& source, const std::string& options) const;
 
+  // Self-validation verdicts of programs (backends/ops/self_validation.hpp) as text: this
+  // context's map by (file, options), else the note <key>.verdict beside the binary on disk
+  // (*from_disk set; not with `use_disk` false), which then joins the map. nullopt when
+  // neither has one.
+  std::optional<std::string> verdict(const std::string& file, const std::string& options, bool* from_disk = nullptr,
+                                     bool use_disk = true);
+  // Records a verdict in the map and, when the disk cache is on, beside the binary.
+  void set_verdict(const std::string& file, const std::string& options, const std::string& text);
+
   struct Stats {
     int compiled = 0;      // built from source
     int disk_hits = 0;     // loaded from the binary cache
@@ -136,6 +146,7 @@ class ProgramCache {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_future<std::shared_ptr<Program>>> programs_;  // by cache key
   std::map<std::string, std::shared_future<std::shared_ptr<Program>>> by_name_;   // by file + options
+  std::map<std::string, std::string> verdicts_;  // by file + options
   std::atomic<int> compiled_{0}, disk_hits_{0}, memory_hits_{0};
 };
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "backends/metadata/requests.hpp"
 #include "backends/ops/op_util.hpp"
@@ -622,6 +624,25 @@ std::vector<ops::Variant> variants_of(const std::vector<Tile>& cands) {
   return vs;
 }
 
+std::mutex g_test_mu;
+std::optional<ops::ExtendTestCandidate> g_test_candidate;
+
+// ops::set_extend_test_candidate's candidate first, unless the caller forces a variant: a
+// copy of the generic tile (the last).
+void add_test_candidate(const ExtendOptions& opt, std::vector<Tile>& cands) {
+  std::lock_guard<std::mutex> lock(g_test_mu);
+  if (!g_test_candidate || !opt.variant.empty() || cands.empty() || cands.back().variant != "generic") return;
+  Tile t = cands.back();
+  t.variant = g_test_candidate->name, t.kernel = "extend_generic";
+  const std::string def = "-D" + g_test_candidate->define + "=";
+  const size_t at = t.options.find(def);
+  if (at == std::string::npos) return;
+  const size_t end = t.options.find(' ', at);
+  t.options.replace(at + def.size(), end == std::string::npos ? std::string::npos : end - at - def.size(),
+                    g_test_candidate->value);
+  cands.insert(cands.begin(), t);
+}
+
 ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source src, const KVDesc& kv,
                      const ExtendOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
@@ -634,8 +655,16 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
   if (!why_not_mma.empty())
     rt::log().info("extend: nv_mma_sync not used ({}); using the generic kernel", why_not_mma);
 
-  // The first candidate that builds and fits (each variant has its own file).
-  const ops::BuiltVariant built = ops::select_and_build(c, "extend", variants_of(cands));
+  add_test_candidate(opt, cands);
+
+  // The first candidate that builds, fits and, where listed, passed self-validation on this
+  // device (each variant has its own file).
+  const ops::SelfCheck check = [&](const ops::Variant& v) {
+    const ops::ExtendCheckCase k{kv.dtype,    opt.q_dtype, opt.o_dtype, kv.head_dim, kv.paged ? kv.page_size : 16,
+                                 opt.variant, opt.params};
+    return ops::extend_self_check(ctx, k, v);
+  };
+  const ops::BuiltVariant built = ops::select_and_build(c, "extend", variants_of(cands), check);
   Tile tile;
   for (const Tile& t : cands)
     if (t.variant == built.variant.name && t.options == built.variant.options) tile = t;
@@ -920,6 +949,11 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
 }  // namespace clattn
 
 namespace clattn::ops {
+
+void set_extend_test_candidate(std::optional<ExtendTestCandidate> t) {
+  std::lock_guard<std::mutex> lock(g_test_mu);
+  g_test_candidate = std::move(t);
+}
 
 // Paged KV (page size 16; ragged builds the same programs) of every dtype at head dims 64, 80,
 // 128 and 256, causal; TMA where the cache allows it (a paged NHD cache, 16-byte strides).

@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "backends/params/variants.hpp"
 #include "runtime/error.hpp"
 #include "runtime/log.hpp"
 
@@ -38,14 +39,16 @@ std::string misfit(const detail::ContextImpl& c, const Variant& v, rt::Kernel& k
 
 }  // namespace
 
-BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands) {
+BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands,
+                              const SelfCheck& check) {
   Error last(Status::Unsupported, op + ": no kernel variant applies");
   for (size_t i = 0; i < cands.size(); ++i) {
     const Variant& v = cands[i];
     const char* next = i + 1 < cands.size() ? cands[i + 1].name.c_str() : "nothing";
-    if (!v.why_not.empty()) {
-      rt::log().debug("{}: {} not used ({}); trying {}", op, v.name, v.why_not, next);
-      last = Error(Status::Unsupported, op + ": " + v.name + ": " + v.why_not);
+    const std::string why_not = !v.why_not.empty() ? v.why_not : pinned_out(op, v);
+    if (!why_not.empty()) {
+      rt::log().debug("{}: {} not used ({}); trying {}", op, v.name, why_not, next);
+      last = Error(Status::Unsupported, op + ": " + v.name + ": " + why_not);
       continue;
     }
     if (v.local_bytes && c.profile.local_mem_bytes && v.local_bytes > c.profile.local_mem_bytes) {
@@ -62,6 +65,11 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
       b.kernel = &b.program->kernel(v.kernel);
       b.driver_local_bytes = b.kernel->local_mem_size(c.device);
       const std::string why = misfit(c, v, *b.kernel, b.driver_local_bytes);
+      if (why.empty() && !in_self_check() && params::needs_self_validation(v.name) &&
+          !validate(c, op, v, check).pass) {
+        last = Error(Status::Unsupported, op + ": " + v.name + ": failed self-validation on this device");
+        continue;  // (validate logged it)
+      }
       if (why.empty()) {
         if (v.local_bytes && v.local_bytes != b.driver_local_bytes)
           rt::log().debug("{}: {} estimated {} bytes of local memory, the driver reports {}", op, v.name,

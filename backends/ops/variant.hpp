@@ -8,12 +8,15 @@
 // the work-group size it allows (CL_KERNEL_WORK_GROUP_SIZE) and the local memory it uses
 // (CL_KERNEL_LOCAL_MEM_SIZE). A candidate that does not apply, fails to build (logged with its
 // build log) or does not fit is skipped for the next; the estimates only pre-filter
-// parameter choices, the driver decides.
+// parameter choices, the driver decides. A variant that has never run on hardware of its
+// kind (params::needs_self_validation) must also pass the op's self-validation check on the
+// device (ops/self_validation.hpp) before it is handed out.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backends/ops/self_validation.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/program_cache.hpp"
 
@@ -39,9 +42,11 @@ struct BuiltVariant {
   uint64_t driver_local_bytes = 0;  // CL_KERNEL_LOCAL_MEM_SIZE of the compiled kernel
 };
 
-// The first candidate that applies, builds and fits; throws the last reason (BuildFailed,
-// Unsupported) when none does. `op` names the op in logs and messages.
-BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands);
+// The first candidate that applies, builds, fits and, where listed, passes self-validation
+// (`check`: the op's, none = such a variant is not used); throws the last reason
+// (BuildFailed, Unsupported) when none does. `op` names the op in logs and messages.
+BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands,
+                              const SelfCheck& check = {});
 
 // The last choices of select_and_build in this process (newest last, at most 64): the op,
 // the variant, the host's local-memory estimate and the driver's figure. Lets tests hold

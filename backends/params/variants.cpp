@@ -1,5 +1,8 @@
 #include "backends/params/variants.hpp"
 
+#include <algorithm>
+#include <mutex>
+
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -77,6 +80,30 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
 std::string why_unavailable(const DeviceProfile& p, const std::string& variant) {
   std::string why;
   return variant_available(p, variant, &why) ? std::string() : why;
+}
+
+const std::vector<std::string>& self_validated_variants() {
+  // Remove a variant once it has run on hardware of its kind.
+  static const std::vector<std::string> v = {"intel_dpas", "amd_wmma", "amd_mfma", "intel_subgroups",
+                                             "khr_subgroups"};
+  return v;
+}
+
+namespace {
+std::mutex g_testing_mu;
+std::vector<std::string> g_testing;  // add_self_validation_for_testing
+}  // namespace
+
+bool needs_self_validation(const std::string& variant) {
+  const auto& v = self_validated_variants();
+  if (std::find(v.begin(), v.end(), variant) != v.end()) return true;
+  std::lock_guard<std::mutex> lock(g_testing_mu);
+  return std::find(g_testing.begin(), g_testing.end(), variant) != g_testing.end();
+}
+
+void add_self_validation_for_testing(const std::string& variant) {
+  std::lock_guard<std::mutex> lock(g_testing_mu);
+  if (std::find(g_testing.begin(), g_testing.end(), variant) == g_testing.end()) g_testing.push_back(variant);
 }
 
 std::vector<OpChoice> op_choices(const DeviceProfile& p) {

@@ -40,6 +40,17 @@ bool variant_available(const DeviceProfile& p, const std::string& variant, std::
 // "" when the device can run `variant`, else why not.
 std::string why_unavailable(const DeviceProfile& p, const std::string& variant);
 
+// Variants that have never run on hardware of their kind: written against the vendor's
+// documentation and checked only through emulation headers (CLATTN_EMULATE, on PoCL) and
+// offline compilers. An op uses one on a device only after it matched the portable kernel
+// there on a small case (backends/ops/self_validation.hpp): intel_dpas, amd_wmma, amd_mfma,
+// intel_subgroups, khr_subgroups. Remove a variant from this list once it has run on
+// hardware of its kind.
+bool needs_self_validation(const std::string& variant);
+const std::vector<std::string>& self_validated_variants();
+// Tests: treat `variant` as listed too (a deliberately wrong candidate must be rejected).
+void add_self_validation_for_testing(const std::string& variant);
+
 // What each op with several variants would choose on this device for its usual call (decode of
 // bf16 KV, extend at head dim 128, MLA, linear-attention prefill): the first variant its
 // parameters ask for that the device can run, else "generic". A call's dtypes, strides or

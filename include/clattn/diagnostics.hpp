@@ -31,6 +31,20 @@ CLATTN_API std::vector<VariantInfo> variants(const DeviceProfile& profile);
 // load/store path; throws clattn::Error on any mismatch. Returns a one-line summary.
 CLATTN_API std::string self_check(const Context& ctx);
 
+// Kernel variants that have never run on hardware of their kind are used on a device only
+// after they matched the portable kernel there on a small case; the verdict is cached beside
+// the program binary (docs/runtime.md, "Self-validation of variants"). For each op and each
+// such variant: the op's usual call planned with the variant forced, which runs its check or
+// finds the verdict.
+struct VariantCheck {
+  std::string op, variant;
+  std::string status;   // "pass", "fail" or "not applicable"
+  bool cached = false;  // the verdict was known (this context or the disk cache), not checked now
+  double max_error = 0, tolerance = 0;
+  std::string detail;   // the verdict in words, or why the variant does not apply
+};
+CLATTN_API std::vector<VariantCheck> check_variants(const Context& ctx);
+
 struct Limits {
   double copy_gbps = 0;         // clEnqueueCopyBuffer, read + write bytes per second
   double stream_read_gbps = 0;  // streaming-read kernel: the limit of memory-bound ops

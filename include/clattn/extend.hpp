@@ -49,6 +49,8 @@ struct ExtendOptions {
   // asks for the tensor-core kernel (falls back to generic, logged, when unavailable);
   // "nv_wgmma" for its Hopper warpgroup-MMA form (falls back to nv_mma_sync, then generic);
   // "amd_wmma" / "amd_mfma" for the AMD matrix-instruction kernels (fall back, logged).
+  // Variants never run on hardware of their kind, forced or not, are used only after they
+  // matched the generic kernel on the device (docs/runtime.md, "Self-validation of variants").
   std::string variant;
   std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
   PlanBuffer plan_buffer;             // optional caller-owned table memory (context.hpp PlanBuffer)
@@ -84,7 +86,8 @@ class CLATTN_API ExtendPlan {
   int num_tiles = 0;              // (request, row tile) work items; x num_kv_heads work-groups
   int64_t workspace_bytes = 0;    // caller's workspace for extend_run (0 = none; nv_wgmma with
                                   // the TMA feed: 256 bytes for the k / v tensor maps it writes)
-  std::string variant;            // "generic", "nv_mma_sync" or "nv_wgmma"
+  std::string variant;            // "generic", "cpu", "nv_mma_sync", "nv_wgmma", "intel_dpas",
+                                  // "amd_wmma" or "amd_mfma"
   std::string kernel_options;
   struct Tile {
     int wg = 0, rows = 0, keys = 0;  // work-items, packed query rows (tokens x group), keys per step

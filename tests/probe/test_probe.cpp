@@ -2,7 +2,7 @@
 // this device; a second process finds the first one's programs in the disk cache; a bad
 // device selector fails clearly; with a tuned file, the JSON names the file the runtime
 // reads and the entry of a tuned op and key comes from it ("tuned:<file>"), with the
-// tuner's origin string.
+// tuner's origin string; --self-check shows each listed variant's self-validation verdict.
 #include <unistd.h>
 
 #include <cstdio>
@@ -123,4 +123,53 @@ TEST(Probe, UnknownVariantsModeFailsClearly) {
   std::string out = run("CLATTN_VARIANTS=fastest " + std::string(CLATTN_PROBE_EXE) + " 2>&1", &st);
   EXPECT_NE(st, 0);
   EXPECT_NE(out.find("CLATTN_VARIANTS='fastest'"), std::string::npos) << out;
+}
+
+// --self-check shows the self-validation verdict of each listed variant: under
+// CLATTN_EMULATE=amd_wmma (the kernel's emulation header) amd_wmma is checked in the first
+// process and found cached beside its program binary in the second; the variants the device
+// lacks are "not applicable" with the reason; the JSON carries the same.
+TEST(Probe, SelfCheckShowsEachVariantsSelfValidation) {
+  auto dir = std::filesystem::temp_directory_path() / ("clattn-probe-selfval-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string env = "CLATTN_CACHE_DIR=" + dir.string() + " CLATTN_EMULATE=amd_wmma CLATTN_FORCE_VENDOR=amd ";
+  const std::string cmd = env + CLATTN_PROBE_EXE + " --self-check --device '" +
+                          clattn::test::ctx().profile().device_name + "'";
+  int st = -1;
+  std::string first = run(cmd + " 2>&1", &st);
+  ASSERT_EQ(st, 0) << first;
+  EXPECT_NE(first.find("extend amd_wmma: pass (max error"), std::string::npos) << first;
+  {
+    const size_t at = first.find("extend amd_wmma: pass");
+    ASSERT_NE(at, std::string::npos) << first;
+    EXPECT_EQ(first.substr(at, first.find('\n', at) - at).find("(cached)"), std::string::npos) << first;  // checked now
+  }
+  EXPECT_NE(first.find("extend amd_mfma: not applicable: needs AMD MFMA"), std::string::npos) << first;
+  EXPECT_NE(first.find("extend intel_dpas: not applicable: needs cl_intel_subgroup_matrix_multiply_accumulate"),
+            std::string::npos)
+      << first;
+  std::string second = run(cmd + " 2>&1", &st);
+  ASSERT_EQ(st, 0) << second;
+  const size_t at = second.find("extend amd_wmma: pass");
+  ASSERT_NE(at, std::string::npos) << second;
+  EXPECT_NE(second.substr(at, second.find('\n', at) - at).find("(cached)"), std::string::npos) << second;
+
+  std::string out = run(cmd + " --json", &st);
+  ASSERT_EQ(st, 0) << out;
+  auto doc = nlohmann::json::parse(out);
+  ASSERT_FALSE(doc["devices"].empty());
+  bool seen = false;
+  for (auto& v : doc["devices"][0]["bench"]["variant_checks"]) {
+    EXPECT_EQ(v["op"], "extend") << v;
+    if (v["variant"] == "amd_wmma") {
+      seen = true;
+      EXPECT_EQ(v["status"], "pass") << v;
+      EXPECT_EQ(v["cached"], true) << v;
+      EXPECT_LE(v["max_error"].get<double>(), v["tolerance"].get<double>()) << v;
+    } else {
+      EXPECT_EQ(v["status"], "not applicable") << v;
+    }
+  }
+  EXPECT_TRUE(seen) << out;
+  std::filesystem::remove_all(dir);
 }

@@ -1,5 +1,6 @@
 // clattn-probe: every OpenCL device, its profile, what clattn would choose on it, and
-// (with --bench) the bandwidth limits and program build times.
+// (with --bench) the bandwidth limits and program build times; with --self-check the
+// runtime self-check and the self-validation verdict of every variant that needs one.
 #include <CLI/CLI.hpp>
 #include <clattn/clattn.hpp>
 #include <cstdio>
@@ -117,6 +118,15 @@ void print_text(const clattn::DeviceEntry& d, const json& bench) {
                   bench["build_warm_disk_hit"].get<bool>() ? "yes" : "no");
     }
     if (bench.contains("self_check")) std::printf("    %s\n", bench["self_check"].get<std::string>().c_str());
+    if (bench.contains("variant_checks")) {
+      std::printf("    self-validation of variants never run on hardware of their kind:\n");
+      for (auto& v : bench["variant_checks"]) {
+        const std::string status = v["status"], detail = v["detail"];
+        const std::string line = status == "not applicable" ? "not applicable: " + detail : detail;
+        std::printf("      %s %s: %s\n", v["op"].get<std::string>().c_str(), v["variant"].get<std::string>().c_str(),
+                    line.c_str());
+      }
+    }
   }
 }
 
@@ -125,6 +135,16 @@ json run_bench(const clattn::DeviceEntry& d, bool check_only) {
     auto ctx = clattn::Context::create(std::to_string(d.index));
     json b;
     b["self_check"] = clattn::self_check(ctx);
+    json checks = json::array();
+    for (auto& v : clattn::check_variants(ctx))
+      checks.push_back({{"op", v.op},
+                        {"variant", v.variant},
+                        {"status", v.status},
+                        {"cached", v.cached},
+                        {"max_error", v.max_error},
+                        {"tolerance", v.tolerance},
+                        {"detail", v.detail}});
+    b["variant_checks"] = checks;
     if (check_only) return b;
     auto L = clattn::measure_limits(ctx);
     b["copy_gbps"] = L.copy_gbps;
@@ -149,7 +169,8 @@ int main(int argc, char** argv) {
   std::string device;
   app.add_flag("--json", as_json, "print one JSON document");
   app.add_flag("--bench", bench, "measure copy/streaming-read bandwidth and cold/warm build time per device");
-  app.add_flag("--self-check", check, "build the runtime self-check on the selected device and run it");
+  app.add_flag("--self-check", check, "run the runtime self-check on the selected device and show the self-validation "
+               "verdict of each variant that needs one (running its check where none is cached)");
   app.add_option("--device", device, "only this device (index, vendor or name substring; default: all)");
   CLI11_PARSE(app, argc, argv);
   try {
