@@ -5,6 +5,7 @@
 #include "backends/ops/self_validation.hpp"
 #include "backends/params/variants.hpp"
 #include "clattn/diagnostics.hpp"
+#include "clattn/decode.hpp"
 #include "clattn/extend.hpp"
 #include "runtime/error.hpp"
 
@@ -24,6 +25,20 @@ void plan_extend(const Context& ctx, const std::string& variant) {
   ctx.finish();  // (the plan's table upload)
 }
 
+void plan_decode(const Context& ctx, const std::string& variant) {
+  // (decode has no per-call variant switch: its usual call, bf16 KV at GQA 4; a variant its
+  // parameters do not ask for here is reported not applicable.)
+  (void)variant;
+  PagedCsr csr;
+  csr.page_size = 16, csr.kv_indptr = {0, 2}, csr.kv_indices = {0, 1}, csr.kv_last_page_len = {16};
+  PagedKV cache;
+  cache.num_pages = 2, cache.page_size = 16, cache.num_kv_heads = 8, cache.head_dim = 128, cache.dtype = DType::BF16;
+  DecodeOptions opt;
+  opt.num_qo_heads = 32, opt.max_splits = 1;
+  decode_plan(ctx, csr, cache, opt);
+  ctx.finish();
+}
+
 // Per op, its variants that need self-validation and how to plan it with one forced.
 struct OpVariants {
   const char* op;
@@ -32,6 +47,7 @@ struct OpVariants {
 };
 const std::vector<OpVariants>& table() {
   static const std::vector<OpVariants> t = {
+      {"decode", {"intel_subgroups", "khr_subgroups"}, plan_decode},
       {"extend", {"intel_dpas", "amd_wmma", "amd_mfma"}, plan_extend},
   };
   return t;

@@ -8,6 +8,7 @@
 
 #include "backends/metadata/requests.hpp"
 #include "backends/ops/catalog.hpp"
+#include "backends/ops/decode_check.hpp"
 #include "backends/ops/merge_state.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
@@ -418,12 +419,15 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
   return v;
 }
 
-void build_kernels(detail::ContextImpl& c, const KTile& tile, const PagedKV& cache, DecodePlanState& st,
-                   DecodePlan& plan) {
+void build_kernels(const Context& ctx, const KTile& tile, const PagedKV& cache, const ops::DecodeCheckCase& k,
+                   DecodePlanState& st, DecodePlan& plan) {
+  auto& c = rt::impl(ctx);
   cl_device_fp_config fp = 0;
   clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
   const bool denorms = (fp & CL_FP_DENORM) != 0;
-  ops::BuiltVariant b = ops::select_and_build(c, "decode", variants(c.profile, tile, cache, denorms));
+  // Variants never run on hardware of their kind are used after this check passes.
+  const ops::SelfCheck check = [&](const ops::Variant& v) { return ops::decode_self_check(ctx, k, v); };
+  ops::BuiltVariant b = ops::select_and_build(c, "decode", variants(c.profile, tile, cache, denorms), check);
   st.decode_prog = b.program;
   st.decode_k = b.kernel;
   st.wg = b.variant.wg;
@@ -517,7 +521,10 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
     e[0] = it.req, e[1] = it.first, e[2] = it.count, e[3] = 0;
   }
 
-  build_kernels(c, tile, cache, *st, plan);
+  ops::DecodeCheckCase k;
+  k.cache = cache, k.group = group, k.q_dtype = opt.q_dtype, k.o_dtype = opt.o_dtype, k.params = opt.params;
+  k.split = !sk.merges.empty();
+  build_kernels(ctx, tile, cache, k, *st, plan);
   st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "decode plan table", opt.plan_buffer);
   plan.state_ = st;
@@ -812,7 +819,10 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
     if (t.sg_size < 0 || t.sg_size > 128 || (t.sg_size && !is_pow2(t.sg_size))) t.sg_size = 0;
     t.sg_shuffle = std::clamp(entry.get_or("SUBGROUP_SHUFFLE", -1), -1, 1);
   }
-  build_kernels(c, t, p.cache, *st, p);
+  ops::DecodeCheckCase k;
+  k.cache = p.cache, k.group = p.num_qo_heads / std::max(1, p.num_kv_heads), k.q_dtype = p.q_dtype;
+  k.o_dtype = p.o_dtype, k.split = p.num_merges > 0;
+  build_kernels(ctx, t, p.cache, k, *st, p);
   st->freeze(p);
   p.table_bytes = st->upload_host(c, queue, "decode plan table");
   p.tile = {t.wg, t.tpt, t.gmax, t.unroll, t.load_bytes, t.n_hblk};

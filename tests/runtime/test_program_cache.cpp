@@ -1,5 +1,6 @@
 // Program JIT and the two-level cache: embedded sources compile, disk hits, corrupt and
 // untrusted entries are rebuilt, concurrent builds build once, build failures carry logs.
+#include <map>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,9 +50,14 @@ TEST(ProgramCache, EveryEmbeddedSourceCompiles) {
   for (auto& f : files) {
     SCOPED_TRACE(f);
     // *_nv.cl files hold inline PTX: only NVIDIA's compiler takes them.
-    bool nv_only = f.size() > 6 && f.compare(f.size() - 6, 6, "_nv.cl") == 0;
-    if (nv_only && !c.profile.nv_inline_ptx) continue;
-    EXPECT_NO_THROW(c.programs.get(f, rt::make_options({})));  // every tunable has an #ifndef default
+    auto ends = [&](const std::string& s) { return f.size() > s.size() && f.compare(f.size() - s.size(), s.size(), s) == 0; };
+    if (ends("_nv.cl") && !c.profile.nv_inline_ptx) continue;
+    // *_intel.cl / *_amd.cl call their vendor's builtins: elsewhere they build through their
+    // emulation headers (CLATTN_EMULATE's defines).
+    std::map<std::string, std::string> emul;
+    if (ends("_intel.cl") && c.profile.vendor != "intel") emul = {{"EMULATE_INTEL_DPAS", "1"}};
+    if (ends("_amd.cl") && c.profile.vendor != "amd") emul = {{"EMULATE_AMD_WMMA", "1"}, {"EMULATE_AMD_MFMA", "1"}};
+    EXPECT_NO_THROW(c.programs.get(f, rt::make_options(emul)));  // every tunable has an #ifndef default
   }
 }
 
