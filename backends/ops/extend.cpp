@@ -283,6 +283,7 @@ Tile dpas_candidate(const DeviceProfile& prof, const KVDesc& kv, const params::E
   // Head dims that CG x SG columns do not divide (80 at SG 16 and 8): fewer column groups, and
   // fewer keys per tile with them so that each sub-group's S block stays KEYS / CG keys (the
   // softmax's work-items per row shrink with them; RB follows).
+  const int cg_asked = dt.cg;
   while (dt.cg > 1 && d % (dt.cg * dt.sg) != 0) dt.cg /= 2, dt.keys /= 2;
   if ((dt.cg * dt.sg) % (8 * dt.rb) != 0) dt.rb = 1;
   if (d % (dt.cg * dt.sg) != 0) {
@@ -307,8 +308,9 @@ Tile dpas_candidate(const DeviceProfile& prof, const KVDesc& kv, const params::E
       {"RB", to_string(dt.rb)},       {"RG", to_string(dt.rg)},            {"CG", to_string(dt.cg)},
       {"KEYS", to_string(dt.keys)},   {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};
   // DPAS_GRF 128: the build keeps IGC's small register file where the device's default is the
-  // large one (rt::device_build_options reads CLATTN_GRF).
-  if (ops::param_or(e, over, "DPAS_GRF", 0) == 128) defs["CLATTN_GRF"] = "128";
+  // large one (rt::device_build_options reads CLATTN_GRF); not where the column groups were
+  // lowered (D = 80), whose work-items hold twice the O and need the large file.
+  if (ops::param_or(e, over, "DPAS_GRF", 0) == 128 && dt.cg == cg_asked) defs["CLATTN_GRF"] = "128";
   ops::add_emulation(prof, "cl_intel_subgroup_matrix_multiply_accumulate", defs);
   t.options = rt::make_options(defs);
   t.local_bytes = dpas_local_bytes(dt, d, emulated);

@@ -154,7 +154,8 @@ const std::vector<Row>& rows_extend() {
       // Xe-HPC (Data Center GPU Max, pvc): DPAS at sub-group size 16 (8 x 16 x 16), GRF of 64
       // bytes: 4 x 2 sub-groups of 16, O blocks of D / 32 columns (4 float8 at D = 128).
       // DPAS_GRF 128: this kernel builds without scratch in IGC's 128-GRF mode, and spills 1-2 KB
-      // per thread in the 256-GRF mode the device's other programs get (clattn-kernel-report, pvc).
+      // per thread in the 256-GRF mode the device's other programs get (clattn-kernel-report, pvc;
+      // D = 80, with one column group, the other way round: the host keeps the large file there).
       {"extend", Level::Arch, "xe-hpc", "*", {{"DPAS_SG", 16}, {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 2},
         {"DPAS_KEYS", 64}, {"DPAS_GRF", 128}},
        "vendor guide: Intel oneAPI GPU optimization guide (Xe-HPC: 16-wide XMX, 64-byte GRF) and the "

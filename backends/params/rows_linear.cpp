@@ -76,16 +76,17 @@ const std::vector<Row>& rows_linear() {
       // Chunk 64 (FLA default); 64 KiB LDS per CU; 4 x wave64.
       {"linear_prefill", Level::Vendor, "amd", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 256}},
        "vendor guide: AMD CDNA ISA guide, LDS size; chunk: FLA default"},
-      // RDNA: K / Q tiles of 16 dims (the unrolled tile loop of 32 spills on gfx1100's 128 VGPRs,
-      // clattn-kernel-report).
-      {"linear_prefill", Level::Arch, "rdna", "*", {{"PF_DKT", 16}},
+      // RDNA: chunk 32 and K / Q tiles of 16 dims (chunk 64 and the unrolled tile loop of 32
+      // spill on gfx1100's 128 VGPRs, clattn-kernel-report).
+      {"linear_prefill", Level::Arch, "rdna", "*", {{"PF_C", 32}, {"PF_DKT", 16}},
        "register budget from clattn-kernel-report (clang-15 gfx1100, 2026-11-26); not tuned on hardware"},
-      // Chunk 64 (FLA default); 64 KiB SLM per Xe core; 16 x SIMD16: each work-item keeps 16 of
-      // the chunk's C x C entries of K K^T and Q K^T in registers (PF_E; 32 with 128 work-items
-      // spill 4 KB per thread at SIMD16 with 128 GRF: clattn-kernel-report, tgllp / pvc).
-      {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 64}, {"PF_DVT", 16}, {"PF_WG", 256}},
-       "vendor guide: Intel oneAPI GPU optimization guide, SLM; chunk: FLA default; PF_WG: register budget "
-       "from clattn-kernel-report (ocloc 22.43 tgllp / pvc builds, 2026-11-26)"},
+      // Chunk 32 (as the nvidia row); 64 KiB SLM per Xe core; 16 x SIMD16: each work-item keeps 4
+      // of the chunk's C x C entries of K K^T and Q K^T in registers (PF_E), K / Q tiles of 16
+      // dims: chunk 64 (16 or 32 entries) spills 2-4 KB per thread, 32-dim tiles 1 KB at f32
+      // Dk = 64 (clattn-kernel-report, tgllp / pvc).
+      {"linear_prefill", Level::Vendor, "intel", "*", {{"PF_C", 32}, {"PF_DVT", 16}, {"PF_WG", 256}, {"PF_DKT", 16}},
+       "vendor guide: Intel oneAPI GPU optimization guide, SLM; PF_C / PF_WG: register budget from "
+       "clattn-kernel-report (ocloc 22.43 tgllp / pvc builds, 2026-11-26); not tuned on hardware"},
       // CPU devices: the cpu variant (linear_cpu.clh), one work-item per (request, v-head, up to
       // 128 state columns: C x C work not repeated across slices at Dv = 128), chunks of 16
       // tokens, register tiles of MR x 2 vectors (MR 0: 8 with 16-wide vectors, 4 with

@@ -88,10 +88,9 @@ const std::vector<Row>& rows_mla() {
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"WGS_PER_CU", 2}, {"MIN_CHUNK", 256}, {"MAX_SPLITS", 64},
         {"TILED", 1}, {"KT", 8}, {"MS", 2}, {"DS", 16}, {"DSW", 8}, {"MO", 8}},
        "vendor guide: AMD CDNA3 ISA / tuning guide, LDS and occupancy; not tuned on hardware"},
-      // RDNA (wave32, 1536 VGPRs per SIMD lane in RDNA3): one vector per work-item, 8 query
-      // vectors x 32 d-slices = 256 work-items (8 waves), 18 q floats a work-item: 16 slices
-      // (36) spill on gfx1100, whose clang-15 build allots at most 128 VGPRs (clattn-kernel-report).
-      {"mla_decode", Level::Arch, "rdna", "*", {{"QB", 8}, {"MS", 1}, {"DS", 32}, {"DSW", 8}},
+      // RDNA (wave32, 1536 VGPRs per SIMD lane in RDNA3): a wave = 8 slices x 4 vectors as in the
+      // generic row, one vector per work-item, 256 work-items = 8 waves per group.
+      {"mla_decode", Level::Arch, "rdna", "*", {{"MS", 1}, {"DSW", 8}},
        "vendor guide: AMD RDNA3 ISA (wave32, LDS); not tuned on hardware"},
       // Xe: 256 work-items per group is the common maximum, 64 KB SLM per Xe-core; 16 lanes = one
       // SIMD16 sub-group per query vector (cl_intel_required_subgroup_size offers 8/16/32);
@@ -140,7 +139,7 @@ const std::vector<Row>& rows_mla() {
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 2}, {"DS", 16}, {"DSW", 8},
         {"MO", 8}},
        "vendor guide, as mla_decode; not tuned on hardware"},
-      {"mla_extend", Level::Arch, "rdna", "*", {{"QB", 8}, {"MS", 1}, {"DS", 32}, {"DSW", 8}},
+      {"mla_extend", Level::Arch, "rdna", "*", {{"MS", 1}, {"DSW", 8}},
        "vendor guide, as mla_decode; not tuned on hardware"},
       {"mla_extend", Level::Vendor, "intel", "*",
        {{"QB", 16}, {"LANES", 16}, {"LOAD_BYTES", 16}, {"TILED", 1}, {"KT", 8}, {"MS", 1}, {"DS", 16}, {"DSW", 4},
