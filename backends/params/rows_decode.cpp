@@ -116,8 +116,9 @@ const std::vector<Row>& rows_decode() {
        "thread); not tuned on hardware"},
       // Xe-LP (Tiger Lake and later integrated GPUs): no large register file, so the vendor
       // row's tiles (32 q floats and 2 tokens of K and V per lane) spill 1-4 KB per thread
-      // even at SIMD8 (clattn-kernel-report, tgllp): 16 q floats, one token per step.
-      {"decode", Level::Arch, "xe-lp", "*", {{"QREGS", 16}, {"QREGS_MAX", 32}, {"UNROLL", 1}},
+      // even at SIMD8 (clattn-kernel-report, tgllp): 16 q floats, one token per step; and the
+      // local-memory butterfly (SIMD8), since the SIMD16 sub-group builds spill 1-2 KB there.
+      {"decode", Level::Arch, "xe-lp", "*", {{"QREGS", 16}, {"QREGS_MAX", 32}, {"UNROLL", 1}, {"SUBGROUP", 0}},
        "vendor guide: Intel oneAPI GPU optimization guide (128 GRF per thread on Xe-LP); register budget from "
        "clattn-kernel-report (ocloc 22.43 tgllp builds, 2026-11-26); not tuned on hardware"},
       // CPU devices: the cpu variant (decode_cpu.cl), one work-item per group (PoCL's pthread
