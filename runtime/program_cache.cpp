@@ -122,9 +122,19 @@ constexpr const char* kVerdictSuffix = ".verdict";
 constexpr size_t kMaxVerdictBytes = 4096;
 }  // namespace
 
-std::optional<std::string> ProgramCache::verdict(const std::string& file, const std::string& options,
+std::string with_device_options(const DeviceProfile& p, const std::string& op_options) {
+  const std::string device = device_build_options(p, op_options);
+  return device.empty() ? op_options : op_options + " " + device;
+}
+
+std::string ProgramCache::full_options(const std::string& op_options) const {
+  return with_device_options(profile_, op_options);
+}
+
+std::optional<std::string> ProgramCache::verdict(const std::string& file, const std::string& op_options,
                                                  bool* from_disk, bool use_disk) {
   if (from_disk) *from_disk = false;
+  const std::string options = full_options(op_options);
   const std::string name = file + '\n' + options;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -140,7 +150,8 @@ std::optional<std::string> ProgramCache::verdict(const std::string& file, const 
   return text;
 }
 
-void ProgramCache::set_verdict(const std::string& file, const std::string& options, const std::string& text) {
+void ProgramCache::set_verdict(const std::string& file, const std::string& op_options, const std::string& text) {
+  const std::string options = full_options(op_options);
   {
     std::lock_guard<std::mutex> lock(mu_);
     verdicts_[file + '\n' + options] = text;
@@ -155,8 +166,7 @@ void ProgramCache::clear() {
 }
 
 std::shared_ptr<Program> ProgramCache::get(const std::string& file, const std::string& op_options) {
-  const std::string device = device_build_options(profile_, op_options);
-  const std::string options = device.empty() ? op_options : op_options + " " + device;
+  const std::string options = full_options(op_options);
   // Fast path: this (file, options) was asked for before; skip reading and hashing the
   // source (tens of microseconds), which matters for per-step callers.
   const std::string name = file + '\n' + options;

@@ -98,6 +98,8 @@ cl_program rebuild_program_sm90a(cl_context ctx, cl_device_id dev, cl_program p,
 // Options a program gets on this device after the op's own `op_options` (ProgramCache::get
 // appends them): compiler register-file and SIMD choices (Intel GPUs).
 std::string device_build_options(const DeviceProfile& p, const std::string& op_options);
+// `op_options` followed by the device's: what ProgramCache::get builds with.
+std::string with_device_options(const DeviceProfile& p, const std::string& op_options);
 
 // Build options from named defines, sorted so equal sets give equal keys.
 std::string make_options(const std::map<std::string, std::string>& defines, const std::string& extra = {});
@@ -117,7 +119,8 @@ class ProgramCache {
   std::string key(const std::string& source, const std::string& options) const;
 
   // Self-validation verdicts of programs (backends/ops/self_validation.hpp) as text: this
-  // context's map by (file, options), else the note <key>.verdict beside the binary on disk
+  // context's map by (file, options as get() builds them), else the note <key>.verdict beside
+  // the program's binary on disk
   // (*from_disk set; not with `use_disk` false), which then joins the map. nullopt when
   // neither has one.
   std::optional<std::string> verdict(const std::string& file, const std::string& options, bool* from_disk = nullptr,
@@ -135,6 +138,8 @@ class ProgramCache {
   void clear();
 
  private:
+  // The options a program is built with: the op's, then the device's (device_build_options).
+  std::string full_options(const std::string& op_options) const;
   std::shared_ptr<Program> build(const std::string& file, const std::string& source, const std::string& options,
                                  const std::string& key);
   cl_program rebuild_sm90a(cl_program p, const std::string& file, const std::string& options);

@@ -12,12 +12,9 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
   catalog_linear(target, out);
   catalog_append_kv(target, out);
   catalog_metadata(target, out);
-  // The options the program cache adds on this device (ProgramCache::get).
+  // The options as the program cache builds them (ProgramCache::get).
   for (CatalogEntry& e : out)
-    for (Variant& v : e.variants) {
-      const std::string extra = rt::device_build_options(target.profile, v.options);
-      if (!extra.empty()) v.options += " " + extra;
-    }
+    for (Variant& v : e.variants) v.options = rt::with_device_options(target.profile, v.options);
   return out;
 }
 

@@ -348,7 +348,7 @@ ops::Variant subgroup_variant(const DeviceProfile& prof, const KTile& tile, cons
   const std::string why = params::why_unavailable(prof, x.name);
   if (!why.empty()) return no(why);
   const std::string feature = kind == 2 ? "cl_intel_subgroups" : "cl_khr_subgroups";
-  const bool emulated = prof.emulates(feature) && !(kind == 2 ? prof.intel_subgroups : prof.subgroups);
+  const bool emulated = params::emulated(prof, feature);
   const unsigned min_size =
       prof.subgroup_sizes.empty() ? 0u : *std::min_element(prof.subgroup_sizes.begin(), prof.subgroup_sizes.end());
   const std::string size_name = "SUBGROUP_SIZE = " + std::to_string(tile.sg_size);

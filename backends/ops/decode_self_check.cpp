@@ -21,53 +21,22 @@ Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const
   const std::vector<int> lens = k.split ? std::vector<int>{300, 200} : std::vector<int>{37, 21};
   const DType od = k.o_dtype == DType::F16 || k.o_dtype == DType::BF16 ? k.o_dtype : DType::F32;
 
-  PagedCsr csr;
-  csr.page_size = P, csr.kv_indptr = {0};
-  int pages = 0;
-  for (int L : lens) pages += (L + P - 1) / P;
-  int next = pages;
-  std::vector<int> owner(size_t(pages) + 1, -1), fill(size_t(pages) + 1, 0);
-  for (size_t i = 0; i < lens.size(); ++i) {
-    const int L = lens[i], np = (L + P - 1) / P;
-    for (int p = 0; p < np; ++p) {
-      csr.kv_indices.push_back(next);
-      owner[size_t(next)] = int(i), fill[size_t(next)] = std::min(P, L - p * P);
-      --next;
-    }
-    csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
-    csr.kv_last_page_len.push_back(L - (np - 1) * P);
-  }
-  // The caller's layout and strides (they decide the load width), over this case's pages.
+  const PagePool pp = reversed_pages(lens, P);
+  const PagedCsr& csr = pp.csr;
+  // The caller's layout over this case's pages. (Custom strides are for the caller's head
+  // count: this case's 2 heads are laid out contiguously, which loads as wide or wider; a build
+  // that then differs fails the check.)
   PagedKV cache = k.cache;
-  cache.num_pages = pages + 1, cache.num_kv_heads = Hkv;
-  // (Custom strides are for the caller's head count: this case's 2 heads are laid out
-  // contiguously, which loads as wide or wider; a build that then differs fails the check.)
+  cache.num_pages = pp.pages, cache.num_kv_heads = Hkv;
   cache.stride_page = cache.stride_token = cache.stride_head = 0;
-  const size_t es = dtype_size(cache.dtype);
-  const size_t bytes = size_t(cache.required_bytes());
-  std::vector<uint8_t> nan1;
-  put_nan(nan1, cache.dtype);
-  std::vector<uint8_t> kbuf(bytes), vbuf(bytes);
-  for (size_t off = 0; off + es <= bytes; off += es)
-    for (auto* buf : {&kbuf, &vbuf}) std::memcpy(buf->data() + off, nan1.data(), es);
   std::mt19937 rng(0xdec0de57u);
-  for (int page = 0; page <= pages; ++page)
-    for (int t = 0; t < P; ++t)
-      for (int h = 0; h < Hkv; ++h) {
-        if (owner[size_t(page)] < 0 || t >= fill[size_t(page)]) continue;
-        const size_t at = size_t(page * cache.page_stride() + t * cache.token_stride() + h * cache.head_stride()) * es;
-        for (auto* buf : {&kbuf, &vbuf}) {
-          const auto vals = random_values(rng, size_t(D), cache.dtype);
-          std::memcpy(buf->data() + at, vals.data(), vals.size());
-        }
-      }
+  std::vector<uint8_t> kbuf, vbuf;
+  fill_kv(cache, pp, rng, kbuf, vbuf);
   const int B = int(lens.size());
   const std::vector<uint8_t> q = random_values(rng, size_t(B) * Hq * D, k.q_dtype);
 
   Queue queue;
-  cl_int err = CL_SUCCESS;
-  queue.q = clCreateCommandQueueWithProperties(c.ctx, c.device, nullptr, &err);
-  rt::check_cl(err, "clCreateCommandQueueWithProperties", "the self-check's queue");
+  make(queue, c);
   Mem qb, kb, vb, ids, o[2], lse[2], ws[2];
   make(qb, c.ctx, q.size(), q.data());
   make(kb, c.ctx, kbuf.size(), kbuf.data());
@@ -92,19 +61,12 @@ Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const
     b.q = qb.m, b.k_cache = kb.m, b.v_cache = vb.m, b.page_ids = ids.m, b.o = o[i].m, b.lse = lse[i].m;
     b.workspace = ws[i].m;
     decode_run(ctx, plan, b, Enqueue{queue.q});
-    std::vector<uint8_t> out(o_bytes);
-    std::vector<float> l(rows);
-    rt::check_cl(clEnqueueReadBuffer(queue.q, o[i].m, CL_TRUE, 0, o_bytes, out.data(), 0, nullptr, nullptr),
-                 "clEnqueueReadBuffer", "the self-check's output");
-    rt::check_cl(clEnqueueReadBuffer(queue.q, lse[i].m, CL_TRUE, 0, rows * 4, l.data(), 0, nullptr, nullptr),
-                 "clEnqueueReadBuffer", "the self-check's lse");
-    for (size_t j = 0; j < rows * D; ++j) got[i].push_back(to_float(out.data() + j * dtype_size(od), od));
-    got[i].insert(got[i].end(), l.begin(), l.end());
+    got[i] = read_outputs(queue.q, o[i], lse[i], rows, D, od);
   }
   // The decode variants differ in how lanes exchange partial sums, not in the arithmetic: f32
   // reassociation, plus one rounding of o in its dtype (|o| <= 1) on either side.
   Comparison cmp;
-  cmp.tolerance = 1e-4 + (od == DType::BF16 ? 1.0 / 256 : od == DType::F16 ? 1.0 / 2048 : 0.0);
+  cmp.tolerance = 1e-4 + o_rounding(od);
   cmp.max_error = max_abs_diff(got[0], got[1]);
   return cmp;
 }

@@ -236,8 +236,7 @@ struct DpasTile {
 };
 // Q rows and P as 16-bit values, the scores [ROWS][KEYS + 1], the per-row partials
 // [ROWS][WG / ROWS], factors (floats) and query positions (int), KEYS row offsets (long);
-// emulated, one A operand
-// per work-item (int8 at SG 8, short8 at SG 16).
+// emulated, one A operand per work-item (int8 at SG 8, short8 at SG 16).
 size_t dpas_local_bytes(const DpasTile& t, int d, bool emulated) {
   const size_t rows = size_t(t.rows()), keys = size_t(t.keys);
   return rows * d * 2 + rows * (keys + 1) * 4 + rows * keys * 2 + rows * (size_t(t.wg()) / rows + 2) * 4 +
@@ -269,8 +268,7 @@ Tile dpas_candidate(const DeviceProfile& prof, const KVDesc& kv, const params::E
     rt::invalid("extend parameters DPAS_CG = " + to_string(dt.cg) + ", DPAS_SG = " + to_string(dt.sg) +
                 ", DPAS_RB = " + to_string(dt.rb) + ": DPAS_CG x DPAS_SG must be a multiple of 8 x DPAS_RB");
   // (The emulation takes either size.)
-  const bool emulated = prof.emulates("cl_intel_subgroup_matrix_multiply_accumulate") &&
-                        !prof.has_extension("cl_intel_subgroup_matrix_multiply_accumulate");
+  const bool emulated = params::emulated(prof, "cl_intel_subgroup_matrix_multiply_accumulate");
   if (!emulated && !prof.subgroup_sizes.empty() &&
       std::find(prof.subgroup_sizes.begin(), prof.subgroup_sizes.end(), unsigned(dt.sg)) == prof.subgroup_sizes.end()) {
     *why_not = "sub-group size DPAS_SG = " + to_string(dt.sg) + " not among the device's";
@@ -301,7 +299,7 @@ Tile dpas_candidate(const DeviceProfile& prof, const KVDesc& kv, const params::E
                to_string(prof.max_work_group_size);
     return t;
   }
-  t.variant = "intel_dpas", t.file = "extend_dpas_intel.cl";
+  t.variant = "intel_dpas", t.file = "extend_dpas_intel.cl", t.kernel = "extend_dpas_intel";
   t.wg = dt.wg(), t.rows = dt.rows(), t.keys = dt.keys;
   std::map<std::string, std::string> defs = {
       {"HEAD_DIM", to_string(d)},     {"KV_DT", to_string(int(kv.dtype))}, {"SG", to_string(dt.sg)},
@@ -362,13 +360,11 @@ size_t amd_mm_local_bytes(const AmdMmTile& t, int d, int emul_per_item) {
          rb * 16 * (k + 4) * 4 + rb * ng * 16 * 4 + rb * 16 * 4 + k * 8 + k * 4 + size_t(t.wg()) * emul_per_item * 2;
 }
 
-// amd_wmma / amd_mfma where the parameters (WMMA / MFMA) or the caller ask for it; "" in *why
-// when one was added to `out`, else why not.
+// amd_wmma / amd_mfma (asked for): "" in *why when it was added to `out`, else why not.
 void amd_mm_candidate(const DeviceProfile& prof, const KVDesc& kv, const ExtendOptions& opt, const params::Entry& e,
                       bool mfma, size_t lmax, std::vector<Tile>& out, std::string* why) {
   const std::string variant = mfma ? "amd_mfma" : "amd_wmma", pre = mfma ? "MFMA" : "WMMA";
   const auto& over = opt.params;
-  if (!(opt.variant.empty() ? ops::param_or(e, over, pre.c_str(), 0) != 0 : opt.variant == variant)) return;
   if (!params::variant_available(prof, variant, why)) return;
   if (kv.dtype != DType::F16 && kv.dtype != DType::BF16) {
     *why = "KV dtype " + std::string(dtype_name(kv.dtype)) + " (the matrix instructions take f16/bf16 KV)";
@@ -393,7 +389,7 @@ void amd_mm_candidate(const DeviceProfile& prof, const KVDesc& kv, const ExtendO
   while (t.keys % (t.wave * t.wsplit / 16) != 0) t.keys += 16;
   std::map<std::string, std::string> d;
   ops::add_emulation(prof, variant, d);
-  const int emul = d.empty() ? 0 : mfma ? 8 : 32;
+  const int emul = params::emulated(prof, variant) ? (mfma ? 8 : 32) : 0;
   while (amd_mm_local_bytes(t, kv.head_dim, emul) > lmax && t.keys > 16 && (t.keys / 2) % (t.wave * t.wsplit / 16) == 0)
     t.keys /= 2;
   if (amd_mm_local_bytes(t, kv.head_dim, emul) > lmax) {
@@ -431,10 +427,11 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   // AMD matrix instructions (WMMA on RDNA3, MFMA on CDNA) where asked for; otherwise, or where
   // they do not apply (logged), the kernels below.
   for (bool mfma : {false, true}) {
-    std::string why = "not asked for";
+    const char* name = mfma ? "amd_mfma" : "amd_wmma";
+    if (!(opt.variant.empty() ? ops::param_or(e, over, mfma ? "MFMA" : "WMMA", 0) != 0 : opt.variant == name)) continue;
+    std::string why;
     amd_mm_candidate(prof, kv, opt, e, mfma, lmax, out, &why);
-    if (!why.empty() && why != "not asked for")
-      rt::log().info("extend: {} not used ({}); using the next kernel", mfma ? "amd_mfma" : "amd_wmma", why);
+    if (!why.empty()) rt::log().info("extend: {} not used ({}); using the next kernel", name, why);
   }
 
   bool want_mma = opt.variant.empty() ? param(e, over, "MMA") != 0
@@ -617,7 +614,6 @@ std::vector<ops::Variant> variants_of(const std::vector<Tile>& cands) {
     v.kernel = !t.kernel.empty()           ? t.kernel
                : t.variant == "generic"    ? "extend_generic"
                : t.variant == "cpu"        ? "extend_cpu"
-               : t.variant == "intel_dpas" ? "extend_dpas_intel"
                                            : "extend_mma";
     // (A register-capped nv_wgmma build: the driver's limit is for the uncapped count.)
     v.check_wg = t.options.find(rt::kPtxMaxnregDefine) == std::string::npos;
@@ -961,21 +957,19 @@ void set_extend_test_candidate(std::optional<ExtendTestCandidate> t) {
 // 128 and 256, causal; TMA where the cache allows it (a paged NHD cache, 16-byte strides).
 void catalog_extend(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
   for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::FP8_E4M3})
-    for (int d : {64, 80, 128, 256})
-      for (bool paged : {true}) {
-        const std::string shape = std::string(dtype_name(dt)) + " d" + std::to_string(d) + (paged ? " paged" : " ragged");
-        catalog_add(out, "extend", shape, [&] {
-          KVDesc kv;
-          kv.paged = paged, kv.num_kv_heads = 8, kv.head_dim = d, kv.dtype = dt;
-          kv.page_size = paged ? 16 : 1;
-          kv.stride_head = d, kv.stride_token = int64_t(8) * d, kv.stride_page = paged ? int64_t(16) * 8 * d : 0;
-          kv.num_pages = paged ? 1024 : 0, kv.num_tokens = paged ? 0 : 16384;
-          ExtendOptions opt;
-          opt.num_qo_heads = 32;
-          std::string why;
-          return variants_of(candidates(t.profile, kv, opt, tma_unfit(kv, {0}), t.preferred_float_width, &why));
-        });
-      }
+    for (int d : {64, 80, 128, 256}) {
+      const std::string shape = std::string(dtype_name(dt)) + " d" + std::to_string(d) + " paged";
+      catalog_add(out, "extend", shape, [&] {
+        KVDesc kv;
+        kv.paged = true, kv.num_kv_heads = 8, kv.head_dim = d, kv.dtype = dt, kv.page_size = 16;
+        kv.stride_head = d, kv.stride_token = int64_t(8) * d, kv.stride_page = int64_t(16) * 8 * d;
+        kv.num_pages = 1024;
+        ExtendOptions opt;
+        opt.num_qo_heads = 32;
+        std::string why;
+        return variants_of(candidates(t.profile, kv, opt, tma_unfit(kv, {0}), t.preferred_float_width, &why));
+      });
+    }
 }
 
 }  // namespace clattn::ops

@@ -28,54 +28,25 @@ Comparison extend_self_check(const Context& ctx, const ExtendCheckCase& k, const
   const DType od = k.o_dtype == DType::F16 || k.o_dtype == DType::BF16 ? k.o_dtype : DType::F32;
 
   // Metadata: each request's pages, in reverse order of the pool behind page 0 (unused).
-  PagedCsr csr;
-  csr.page_size = P, csr.qo_indptr = {0}, csr.kv_indptr = {0};
-  int pages = 0;
-  for (size_t i = 0; i < qo.size(); ++i) pages += (qo[i] + prefix[i] + P - 1) / P;
-  int next = pages;
-  std::vector<int> owner(size_t(pages) + 1, -1), fill(size_t(pages) + 1, 0);  // request, keys in page
-  for (size_t i = 0; i < qo.size(); ++i) {
-    const int L = qo[i] + prefix[i], np = (L + P - 1) / P;
-    for (int p = 0; p < np; ++p) {
-      csr.kv_indices.push_back(next);
-      owner[size_t(next)] = int(i), fill[size_t(next)] = std::min(P, L - p * P);
-      --next;
-    }
-    csr.qo_indptr.push_back(csr.qo_indptr.back() + qo[i]);
-    csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
-    csr.kv_last_page_len.push_back(L - (np - 1) * P);
-  }
+  std::vector<int> lens;
+  for (size_t i = 0; i < qo.size(); ++i) lens.push_back(qo[i] + prefix[i]);
+  const PagePool pp = reversed_pages(lens, P);
+  PagedCsr csr = pp.csr;
+  csr.qo_indptr = {0};
+  for (int n : qo) csr.qo_indptr.push_back(csr.qo_indptr.back() + n);
   const int T = csr.qo_indptr.back();
   PagedKV cache;
-  cache.num_pages = pages + 1, cache.page_size = P, cache.num_kv_heads = Hkv, cache.head_dim = D;
+  cache.num_pages = pp.pages, cache.page_size = P, cache.num_kv_heads = Hkv, cache.head_dim = D;
   cache.layout = KVLayout::NHD, cache.dtype = k.kv_dtype;
 
   // Data: values for every covered slot, NaN elsewhere.
   std::mt19937 rng(0x5e1f7e57u);
   std::vector<uint8_t> kbuf, vbuf;
-  const size_t es = dtype_size(k.kv_dtype);
-  for (int page = 0; page <= pages; ++page)
-    for (int t = 0; t < P; ++t)
-      for (int h = 0; h < Hkv; ++h) {
-        const bool used = owner[size_t(page)] >= 0 && t < fill[size_t(page)];
-        for (auto* buf : {&kbuf, &vbuf}) {
-          if (used) {
-            const auto vals = random_values(rng, size_t(D), k.kv_dtype);
-            buf->insert(buf->end(), vals.begin(), vals.end());
-          } else {
-            for (int d = 0; d < D; ++d) put_nan(*buf, k.kv_dtype);
-          }
-        }
-      }
-  if (int64_t(kbuf.size()) != cache.required_bytes() || kbuf.size() % es != 0)
-    throw Error(Status::Internal, "self-check: KV layout mismatch");
+  fill_kv(cache, pp, rng, kbuf, vbuf);
   const std::vector<uint8_t> q = random_values(rng, size_t(T) * Hq * D, k.q_dtype);
 
-  // Its own queue and buffers: the caller's queue, buffers and outputs are untouched.
   Queue queue;
-  cl_int err = CL_SUCCESS;
-  queue.q = clCreateCommandQueueWithProperties(c.ctx, c.device, nullptr, &err);
-  rt::check_cl(err, "clCreateCommandQueueWithProperties", "the self-check's queue");
+  make(queue, c);
   Mem qb, kb, vb, ids, o[2], lse[2];
   make(qb, c.ctx, q.size(), q.data());
   make(kb, c.ctx, kbuf.size(), kbuf.data());
@@ -87,7 +58,6 @@ Comparison extend_self_check(const Context& ctx, const ExtendCheckCase& k, const
   ExtendOptions opt;
   opt.num_qo_heads = Hq, opt.q_dtype = k.q_dtype, opt.o_dtype = od, opt.causal = true;
   opt.params = k.params;
-  std::vector<uint8_t> out[2];
   std::vector<float> got[2];
   for (int i = 0; i < 2; ++i) {
     ExtendPlan plan;
@@ -103,20 +73,13 @@ Comparison extend_self_check(const Context& ctx, const ExtendCheckCase& k, const
     ExtendBuffers b;
     b.q = qb.m, b.k = kb.m, b.v = vb.m, b.page_ids = ids.m, b.o = o[i].m, b.lse = lse[i].m;
     extend_run(ctx, plan, b, Enqueue{queue.q});
-    out[i].resize(o_bytes);
-    std::vector<float> l(rows);
-    rt::check_cl(clEnqueueReadBuffer(queue.q, o[i].m, CL_TRUE, 0, o_bytes, out[i].data(), 0, nullptr, nullptr),
-                 "clEnqueueReadBuffer", "the self-check's output");
-    rt::check_cl(clEnqueueReadBuffer(queue.q, lse[i].m, CL_TRUE, 0, rows * 4, l.data(), 0, nullptr, nullptr),
-                 "clEnqueueReadBuffer", "the self-check's lse");
-    for (size_t j = 0; j < rows * D; ++j) got[i].push_back(to_float(out[i].data() + j * dtype_size(od), od));
-    got[i].insert(got[i].end(), l.begin(), l.end());
+    got[i] = read_outputs(queue.q, o[i], lse[i], rows, D, od);
   }
   // Matrix units round q and P to the 16-bit KV type (tests/extend: bf16 3e-2, f16 6e-3), plus
   // one rounding of o in its dtype (|o| <= 1) on either side.
   const bool bf16 = k.kv_dtype == DType::BF16 || k.q_dtype == DType::BF16;
   Comparison cmp;
-  cmp.tolerance = (bf16 ? 3e-2 : 6e-3) + (od == DType::BF16 ? 1.0 / 256 : od == DType::F16 ? 1.0 / 2048 : 0.0);
+  cmp.tolerance = (bf16 ? 3e-2 : 6e-3) + o_rounding(od);
   cmp.max_error = max_abs_diff(got[0], got[1]);
   return cmp;
 }

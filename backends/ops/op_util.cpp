@@ -178,13 +178,7 @@ void add_emulation(const DeviceProfile& p, const std::string& feature, std::map<
       {"amd_mfma", "EMULATE_AMD_MFMA"}};
   const auto it = names.find(feature);
   if (it == names.end()) throw Error(Status::Internal, "add_emulation: unknown feature " + feature);
-  if (!p.emulates(feature)) return;
-  const bool present = feature == "cl_khr_subgroups"     ? p.subgroups
-                       : feature == "cl_intel_subgroups" ? p.intel_subgroups
-                       : feature == "amd_wmma"           ? p.vendor == "amd" && params::amd_has_wmma(p.architecture)
-                       : feature == "amd_mfma"           ? p.vendor == "amd" && params::amd_has_mfma(p.architecture)
-                                                         : p.has_extension(feature);
-  if (!present) defines[it->second] = "1";
+  if (params::emulated(p, feature)) defines[it->second] = "1";
 }
 
 }  // namespace clattn::ops

@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "clattn/metadata.hpp"
+#include "clattn/paged_kv.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
 
@@ -90,6 +92,84 @@ inline void make(Mem& b, cl_context ctx, size_t bytes, const void* host = nullpt
                           const_cast<void*>(host));
   rt::check_cl(err, "clCreateBuffer", "self-check buffer of " + std::to_string(bytes) + " bytes");
 }
+
+// The check's own queue: the caller's queue, buffers and outputs stay untouched.
+inline void make(Queue& q, const detail::ContextImpl& c) {
+  cl_int err = CL_SUCCESS;
+  q.q = clCreateCommandQueueWithProperties(c.ctx, c.device, nullptr, &err);
+  rt::check_cl(err, "clCreateCommandQueueWithProperties", "the self-check's queue");
+}
+
+// Requests of `lens` keys in pages of `page_size`, each request's pages in reverse order of the
+// pool behind page 0 (never listed): the CSR's kv_indptr / kv_indices / kv_last_page_len, and
+// per pool page its request (-1: unused) and the keys it holds.
+struct PagePool {
+  PagedCsr csr;
+  int pages = 0;  // pool size (page 0 included)
+  std::vector<int> owner, fill;
+};
+inline PagePool reversed_pages(const std::vector<int>& lens, int page_size) {
+  const int P = page_size;
+  PagePool pp;
+  pp.csr.page_size = P, pp.csr.kv_indptr = {0};
+  int used = 0;
+  for (int L : lens) used += (L + P - 1) / P;
+  pp.pages = used + 1;
+  pp.owner.assign(size_t(pp.pages), -1), pp.fill.assign(size_t(pp.pages), 0);
+  int next = used;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    const int L = lens[i], np = (L + P - 1) / P;
+    for (int p = 0; p < np; ++p) {
+      pp.csr.kv_indices.push_back(next);
+      pp.owner[size_t(next)] = int(i), pp.fill[size_t(next)] = std::min(P, L - p * P);
+      --next;
+    }
+    pp.csr.kv_indptr.push_back(int32_t(pp.csr.kv_indices.size()));
+    pp.csr.kv_last_page_len.push_back(L - (np - 1) * P);
+  }
+  return pp;
+}
+
+// K and V buffers of `cache` (its layout and strides, num_pages = the pool's): values in every
+// slot the pool's requests cover (K then V per slot, from `rng`), NaN elsewhere.
+inline void fill_kv(const PagedKV& cache, const PagePool& pp, std::mt19937& rng, std::vector<uint8_t>& kbuf,
+                    std::vector<uint8_t>& vbuf) {
+  const size_t es = dtype_size(cache.dtype), bytes = size_t(cache.required_bytes());
+  std::vector<uint8_t> nan1;
+  put_nan(nan1, cache.dtype);
+  kbuf.assign(bytes, 0), vbuf.assign(bytes, 0);
+  for (size_t off = 0; off + es <= bytes; off += es)
+    for (auto* buf : {&kbuf, &vbuf}) std::memcpy(buf->data() + off, nan1.data(), es);
+  for (int page = 0; page < pp.pages; ++page)
+    for (int t = 0; t < pp.fill[size_t(page)]; ++t)
+      for (int h = 0; h < cache.num_kv_heads; ++h) {
+        const size_t at =
+            size_t(page * cache.page_stride() + t * cache.token_stride() + h * cache.head_stride()) * es;
+        for (auto* buf : {&kbuf, &vbuf}) {
+          const auto vals = random_values(rng, size_t(cache.head_dim), cache.dtype);
+          std::memcpy(buf->data() + at, vals.data(), vals.size());
+        }
+      }
+}
+
+// The rows x D output (in `od`) and the rows' lse, read back blocking on `q`, as floats.
+inline std::vector<float> read_outputs(cl_command_queue q, const Mem& o, const Mem& lse, size_t rows, int D,
+                                       DType od) {
+  const size_t es = dtype_size(od);
+  std::vector<uint8_t> out(rows * size_t(D) * es);
+  std::vector<float> l(rows), got;
+  rt::check_cl(clEnqueueReadBuffer(q, o.m, CL_TRUE, 0, out.size(), out.data(), 0, nullptr, nullptr),
+               "clEnqueueReadBuffer", "the self-check's output");
+  rt::check_cl(clEnqueueReadBuffer(q, lse.m, CL_TRUE, 0, rows * 4, l.data(), 0, nullptr, nullptr),
+               "clEnqueueReadBuffer", "the self-check's lse");
+  got.reserve(rows * size_t(D) + rows);
+  for (size_t j = 0; j < rows * size_t(D); ++j) got.push_back(to_float(out.data() + j * es, od));
+  got.insert(got.end(), l.begin(), l.end());
+  return got;
+}
+
+// One rounding of an output |o| <= 1 in its dtype.
+inline double o_rounding(DType od) { return od == DType::BF16 ? 1.0 / 256 : od == DType::F16 ? 1.0 / 2048 : 0.0; }
 
 
 }  // namespace clattn::ops::selfcheck

@@ -29,6 +29,18 @@ bool amd_has_mfma(const std::string& arch) {
   return arch == "gfx908" || arch == "gfx90a" || arch.rfind("gfx94", 0) == 0 || arch.rfind("gfx95", 0) == 0;
 }
 
+bool has_feature(const DeviceProfile& p, const std::string& f) {
+  if (f == "cl_khr_subgroups") return p.subgroups;
+  if (f == "cl_intel_subgroups") return p.intel_subgroups;
+  if (f == "amd_wmma") return p.vendor == "amd" && amd_has_wmma(p.architecture);
+  if (f == "amd_mfma") return p.vendor == "amd" && amd_has_mfma(p.architecture);
+  return p.has_extension(f);
+}
+
+bool emulated(const DeviceProfile& p, const std::string& feature) {
+  return p.emulates(feature) && !has_feature(p, feature);
+}
+
 bool variant_available(const DeviceProfile& p, const std::string& v, std::string* why) {
   auto say = [&](bool ok, const std::string& reason) {
     if (why) *why = reason;
@@ -38,25 +50,19 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
   if (v == "tiled") return say(true, "OpenCL C 1.2, local memory, register-blocked");
   if (v == "cpu") return say(true, "OpenCL C 1.2, one work-item per group, vector types (for CPU devices)");
   // A feature the device has, or one emulated for tests (CLATTN_EMULATE).
-  auto feature = [&](bool has, const std::string& name, const std::string& what) {
-    if (has) return say(true, what);
+  auto feature = [&](const std::string& name, const std::string& what) {
+    if (has_feature(p, name)) return say(true, what);
     if (p.emulates(name)) return say(true, what + " (emulated: CLATTN_EMULATE=" + name + ")");
     return say(false, "needs " + what);
   };
-  if (v == "khr_subgroups")
-    return feature(p.subgroups, "cl_khr_subgroups", "cl_khr_subgroups sub-group reductions and broadcasts");
+  if (v == "khr_subgroups") return feature("cl_khr_subgroups", "cl_khr_subgroups sub-group reductions and broadcasts");
   if (p.portable_only && vendor_specific(v)) return say(false, "portable-only mode (CLATTN_VARIANTS=portable)");
-  if (v == "intel_subgroups")
-    return feature(p.intel_subgroups, "cl_intel_subgroups", "cl_intel_subgroups shuffles");
+  if (v == "intel_subgroups") return feature("cl_intel_subgroups", "cl_intel_subgroups shuffles");
   if (v == "intel_dpas")
-    return feature(p.has_extension("cl_intel_subgroup_matrix_multiply_accumulate"),
-                   "cl_intel_subgroup_matrix_multiply_accumulate",
+    return feature("cl_intel_subgroup_matrix_multiply_accumulate",
                    "cl_intel_subgroup_matrix_multiply_accumulate (DPAS, Xe-HPG / Xe-HPC)");
-  if (v == "amd_wmma")
-    return feature(p.vendor == "amd" && amd_has_wmma(p.architecture), "amd_wmma", "AMD WMMA builtins (gfx11, wave32)");
-  if (v == "amd_mfma")
-    return feature(p.vendor == "amd" && amd_has_mfma(p.architecture), "amd_mfma",
-                   "AMD MFMA builtins (CDNA: gfx908, gfx90a, gfx94x)");
+  if (v == "amd_wmma") return feature("amd_wmma", "AMD WMMA builtins (gfx11, wave32)");
+  if (v == "amd_mfma") return feature("amd_mfma", "AMD MFMA builtins (CDNA: gfx908, gfx90a, gfx94x)");
   if (v == "nv_ptx_shfl")
     return p.nv_inline_ptx ? say(true, "NVIDIA inline PTX, sm_" + std::to_string(p.nv_compute_capability))
                            : say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");

@@ -36,6 +36,12 @@ bool vendor_specific(const std::string& variant);
 // AMD matrix instructions by ISA: WMMA on gfx11, MFMA on CDNA (gfx908, gfx90a, gfx94x, gfx95x).
 bool amd_has_wmma(const std::string& architecture);
 bool amd_has_mfma(const std::string& architecture);
+// Whether the device itself has `feature` (one CLATTN_EMULATE can name: a cl_ extension, or
+// amd_wmma / amd_mfma by architecture), and whether the feature is emulated here for tests
+// (named in DeviceProfile::emulated while the device lacks it: kernels then build with its
+// emulation header, ops::add_emulation).
+bool has_feature(const DeviceProfile& p, const std::string& feature);
+bool emulated(const DeviceProfile& p, const std::string& feature);
 bool variant_available(const DeviceProfile& p, const std::string& variant, std::string* why = nullptr);
 // "" when the device can run `variant`, else why not.
 std::string why_unavailable(const DeviceProfile& p, const std::string& variant);

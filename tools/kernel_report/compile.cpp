@@ -84,7 +84,8 @@ int field(const std::string& line, const char* name) {
   return std::atoi(line.c_str() + at + std::strlen(name));
 }
 
-Build compile_amd(const Target& t, const fs::path& dir, const std::string& options, Build b) {
+Build compile_amd(const Target& t, const fs::path& dir, const std::string& options) {
+  Build b;
   std::string err;
   const std::string libs = amd_libs(dir.parent_path().string(), t.device, &err);
   if (libs.empty()) {
@@ -135,7 +136,8 @@ Build compile_amd(const Target& t, const fs::path& dir, const std::string& optio
   return b;
 }
 
-Build compile_intel(const Target& t, const fs::path& dir, const std::string& options, Build b) {
+Build compile_intel(const Target& t, const fs::path& dir, const std::string& options) {
+  Build b;
   const std::string cmd = "ocloc compile -q -file " + quote((dir / "k.cl").string()) + " -device " + t.device +
                           " -options " + quote(options) + " -out_dir " + quote(dir.string()) + " -output k";
   std::string out;
@@ -206,9 +208,7 @@ Build compile(const Target& t, const std::string& source, const std::string& opt
   const fs::path dir = fs::path(work_dir) / (t.name + "-" + std::to_string(seq++));
   fs::create_directories(dir);
   std::ofstream(dir / "k.cl") << source;
-  Build b;
-  b.options = options;
-  return t.compiler == "ocloc" ? compile_intel(t, dir, options, std::move(b)) : compile_amd(t, dir, options, std::move(b));
+  return t.compiler == "ocloc" ? compile_intel(t, dir, options) : compile_amd(t, dir, options);
 }
 
 }  // namespace clattn::kreport

@@ -29,7 +29,7 @@ namespace {
 
 // One distinct program (file + options) of one target and the op shapes that build it.
 struct Program {
-  std::string file, options, variant, kernel;
+  std::string file, options, variant;
   std::vector<std::string> used_by;
   bool chosen = false;  // the runtime's first choice for at least one shape
   Build build;
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
         auto it = index.find(key);
         if (it == index.end()) {
           it = index.emplace(key, r.programs.size()).first;
-          r.programs.push_back(Program{v.file, v.options, v.name, v.kernel, {}, false, {}});
+          r.programs.push_back(Program{v.file, v.options, v.name, {}, false, {}});
         }
         Program& p = r.programs[it->second];
         p.used_by.push_back(label);
@@ -223,7 +223,6 @@ int main(int argc, char** argv) {
         }
         Program& p = r.programs[w];
         p.build = clattn::kreport::compile(*r.target, clattn::rt::kernel_source(p.file), p.options, work_dir);
-        p.build.variant = p.variant;
       }
     };
     std::vector<std::thread> pool;

@@ -35,9 +35,8 @@ struct KernelFigures {
   bool spills() const;      // spills to memory (scratch space > 0)
 };
 
-// One program (file + options) compiled for one target.
+// One program compiled for one target.
 struct Build {
-  std::string file, options, variant;
   bool ok = false;
   std::string log;                        // compiler output on failure
   std::vector<KernelFigures> kernels;
