@@ -116,7 +116,24 @@ ContextImpl::ContextImpl(cl_platform_id p, cl_context c, cl_device_id d, cl_comm
   }
 }
 
+void ContextImpl::on_release(const std::string& key, std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(release_mu);
+  release_hooks.emplace(key, std::move(hook));
+}
+
 void ContextImpl::release() {
+  std::map<std::string, std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(release_mu);
+    hooks.swap(release_hooks);
+  }
+  for (auto& [key, hook] : hooks) {
+    try {
+      hook();
+    } catch (const std::exception& e) {
+      rt::log().warn("context release: {} failed: {}", key, e.what());
+    }
+  }
   programs.clear();
   if (faults) clReleaseMemObject(faults);
   if (queue) clReleaseCommandQueue(queue);

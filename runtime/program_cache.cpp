@@ -253,6 +253,13 @@ std::shared_ptr<Program> ProgramCache::build(const std::string& file, const std:
     throw Error(Status::BuildFailed,
                 "building " + file + " with [" + options + "] failed: " + cl_error_name(err) + "\n" + blog, err);
   }
+  // A compiler's diagnostics go through the logger with the program they belong to (the
+  // kernels build without warnings everywhere: tests/ops/test_kernel_warnings.cpp).
+  const std::string blog = build_log(p, dev_);
+  if (blog.find("warning:") != std::string::npos)
+    log().warn("{} [{}]: the OpenCL compiler reported:\n{}", file, options, blog);
+  else if (!blog.empty())
+    log().debug("{} [{}]: build log:\n{}", file, options, blog);
   if (options.find(kPtxSm90aOption) != std::string::npos) p = rebuild_sm90a(p, file, options);
   ++compiled_;
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

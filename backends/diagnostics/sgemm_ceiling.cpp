@@ -11,6 +11,8 @@
 
 #ifdef CLATTN_HAVE_CLBLAST
 #include <clblast.h>
+
+#include "backends/ops/clblast_context.hpp"
 #endif
 
 namespace clattn {
@@ -42,6 +44,7 @@ ComputeCeiling measure_sgemm(const Context& ctx, int n, int samples) {
     return clblast::Gemm<float>(clblast::Layout::kRowMajor, clblast::Transpose::kNo, clblast::Transpose::kNo, N, N, N,
                                 1.0f, A.get(), 0, N, B.get(), 0, N, 0.0f, C.get(), 0, N, &q, nullptr);
   };
+  ops::clblast_programs_follow(ctx);
   // The first call compiles CLBlast's kernels for this device (not timed).
   const clblast::StatusCode first = gemm();
   if (first != clblast::StatusCode::kSuccess) {

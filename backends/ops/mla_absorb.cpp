@@ -12,6 +12,8 @@
 #ifdef CLATTN_HAVE_CLBLAST
 #include <clblast.h>
 #include <clblast_half.h>
+
+#include "backends/ops/clblast_context.hpp"
 #endif
 
 namespace clattn {
@@ -73,6 +75,7 @@ void mla_absorb(const Context& ctx, const AbsorbArgs& a, const Enqueue& e) {
     ops::require_buffer(a.y, rows(ldy, a.out_dim, "absorb y bytes"), "absorb y", {{T, H, a.out_dim}, dtype_name(a.dtype)});
   }
   cl_command_queue q = ops::queue_of(ctx, e);
+  ops::clblast_programs_follow(ctx);
   // CLBlast takes no wait list: a barrier makes its commands wait for the caller's events.
   if (e.num_wait > 0)
     rt::check_cl(clEnqueueBarrierWithWaitList(q, e.num_wait, e.wait, nullptr), "clEnqueueBarrierWithWaitList",

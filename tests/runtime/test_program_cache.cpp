@@ -8,10 +8,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
+
+#include <spdlog/sinks/ostream_sink.h>
 
 #include "runtime/context_impl.hpp"
 #include "runtime/kernel_sources.hpp"
+#include "runtime/log.hpp"
 #include "runtime/ptx_retarget.hpp"
 #include "support/test_support.hpp"
 
@@ -301,6 +305,34 @@ TEST(ProgramCache, BuildFailureCarriesTheLogAndKernelDirIsRead) {
   EXPECT_EQ(v, 7);
   EXPECT_TRUE(test::throws_error([&] { pc->get("missing.cl", kOpts); }, Status::InvalidArgument, "missing.cl"));
   unsetenv("CLATTN_KERNEL_DIR");
+}
+
+// A compiler warning reaches the library's logger as a warning naming the program and its
+// options (not only the driver's own "1 warning generated." line).
+TEST(ProgramCache, CompilerWarningsGoThroughTheLogger) {
+  const std::string src = "__kernel void k(__global int* x, int n) { if (n && 4) x[0] = n; }\n";
+  {  // Does this device's compiler warn here at all?
+    auto& c = rt::impl(test::ctx());
+    const char* text = src.c_str();
+    cl_program p = clCreateProgramWithSource(c.ctx, 1, &text, nullptr, nullptr);
+    clBuildProgram(p, 1, &c.device, kOpts.c_str(), nullptr, nullptr);
+    const bool warns = rt::build_log(p, c.device).find("warning:") != std::string::npos;
+    clReleaseProgram(p);
+    if (!warns) GTEST_SKIP() << "this device's compiler does not warn about a constant && operand";
+  }
+  TempDir tmp;
+  std::ofstream(tmp.path / "warns.cl") << src;
+  setenv("CLATTN_KERNEL_DIR", tmp.path.c_str(), 1);
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  rt::log().sinks().push_back(sink);
+  auto pc = fresh_cache("off");
+  pc->get("warns.cl", kOpts);
+  rt::log().sinks().pop_back();
+  unsetenv("CLATTN_KERNEL_DIR");
+  const std::string text = out.str();
+  EXPECT_NE(text.find("warns.cl [" + kOpts), std::string::npos) << text;
+  EXPECT_NE(text.find("warning:"), std::string::npos) << text;
 }
 
 // The sm_90a rebuild of NVIDIA PTX (runtime/ptx_retarget.hpp): markers gone, target changed

@@ -84,6 +84,15 @@ int field(const std::string& line, const char* name) {
   return std::atoi(line.c_str() + at + std::strlen(name));
 }
 
+// The compiler's warnings ("file:line:col: warning: ..."), one line each.
+std::vector<std::string> warning_lines(const std::string& out) {
+  std::vector<std::string> w;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("warning:") != std::string::npos) w.push_back(line);
+  return w;
+}
+
 Build compile_amd(const Target& t, const fs::path& dir, const std::string& options) {
   Build b;
   std::string err;
@@ -104,6 +113,7 @@ Build compile_amd(const Target& t, const fs::path& dir, const std::string& optio
     return b;
   }
   b.ok = true;
+  b.warnings = warning_lines(out);
   std::istringstream in(out);
   KernelFigures* k = nullptr;
   for (std::string line; std::getline(in, line);) {
@@ -138,7 +148,7 @@ Build compile_amd(const Target& t, const fs::path& dir, const std::string& optio
 
 Build compile_intel(const Target& t, const fs::path& dir, const std::string& options) {
   Build b;
-  const std::string cmd = "ocloc compile -q -file " + quote((dir / "k.cl").string()) + " -device " + t.device +
+  const std::string cmd = "ocloc compile -file " + quote((dir / "k.cl").string()) + " -device " + t.device +
                           " -options " + quote(options) + " -out_dir " + quote(dir.string()) + " -output k";
   std::string out;
   const int rc = run_command(cmd, &out);
@@ -149,6 +159,7 @@ Build compile_intel(const Target& t, const fs::path& dir, const std::string& opt
     b.log = out;
     return b;
   }
+  b.warnings = warning_lines(out);
   std::string err;
   const std::vector<IntelKernel> ks = parse_intel_binary(read_bytes(bin), &err);
   if (ks.empty()) {

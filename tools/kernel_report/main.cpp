@@ -49,7 +49,7 @@ struct TargetResult {
   const Target* target;
   std::vector<Program> programs;
   std::vector<std::string> refused;  // op shapes the op would refuse here
-  int errors = 0, spills = 0, fallback_spills = 0, missing_matrix = 0, matrix_ok = 0;
+  int errors = 0, spills = 0, fallback_spills = 0, missing_matrix = 0, matrix_ok = 0, warned = 0;
 };
 
 void print_target(const TargetResult& r, bool show_options, bool show_logs) {
@@ -90,22 +90,24 @@ void print_target(const TargetResult& r, bool show_options, bool show_logs) {
                   p.build.matrix_lines.empty() ? "NOT FOUND in the disassembly"
                                                : (std::to_string(p.build.matrix_lines.size()) + " instructions, e.g. " +
                                                   p.build.matrix_lines.front()).c_str());
+    for (const std::string& w : p.build.warnings) std::printf("    WARNING %s\n", w.c_str());
     if (show_options) std::printf("    options: %s\n", p.options.c_str());
     if (!p.build.ok && show_logs) std::printf("%s\n", p.build.log.c_str());
   }
   for (const std::string& s : r.refused) std::printf("REFUSED  %s\n", s.c_str());
   std::printf("summary %s: %zu programs, %d build errors, %d spills in chosen programs (%d in fallbacks), "
-              "%d matrix variants with their instructions, %d without, %zu refused shapes\n",
+              "%d matrix variants with their instructions, %d without, %zu refused shapes, %d builds with warnings\n",
               t.name.c_str(), r.programs.size(), r.errors, r.spills, r.fallback_spills, r.matrix_ok, r.missing_matrix,
-              r.refused.size());
+              r.refused.size(), r.warned);
 }
 
 nlohmann::json to_json(const TargetResult& r) {
   nlohmann::json j{{"target", r.target->name}, {"about", r.target->about}, {"errors", r.errors}, {"spills", r.spills},
-                   {"fallback_spills", r.fallback_spills}, {"refused", r.refused}};
+                   {"fallback_spills", r.fallback_spills}, {"warned", r.warned}, {"refused", r.refused}};
   for (const Program& p : r.programs) {
     nlohmann::json pj{{"file", p.file}, {"variant", p.variant}, {"chosen", p.chosen}, {"options", p.options},
-                      {"used_by", p.used_by}, {"ok", p.build.ok}, {"matrix_lines", p.build.matrix_lines.size()}};
+                      {"used_by", p.used_by}, {"ok", p.build.ok}, {"matrix_lines", p.build.matrix_lines.size()},
+                      {"warnings", p.build.warnings}};
     for (const KernelFigures& k : p.build.kernels)
       pj["kernels"].push_back({{"kernel", k.kernel}, {"simd", k.simd}, {"grf", k.grf}, {"scratch", k.scratch},
                                {"private", k.private_bytes}, {"vgpr", k.vgpr}, {"agpr", k.agpr}, {"sgpr", k.sgpr},
@@ -230,13 +232,14 @@ int main(int argc, char** argv) {
     for (auto& th : pool) th.join();
     for (const Program& p : r.programs) {
       if (!p.build.ok) ++r.errors;
+      if (!p.build.warnings.empty()) ++r.warned;
       for (const KernelFigures& k : p.build.kernels)
         if (k.spills()) ++(p.chosen ? r.spills : r.fallback_spills);
       if (*matrix_mnemonic(p.variant) && p.build.ok) ++(p.build.matrix_lines.empty() ? r.missing_matrix : r.matrix_ok);
     }
     print_target(r, show_options, show_logs);
     std::fflush(stdout);
-    failed = failed || r.errors || r.spills || r.missing_matrix || !r.refused.empty();
+    failed = failed || r.errors || r.spills || r.missing_matrix || r.warned || !r.refused.empty();
     out.push_back(to_json(r));
   }
   if (!json_file.empty()) std::ofstream(json_file) << out.dump(1) << "\n";

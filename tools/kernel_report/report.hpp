@@ -39,6 +39,7 @@ struct KernelFigures {
 struct Build {
   bool ok = false;
   std::string log;                        // compiler output on failure
+  std::vector<std::string> warnings;      // the compiler's warning lines (a build passes with none)
   std::vector<KernelFigures> kernels;
   std::vector<std::string> matrix_lines;  // disassembly lines with matrix instructions
 };
