@@ -3,13 +3,36 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 namespace clattn::test {
 
-Context& ctx() {
-  static Context c = Context::create();
+namespace {
+std::optional<Context>& shared_context() {
+  static std::optional<Context> c;
   return c;
+}
+
+// The shared context is released when the tests are done, before the process exits: its
+// programs and buffers do not wait for static destruction, when some runtimes (Oclgrind)
+// have already torn down their own state.
+struct ReleaseSharedContext : ::testing::Environment {
+  void TearDown() override { shared_context().reset(); }
+};
+[[maybe_unused]] ::testing::Environment* const kRelease =
+    ::testing::AddGlobalTestEnvironment(new ReleaseSharedContext);
+}  // namespace
+
+Context& ctx() {
+  static std::mutex mu;  // first use may come from several test threads
+  std::lock_guard<std::mutex> lock(mu);
+  auto& c = shared_context();
+  if (!c) c.emplace(Context::create());
+  return *c;
 }
 
 uint64_t seed() {

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Every kernel family on Oclgrind (a strict OpenCL 1.2 simulator) under --check-api and
+# --data-races: the C API tests (decode with append_kv, extend with merge, MLA with the
+# CLBlast absorb, GDN/GLA decode and prefill, metadata) under each vendor's parameters, and
+# the variants that need sub-groups or matrix engines through their emulation headers
+# (clattn-probe --self-check runs each on a small case). A run fails on a non-zero exit or on
+# any report of Oclgrind's (invalid access, data race, API error, fatal error).
+# Not run: the --uninitialized plugin (it cannot execute LLVM's `freeze` instruction and
+# stops the kernel: dev/oclgrind_limits.c).
+# Usage: run_oclgrind.sh DETECTOR_CHECK PROBE TEST_C_PROGRAM...
+set -uo pipefail
+if ! command -v oclgrind > /dev/null; then
+  echo "oclgrind not installed (apt-get install oclgrind): skipped"
+  exit 77
+fi
+detector=$1 probe=$2
+shift 2
+tests=("$@")
+# AMD's 64 KB of LDS (the simulator's default is 32 KB).
+og=(oclgrind --check-api --data-races --local-mem-size 65536)
+faults='^(Invalid (read|write)|(Read-write|Write-write) data race|Oclgrind - |OCLGRIND|Uninitiali[sz]ed|Work-group divergence|Unaligned)'
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+failed=0
+
+# The gate must see the faults it exists for.
+"${og[@]}" "$detector" > "$log" 2>&1
+for want in 'Invalid write' 'Write-write data race at global' 'Read-write data race at local'; do
+  if ! grep -q "^$want" "$log"; then
+    echo "FAIL: oclgrind did not report '$want' in $(basename "$detector")"
+    cat "$log"
+    failed=1
+  fi
+done
+
+run() {  # run LABEL ENV... -- PROGRAM ARGS...
+  local label=$1 envs=()
+  shift
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local t0=$SECONDS
+  env "${envs[@]}" "${og[@]}" "$@" > "$log" 2>&1
+  local rc=$?
+  local n
+  n=$(grep -cE "$faults" "$log")
+  if [ $rc -ne 0 ] || [ "$n" -ne 0 ]; then
+    echo "FAIL: $label $(basename "$1"): exit $rc, $n Oclgrind reports"
+    grep -E -A6 "$faults" "$log" | head -60
+    tail -5 "$log"
+    failed=1
+  else
+    echo "ok   $label $(basename "$1") ($((SECONDS - t0)) s)"
+  fi
+}
+
+for vendor in native generic nvidia amd intel; do
+  envs=()
+  [ "$vendor" != native ] && envs=("CLATTN_FORCE_VENDOR=$vendor")
+  for t in "${tests[@]}"; do run "$vendor" "${envs[@]}" -- "$t"; done
+done
+intel_mm=CLATTN_EMULATE=cl_intel_subgroups,cl_intel_subgroup_matrix_multiply_accumulate
+for t in "${tests[@]}"; do run "intel+$intel_mm" CLATTN_FORCE_VENDOR=intel "$intel_mm" -- "$t"; done
+# Without a cache: a verdict cached by an earlier run would skip the kernels.
+run "intel+$intel_mm" CLATTN_CACHE_DIR=off CLATTN_FORCE_VENDOR=intel "$intel_mm" -- "$probe" --self-check
+for emu in cl_khr_subgroups,amd_wmma amd_mfma; do
+  for t in "${tests[@]}"; do run "amd+$emu" CLATTN_FORCE_VENDOR=amd CLATTN_EMULATE=$emu -- "$t"; done
+  run "amd+$emu" CLATTN_CACHE_DIR=off CLATTN_FORCE_VENDOR=amd CLATTN_EMULATE=$emu -- "$probe" --self-check
+done
+exit $failed
