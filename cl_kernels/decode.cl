@@ -77,12 +77,8 @@
 #ifndef SG_REQD
 #define SG_REQD 0
 #endif
-#if USE_SUBGROUP == 1 && !defined(EMULATE_KHR_SUBGROUPS)
-#pragma OPENCL EXTENSION cl_khr_subgroups : enable
-#if SG_SHUFFLE
-#pragma OPENCL EXTENSION cl_khr_subgroup_shuffle : enable
-#endif
-#endif
+// No `#pragma OPENCL EXTENSION` for cl_khr_subgroups / cl_khr_subgroup_shuffle: their builtins
+// need none, and Intel's compiler (sub-groups as an OpenCL C 3.0 feature) warns on it.
 // Intel: the sub-group size the parameters ask for (cl_intel_required_subgroup_size).
 #if USE_SUBGROUP == 2 && SG_REQD && !defined(EMULATE_INTEL_SUBGROUPS)
 #define SG_SIZE_ATTR __attribute__((intel_reqd_sub_group_size(SG_SIZE)))
