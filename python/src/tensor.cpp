@@ -341,6 +341,13 @@ TensorPtr upload(const clattn::Context& ctx, const py::array& a0, PDType dt) {
   return t;
 }
 
+TensorPtr tensor_arg(const py::handle& h, const char* name) {
+  if (h.is_none()) return nullptr;
+  if (!py::isinstance<Tensor>(h))
+    invalid(std::string(name) + ": expected a clattn.Tensor, got " + py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>());
+  return h.cast<TensorPtr>();
+}
+
 cl_mem mem_of(const clattn::Context& ctx, const Tensor* t, const char* name) {
   if (!t) return nullptr;
   if (t->ctx.cl_ctx() != ctx.cl_ctx())
