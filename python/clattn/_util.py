@@ -160,6 +160,98 @@ def as_tensor(ctx, x, name, dtype=None, shape=None):
     return ctx.to_device(a, dt)
 
 
+def is_host_array(x):
+    """True for a host object (numpy array, list, scalar) that as_tensor copies to the
+    device; False for device buffers it uses in place."""
+    if x is None or isinstance(x, Tensor) or _is_pyopencl_array(x) or is_raw_buffer(x):
+        return False
+    return isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__")
+
+
+# numpy dtype that holds each clattn dtype bit for bit (bf16 and fp8 as raw bits).
+_NP_BITS = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "fp8_e4m3": np.uint8, "fp8_e5m2": np.uint8,
+            "i32": np.int32, "i64": np.int64, "u8": np.uint8}
+
+
+class Writeback:
+    """Destination arguments of one op. Device buffers (clattn Tensors, pyopencl objects,
+    DLPack tensors) are written in place by the op itself. A numpy array was copied to the
+    device by as_tensor; track() records it and done() copies the result back into it after
+    the op (a blocking read), so numpy destinations are written in place too. Host objects
+    that cannot take the result (lists, read-only arrays, a dtype that does not hold the
+    result's bits) are rejected before the op runs."""
+
+    def __init__(self):
+        self._pending = []
+
+    def track(self, x, name, make):
+        """The device tensor for destination argument x, made by make(): a numpy x is checked
+        first (lists and read-only arrays cannot be written) and recorded for done()."""
+        if x is None or not is_host_array(x):
+            return make()
+        if not isinstance(x, np.ndarray):
+            raise error(f"{name}: a {type(x).__name__} cannot be written in place; "
+                        "pass a numpy array or a device buffer")
+        if not x.flags.writeable:
+            raise error(f"{name}: the numpy array is read-only")
+        t = make()
+        want = np.dtype(_NP_BITS[t.dtype])
+        if x.dtype != want:  # e.g. float data converted to bf16 bits on the way in
+            raise error(f"{name}: a numpy {x.dtype} array cannot receive {t.dtype} results in place "
+                        f"(pass {want.name}" + (" bit patterns)" if t.dtype in ("bf16", "fp8_e4m3", "fp8_e5m2") else ")"))
+        self._pending.append((x, t))
+        return t
+
+    def done(self):
+        """Copies every tracked result back into its numpy array (blocking)."""
+        for x, t in self._pending:
+            x[...] = t.numpy().reshape(x.shape)
+        self._pending = []
+
+
+def result(x, t):
+    """What an op returns for destination x written through tensor t: the caller's numpy
+    array itself when x was one (written in place), else the device tensor."""
+    return x if isinstance(x, np.ndarray) else t
+
+
+# --------------------------------------------------------------------------- LSE base
+LOG2E = 1.4426950408889634  # natural -> base 2
+LN2 = 0.6931471805599453    # base 2 -> natural
+
+
+def rescale_lse(ctx, t, factor):
+    """t *= factor on the device (enqueued on ctx's queue); t is an f32 clattn Tensor."""
+    if t is not None:
+        _clattn._scale_f32(ctx, t, float(factor))
+
+
+def natural_lse(ctx, t, src):
+    """A natural-log copy of the base-2 LSE tensor t (made from argument src): t itself,
+    rescaled, when as_tensor made it from a host array (a private upload), else a device
+    clone, so the caller's buffer is not changed."""
+    n = t if is_host_array(src) else t.clone()
+    rescale_lse(ctx, n, LN2)
+    return n
+
+
+def scale_value(x, name):
+    """A dequantisation scale as one float: None -> 1.0, a number, or a one-element array
+    or tensor (read on the host). Several values (per-head scales) are rejected: the
+    library's kernels take one scale per tensor."""
+    if x is None:
+        return 1.0
+    if isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(x, bool):
+        return float(x)
+    a = x.numpy() if isinstance(x, Tensor) else (x.get() if _is_pyopencl_array(x) else np.asarray(x))
+    if a.size != 1:
+        raise error(f"{name}: {a.size} values (per-head scales) are not supported: clattn's kernels take one "
+                    "dequantisation scale per tensor", "Unsupported")
+    if a.dtype.kind not in "fiu":
+        raise error(f"{name}: expected a number, got dtype {a.dtype}")
+    return float(a.reshape(-1)[0])
+
+
 def from_dlpack(obj, ctx=None, dtype=None):
     """Imports a DLPack tensor with device type kDLOpenCL (4) zero-copy.
 

@@ -4,14 +4,11 @@ listed in docs/python.md and in each docstring."""
 import numpy as np
 
 from . import _clattn
-from ._util import as_tensor, check, context_of, dtype_name, error, host_i32, is_raw_buffer, _ITEMSIZE
+from ._util import (LOG2E, Writeback, as_tensor, check, context_of, dtype_name, error, host_i32, is_raw_buffer,
+                    natural_lse, rescale_lse, result, scale_value, _ITEMSIZE)
 
 _FLOAT_IO = ("f32", "f16", "bf16")
 _KV_DTYPES = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
-
-
-def _scale_or_zero(x):
-    return 0.0 if x is None else float(x)
 
 
 def _check_pos_encoding(mode):
@@ -69,7 +66,49 @@ class _Workspace:
         return self._own
 
 
-class BatchDecodeWithPagedKVCacheWrapper:
+class _Planned:
+    """Plan bookkeeping shared by the attention wrappers. FlashInfer's ``forward`` (and
+    ``run(window_left=...)``) set sm_scale, the soft cap, the window and causality at call
+    time; clattn bakes them into the plan, so a call with other values plans again from the
+    last ``plan()`` call's metadata, once per distinct set of values (kept, a few at most)."""
+
+    _MAX_PLANS = 8
+
+    def _set_plan(self, make, opts):
+        self._make, self._plans, self._opts = make, {}, None
+        self._activate(opts)
+
+    def _activate(self, opts):
+        key = tuple(sorted(opts.items()))
+        if key not in self._plans:
+            if len(self._plans) >= self._MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = self._make(opts)
+        self._plan, self._opts = self._plans[key], dict(opts)
+
+    def _use(self, **changes):
+        """Makes the plan for the planned options with `changes` applied the active one."""
+        if self._plan is None:
+            raise error("run() before plan()")
+        opts = dict(self._opts, **changes)
+        if opts != self._opts:
+            self._activate(opts)
+
+
+def _opt_scale(sm_scale):
+    return 0.0 if sm_scale is None else float(sm_scale)  # 0: the library's 1 / sqrt(head_dim)
+
+
+def _opt_cap(cap):
+    return 0.0 if cap is None else float(cap)
+
+
+def _unsupported_if(cond, what):
+    if cond:
+        raise error(f"{what} is not supported by clattn (see docs/python.md)", "Unsupported")
+
+
+class BatchDecodeWithPagedKVCacheWrapper(_Planned):
     r"""Wrapper class for decode attention with paged kv-cache (first proposed in
     vLLM) for batch of requests, shaped like ``flashinfer.BatchDecodeWithPagedKVCacheWrapper``.
 
@@ -101,7 +140,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
     ``plan`` is called once per batch (it validates the metadata, computes the split-K
     schedule, builds/loads the kernel and uploads the page indices); ``run`` is called
     once per layer and only enqueues. Outputs are clattn Tensors on the wrapper's
-    context (``.numpy()`` copies to the host).
+    context (``.numpy()`` or ``np.asarray`` copies to the host).
     """
 
     def __init__(self, float_workspace_buffer=None, kv_layout="NHD", use_cuda_graph=False,
@@ -137,9 +176,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
              pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type="float16",
-             kv_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
-             non_blocking=True, o_data_type=None, deterministic=False, max_splits=0, validate=True):
+             kv_data_type=None, o_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
+             non_blocking=True, block_tables=None, seq_lens=None, fixed_split_size=None, disable_split_kv=False,
+             q_len_per_req=1, *, window_right=0, deterministic=False, max_splits=0, validate=True):
         r"""Plan batch decode for given problem specification.
+
+        Positional order as FlashInfer's (after ``page_size``: pos_encoding_mode,
+        window_left, logits_soft_cap, q_data_type, kv_data_type, o_data_type, data_type,
+        sm_scale, rope_scale, rope_theta, non_blocking, block_tables, seq_lens,
+        fixed_split_size, disable_split_kv, q_len_per_req); clattn's own options are
+        keyword-only.
 
         Parameters
         ----------
@@ -167,14 +213,23 @@ class BatchDecodeWithPagedKVCacheWrapper:
             Query (and default output) dtype: float32, float16 or bfloat16.
         kv_data_type : str | dtype, optional
             KV cache dtype: float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (default: q's).
+        o_data_type : optional
+            Output dtype (default: ``q_data_type``).
         data_type : optional
             Legacy alias of ``kv_data_type`` (FlashInfer).
         sm_scale : Optional[float]
             The scale used in softmax, default ``1 / sqrt(head_dim)``.
-        rope_scale, rope_theta, non_blocking :
-            Accepted for compatibility and ignored.
-        o_data_type : optional
-            Output dtype (default: ``q_data_type``).
+        rope_scale, rope_theta, non_blocking, seq_lens, fixed_split_size :
+            Accepted for compatibility and ignored (``seq_lens`` and ``fixed_split_size``
+            are hints of other FlashInfer backends; clattn's planner picks the split).
+        block_tables : None
+            The page-table metadata form is not supported here (must be None).
+        disable_split_kv : bool
+            True: never split a request's KV (as ``max_splits=1``).
+        q_len_per_req : int
+            Only 1 (one query token per request).
+        window_right : int
+            Keyword; no effect in decode (no key lies right of the query).
         deterministic : bool
             Fixed split tiles: a request's output bits do not depend on its batch mates.
         max_splits : int
@@ -188,6 +243,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         indices are uploaded to a device copy the ``run`` calls read.
         """
         _check_pos_encoding(pos_encoding_mode)
+        _unsupported_if(block_tables is not None, "block_tables (page-table decode metadata)")
+        _unsupported_if(q_len_per_req not in (None, 1), f"q_len_per_req={q_len_per_req}")
         q_dt = dtype_name(q_data_type, "q_data_type")
         kv_dt = dtype_name(kv_data_type if kv_data_type is not None else data_type, "kv_data_type") or q_dt
         o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
@@ -195,13 +252,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
         indices_h = host_i32(indices, "indices")
         last_h = host_i32(last_page_len, "last_page_len")
         num_pages = int(indices_h.max()) + 1 if indices_h.size else 1
-        plan = _clattn._decode_plan(self._ctx, indptr_h, indices_h, last_h, int(page_size), max(num_pages, 1),
-                                    int(num_kv_heads), int(head_dim), self._kv_layout, kv_dt, int(num_qo_heads),
-                                    q_dt, o_dt, _scale_or_zero(sm_scale), _scale_or_zero(logits_soft_cap),
-                                    int(window_left), bool(deterministic), int(max_splits), bool(validate))
+        splits = 1 if disable_split_kv else int(max_splits)
+
+        def make(o):
+            return _clattn._decode_plan(self._ctx, indptr_h, indices_h, last_h, int(page_size), max(num_pages, 1),
+                                        int(num_kv_heads), int(head_dim), self._kv_layout, kv_dt, int(num_qo_heads),
+                                        q_dt, o_dt, o["sm_scale"], o["cap"], o["window_left"], bool(deterministic),
+                                        splits, bool(validate))
+
+        self._set_plan(make, dict(sm_scale=_opt_scale(sm_scale), cap=_opt_cap(logits_soft_cap),
+                                  window_left=int(window_left)))
         self._indices = self._ctx.to_device(indices_h if indices_h.size else np.zeros(1, np.int32), "i32")
-        self._plan = plan
-        self._window = int(window_left)
         self._dims = dict(batch_size=len(last_h), num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
                           head_dim=int(head_dim), page_size=int(page_size), num_pages=num_pages,
                           q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt)
@@ -209,7 +270,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
     begin_forward = plan
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
-            return_lse=False, sinks=None, enable_pdl=None, window_left=None):
+            return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
+            skip_softmax_threshold_scale_factor=None, kv_cache_sf=None, return_lse_base_on_e=False):
         r"""Compute batch decode attention between query and paged kv cache.
 
         Parameters
@@ -218,32 +280,47 @@ class BatchDecodeWithPagedKVCacheWrapper:
             The query tensor (clattn.Tensor, pyopencl Array, DLPack tensor or numpy array).
         paged_kv_cache : Tuple[Tensor-like, Tensor-like]
             ``(k_cache, v_cache)``, each ``[max_num_pages, page_size, num_kv_heads,
-            head_dim]`` (NHD) or ``[max_num_pages, num_kv_heads, page_size, head_dim]`` (HND).
+            head_dim]`` (NHD) or ``[max_num_pages, num_kv_heads, page_size, head_dim]``
+            (HND); with ``page_size == 1`` also 3-D ``[max_num_pages, num_kv_heads,
+            head_dim]`` (FlashInfer's page-size-1 form, either layout).
         q_scale : Optional[float]
             Only None or 1.0 (fold a query scale into ``sm_scale`` at plan time instead).
         k_scale, v_scale : Optional[float]
-            Per-tensor dequantisation scales of an fp8 cache (loaded = stored * scale).
-        out : Optional[Tensor], shape ``[batch_size, num_qo_heads, head_dim]``
-            Output buffer (allocated when None).
-        lse : Optional[Tensor], shape ``[batch_size, num_qo_heads]`` float32
+            Per-tensor dequantisation scales of an fp8 cache (loaded = stored * scale): a
+            number or a one-element array/tensor; per-head scale tensors are rejected.
+        out : Optional[Tensor-like], shape ``[batch_size, num_qo_heads, head_dim]``
+            Output buffer (allocated when None); a numpy array is written in place.
+        lse : Optional[Tensor-like], shape ``[batch_size, num_qo_heads]`` float32
             Buffer for the log-sum-exp (allocated when None and return_lse).
         return_lse : bool
-            Whether to return the logsumexp of attention scores (natural log).
+            Whether to return the logsumexp of attention scores.
+        window_left : Optional[int]
+            A window other than the planned one plans again (FlashInfer sets it per run).
         sinks : Optional[Tensor-like], ``[num_qo_heads]`` float32
             Attention-sink logits (gpt-oss).
+        return_lse_base_on_e : bool
+            clattn extension (FlashInfer's MLA wrapper has the same switch): False (default)
+            = base-2 LSE as FlashInfer returns it, True = natural log.
+        enable_pdl, q_len_per_req, skip_softmax_threshold_scale_factor, kv_cache_sf :
+            Accepted (``q_len_per_req`` only None or 1; the others only None: no skipped
+            softmax blocks, no nvfp4 scale factors).
 
         Returns
         -------
         Tensor or (Tensor, Tensor)
             ``o`` ``[batch_size, num_qo_heads, head_dim]``, and the lse
-            ``[batch_size, num_qo_heads]`` when ``return_lse``.
+            ``[batch_size, num_qo_heads]`` when ``return_lse``. A numpy ``out`` / ``lse``
+            is returned as that array.
         """
         if self._plan is None:
             raise error("run() before plan()")
-        if q_scale not in (None, 1.0):
-            raise error("q_scale is not supported: scale q or sm_scale instead", "Unsupported")
-        if window_left is not None and window_left != self._window:
-            raise error("window_left at run time must match plan()", "Unsupported")
+        _unsupported_if(q_scale not in (None, 1.0), "q_scale (scale q or sm_scale instead)")
+        _unsupported_if(q_len_per_req not in (None, 1), f"q_len_per_req={q_len_per_req}")
+        _unsupported_if(skip_softmax_threshold_scale_factor is not None, "skip_softmax_threshold_scale_factor")
+        _unsupported_if(kv_cache_sf is not None, "kv_cache_sf (nvfp4 cache scale factors)")
+        if window_left is not None:
+            self._use(window_left=int(window_left))
+        ks, vs = scale_value(k_scale, "k_scale"), scale_value(v_scale, "v_scale")
         d = self._dims
         ctx = self._ctx
         k_cache, v_cache = _split_kv_cache(paged_kv_cache)
@@ -252,25 +329,56 @@ class BatchDecodeWithPagedKVCacheWrapper:
         k_cache = _cache_arg(ctx, k_cache, "k_cache", self._kv_layout, d)
         v_cache = _cache_arg(ctx, v_cache, "v_cache", self._kv_layout, d)
         _check_cache(k_cache, v_cache, self._kv_layout, d)
-        if out is None:
-            out = ctx.empty(qshape, d["o_dtype"])
-        else:
-            out = check(_arg(ctx, out, "out", qshape, d["o_dtype"]), "out", (d["o_dtype"],), qshape)
-        if lse is None and return_lse:
-            lse = ctx.empty(qshape[:2], "f32")
-        elif lse is not None:
-            lse = check(_arg(ctx, lse, "lse", qshape[:2], "f32"), "lse", ("f32",), qshape[:2])
+        wb = Writeback()
+        o_t, lse_t = _outputs(ctx, wb, out, lse, return_lse, qshape, d["o_dtype"])
         if sinks is not None:
             sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
         ws = self._ws.get(self._plan.workspace_bytes)
-        _clattn._decode_run(ctx, self._plan, q, k_cache, v_cache, self._indices, out, lse, ws, sinks,
-                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale))
-        return (out, lse) if return_lse else out
+        _clattn._decode_run(ctx, self._plan, q, k_cache, v_cache, self._indices, o_t, lse_t, ws, sinks, ks, vs)
+        if not return_lse_base_on_e:
+            rescale_lse(ctx, lse_t, LOG2E)
+        wb.done()
+        o_r = result(out, o_t)
+        return (o_r, result(lse, lse_t)) if return_lse else o_r
 
-    forward = run
+    def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
+        """:meth:`run` with ``return_lse=True`` (FlashInfer's ``run_return_lse``)."""
+        return self.run(q, paged_kv_cache, *args, **dict(kwargs, return_lse=True))
+
+    def forward(self, q, paged_kv_cache, pos_encoding_mode="NONE", q_scale=None, k_scale=None, v_scale=None,
+                window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        r"""FlashInfer's older call form: runs with the given ``window_left``,
+        ``logits_soft_cap`` and ``sm_scale`` (these, not the planned values, apply, as in
+        FlashInfer; other values than the planned ones plan again). Returns ``o``."""
+        _check_pos_encoding(pos_encoding_mode)
+        self._use(window_left=int(window_left), cap=_opt_cap(logits_soft_cap), sm_scale=_opt_scale(sm_scale))
+        return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
+
+    def forward_return_lse(self, q, paged_kv_cache, pos_encoding_mode="NONE", q_scale=None, k_scale=None,
+                           v_scale=None, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
+                           rope_theta=None):
+        r""":meth:`forward` returning ``(o, lse)`` (base-2 LSE, as FlashInfer)."""
+        _check_pos_encoding(pos_encoding_mode)
+        self._use(window_left=int(window_left), cap=_opt_cap(logits_soft_cap), sm_scale=_opt_scale(sm_scale))
+        return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, return_lse=True)
 
     def end_forward(self):
         """No-op (FlashInfer compatibility)."""
+
+
+def _outputs(ctx, wb, out, lse, return_lse, oshape, o_dtype):
+    """The output and LSE tensors of a run: the caller's (checked; numpy ones tracked for
+    write-back) or new ones. The LSE tensor is None when neither asked for nor given."""
+    if out is None:
+        o_t = ctx.empty(oshape, o_dtype)
+    else:
+        o_t = wb.track(out, "out", lambda: check(_arg(ctx, out, "out", oshape, o_dtype), "out", (o_dtype,), oshape))
+    if lse is None:
+        lse_t = ctx.empty(oshape[:2], "f32") if return_lse else None
+    else:
+        lse_t = wb.track(lse, "lse", lambda: check(_arg(ctx, lse, "lse", oshape[:2], "f32"), "lse", ("f32",),
+                                                   oshape[:2]))
+    return o_t, lse_t
 
 
 def _arg(ctx, x, name, shape, dtype):
@@ -288,7 +396,13 @@ def _cache_arg(ctx, x, name, layout, d):
         n = ctx.wrap(x, (1,), "u8").buffer_bytes // per_page
         return as_tensor(ctx, x, name, d["kv_dtype"],
                          _cache_shape(layout, n, d["page_size"], d["num_kv_heads"], d["head_dim"]))
-    return as_tensor(ctx, x, name, d["kv_dtype"] if _is_bits(x, d["kv_dtype"]) else None)
+    t = as_tensor(ctx, x, name, d["kv_dtype"] if _is_bits(x, d["kv_dtype"]) else None)
+    if len(t.shape) == 3:  # FlashInfer's page-size-1 form [slots, heads, dim], either layout
+        if d["page_size"] != 1:
+            raise error(f"{name}: a 3-D cache {list(t.shape)} is the page-size-1 form; the plan's page_size is "
+                        f"{d['page_size']}")
+        t = t.view(_cache_shape(layout, t.shape[0], 1, t.shape[1], t.shape[2]))
+    return t
 
 
 def _is_bits(x, want):
@@ -336,7 +450,7 @@ def _mask_indptr_from_packed(qo_indptr, kv_lens):
     return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
 
 
-class _PrefillBase:
+class _PrefillBase(_Planned):
     def __init__(self, float_workspace_buffer, kv_layout, ctx):
         if kv_layout not in ("NHD", "HND"):
             raise error(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
@@ -363,19 +477,30 @@ class _PrefillBase:
         t = as_tensor(self._ctx, packed if np.size(packed) else np.zeros(1, np.uint8), "packed_custom_mask", "u8")
         return t, mask_indptr
 
-    def _outputs(self, q, out, lse, return_lse, d):
-        ctx = self._ctx
-        T = d["num_tokens"]
-        oshape = (T, d["num_qo_heads"], d["head_dim"])
-        if out is None:
-            out = ctx.empty(oshape, d["o_dtype"])
-        else:
-            out = check(_arg(ctx, out, "out", oshape, d["o_dtype"]), "out", (d["o_dtype"],), oshape)
-        if lse is None and return_lse:
-            lse = ctx.empty(oshape[:2], "f32")
-        elif lse is not None:
-            lse = check(_arg(ctx, lse, "lse", oshape[:2], "f32"), "lse", ("f32",), oshape[:2])
-        return out, lse
+    @staticmethod
+    def _plan_opts(causal, window_left, logits_soft_cap, sm_scale):
+        return dict(causal=bool(causal), window_left=int(window_left), cap=_opt_cap(logits_soft_cap),
+                    sm_scale=_opt_scale(sm_scale))
+
+    def _run(self, q, k, v, page_ids, k_scale, v_scale, out, lse, return_lse, sinks, return_lse_base_on_e,
+             q_scale=None, o_scale=None):
+        """The common part of run(): outputs, sinks, the kernel, LSE base and write-back."""
+        _unsupported_if(q_scale not in (None, 1.0), "q_scale (scale q or sm_scale instead)")
+        _unsupported_if(o_scale not in (None, 1.0), "o_scale (fp8 output)")
+        ks, vs = scale_value(k_scale, "k_scale"), scale_value(v_scale, "v_scale")
+        d, ctx = self._dims, self._ctx
+        oshape = (d["num_tokens"], d["num_qo_heads"], d["head_dim"])
+        wb = Writeback()
+        o_t, lse_t = _outputs(ctx, wb, out, lse, return_lse, oshape, d["o_dtype"])
+        if sinks is not None:
+            sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
+        _clattn._extend_run(ctx, self._plan, q, k, v, page_ids, o_t, lse_t, sinks, self._mask_t, ks, vs,
+                            self._ws.get(self._plan.workspace_bytes))
+        if not return_lse_base_on_e:
+            rescale_lse(ctx, lse_t, LOG2E)
+        wb.done()
+        o_r = result(out, o_t)
+        return (o_r, result(lse, lse_t)) if return_lse else o_r
 
     def end_forward(self):
         """No-op (FlashInfer compatibility)."""
@@ -422,8 +547,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
              num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, custom_mask=None, packed_custom_mask=None,
              causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
              logits_soft_cap=None, rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None,
-             o_data_type=None, non_blocking=True, validate=True):
+             o_data_type=None, non_blocking=True, prefix_len_ptr=None, token_pos_in_items_ptr=None,
+             token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None, seq_lens_q=None, block_tables=None,
+             max_token_per_sequence=None, max_sequence_kv=None, fixed_split_size=None, disable_split_kv=False,
+             *, window_right=-1, validate=True):
         r"""Plan batch prefill/append attention on Paged KV-Cache for given problem specification.
+
+        Positional order as FlashInfer's; clattn's own options are keyword-only.
 
         Parameters
         ----------
@@ -465,10 +595,20 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             Soft cap (``cap * tanh(s / cap)``) when > 0.
         q_data_type, kv_data_type, o_data_type :
             dtypes of q, the cache and the output (kv and o default to q's).
+        rope_scale, rope_theta, non_blocking, seq_lens, seq_lens_q, max_token_per_sequence,
+        max_sequence_kv, fixed_split_size, disable_split_kv :
+            Accepted for compatibility and ignored (hints of other FlashInfer backends).
+        prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr, block_tables :
+            Multi-item scoring and the page-table form are not supported (None / 0 only).
+        window_right : int
+            Keyword; only -1 (no right window; causal masking is ``causal``).
         validate : bool
-            Run the O(pages) metadata validation.
+            Keyword; run the O(pages) metadata validation.
         """
         _check_pos_encoding(pos_encoding_mode)
+        _check_prefill_extras(prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
+                              window_right)
+        _unsupported_if(block_tables is not None, "block_tables (page-table prefill metadata)")
         if head_dim_vo is not None and head_dim_vo != head_dim_qk:
             raise error("head_dim_vo != head_dim_qk is not supported", "Unsupported")
         q_dt = dtype_name(q_data_type, "q_data_type")
@@ -485,11 +625,14 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         kv_lens = np.where(npg > 0, (npg - 1) * int(page_size) + last_h, 0)
         mask, mask_indptr = self._mask(custom_mask, packed_custom_mask, qo_h, kv_lens)
         num_pages = int(indices_h.max()) + 1 if indices_h.size else 1
-        self._plan = _clattn._extend_plan(self._ctx, qo_h, indptr_h, indices_h, last_h, int(page_size), num_pages,
-                                          int(num_kv_heads), int(head_dim_qk), self._kv_layout, kv_dt,
-                                          int(num_qo_heads), q_dt, o_dt, _scale_or_zero(sm_scale),
-                                          _scale_or_zero(logits_soft_cap), int(window_left), bool(causal),
-                                          mask_indptr, bool(validate))
+
+        def make(o):
+            return _clattn._extend_plan(self._ctx, qo_h, indptr_h, indices_h, last_h, int(page_size), num_pages,
+                                        int(num_kv_heads), int(head_dim_qk), self._kv_layout, kv_dt,
+                                        int(num_qo_heads), q_dt, o_dt, o["sm_scale"], o["cap"], o["window_left"],
+                                        o["causal"], mask_indptr, bool(validate))
+
+        self._set_plan(make, self._plan_opts(causal, window_left, logits_soft_cap, sm_scale))
         self._indices = self._ctx.to_device(indices_h if indices_h.size else np.zeros(1, np.int32), "i32")
         self._mask_t = mask
         self._dims = dict(num_tokens=int(qo_h[-1]), num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
@@ -498,8 +641,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
 
     begin_forward = plan
 
-    def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, out=None, lse=None, return_lse=False,
-            sinks=None, enable_pdl=None):
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+            return_lse=False, enable_pdl=None, window_left=None, sinks=None, kv_cache_sf=None,
+            skip_softmax_threshold_scale_factor=None, use_fp16_softmax=None, uses_spcompress=None,
+            return_lse_base_on_e=False):
         r"""Compute batch prefill/append attention between query and paged kv-cache.
 
         Parameters
@@ -507,15 +652,24 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         q : Tensor-like, shape ``[qo_indptr[-1], num_qo_heads, head_dim_qk]``
             The query tensor.
         paged_kv_cache : Tuple[Tensor-like, Tensor-like]
-            ``(k_cache, v_cache)`` in the wrapper's layout.
+            ``(k_cache, v_cache)`` in the wrapper's layout (3-D ``[pages, heads, dim]``
+            when ``page_size == 1``).
+        q_scale : Optional[float]
+            Only None or 1.0.
         k_scale, v_scale : Optional[float]
-            fp8 dequantisation scales.
-        out, lse : Optional[Tensor]
-            Output buffers (allocated when None).
+            fp8 dequantisation scales (a number or a one-element array; no per-head scales).
+        out, lse : Optional[Tensor-like]
+            Output buffers (allocated when None); numpy arrays are written in place.
         return_lse : bool
-            Whether to return the logsumexp of attention output (natural log).
+            Whether to return the logsumexp of attention output.
+        window_left : Optional[int]
+            A window other than the planned one plans again.
         sinks : Optional[Tensor-like] ``[num_qo_heads]`` float32
             Attention-sink logits.
+        return_lse_base_on_e : bool
+            clattn extension: False (default) = base-2 LSE as FlashInfer, True = natural log.
+        enable_pdl, kv_cache_sf, skip_softmax_threshold_scale_factor, use_fp16_softmax, uses_spcompress :
+            Accepted: None (or False) only.
 
         Returns
         -------
@@ -524,6 +678,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         """
         if self._plan is None:
             raise error("run() before plan()")
+        _unsupported_if(kv_cache_sf is not None, "kv_cache_sf (nvfp4 cache scale factors)")
+        _unsupported_if(skip_softmax_threshold_scale_factor is not None, "skip_softmax_threshold_scale_factor")
+        _unsupported_if(bool(use_fp16_softmax) or bool(uses_spcompress), "use_fp16_softmax / uses_spcompress")
+        if window_left is not None:
+            self._use(window_left=int(window_left))
         d, ctx = self._dims, self._ctx
         k_cache, v_cache = _split_kv_cache(paged_kv_cache)
         qshape = (d["num_tokens"], d["num_qo_heads"], d["head_dim"])
@@ -531,15 +690,30 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         k_cache = _cache_arg(ctx, k_cache, "k_cache", self._kv_layout, d)
         v_cache = _cache_arg(ctx, v_cache, "v_cache", self._kv_layout, d)
         _check_cache(k_cache, v_cache, self._kv_layout, d)
-        out, lse = self._outputs(q, out, lse, return_lse, d)
-        if sinks is not None:
-            sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
-        _clattn._extend_run(ctx, self._plan, q, k_cache, v_cache, self._indices, out, lse, sinks, self._mask_t,
-                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale),
-                            self._ws.get(self._plan.workspace_bytes))
-        return (out, lse) if return_lse else out
+        return self._run(q, k_cache, v_cache, self._indices, k_scale, v_scale, out, lse, return_lse, sinks,
+                         return_lse_base_on_e, q_scale)
 
-    forward = run
+    def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
+        """:meth:`run` with ``return_lse=True`` (FlashInfer's ``run_return_lse``)."""
+        return self.run(q, paged_kv_cache, *args, **dict(kwargs, return_lse=True))
+
+    def forward(self, q, paged_kv_cache, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+                k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
+                rope_theta=None):
+        r"""FlashInfer's older call form: runs with the given ``causal``, ``window_left``,
+        ``logits_soft_cap`` and ``sm_scale`` (these, not the planned values, apply, as in
+        FlashInfer; other values than the planned ones plan again). Returns ``o``."""
+        _check_pos_encoding(pos_encoding_mode)
+        self._use(**self._plan_opts(causal, window_left, logits_soft_cap, sm_scale))
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
+
+    def forward_return_lse(self, q, paged_kv_cache, causal=False, pos_encoding_mode="NONE",
+                           use_fp16_qk_reduction=False, k_scale=None, v_scale=None, window_left=-1,
+                           logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        r""":meth:`forward` returning ``(o, lse)`` (base-2 LSE, as FlashInfer)."""
+        _check_pos_encoding(pos_encoding_mode)
+        self._use(**self._plan_opts(causal, window_left, logits_soft_cap, sm_scale))
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
@@ -578,8 +752,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
              custom_mask=None, packed_custom_mask=None, causal=False, pos_encoding_mode="NONE",
              use_fp16_qk_reduction=False, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
              rope_theta=None, q_data_type="float16", kv_data_type=None, o_data_type=None, non_blocking=True,
+             prefix_len_ptr=None, token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None,
+             fixed_split_size=None, disable_split_kv=False, seq_lens=None, seq_lens_q=None,
+             max_token_per_sequence=None, max_sequence_kv=None, v_indptr=None, o_indptr=None, *, window_right=-1,
              validate=True):
         r"""Plan batch prefill/append attention on Ragged KV-Cache for given problem specification.
+
+        Positional order as FlashInfer's; clattn's own options are keyword-only.
 
         Parameters
         ----------
@@ -597,8 +776,19 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             As for the paged wrapper.
         q_data_type, kv_data_type, o_data_type :
             dtypes (kv and o default to q's).
+        rope_scale, rope_theta, non_blocking, fixed_split_size, disable_split_kv, seq_lens,
+        seq_lens_q, max_token_per_sequence, max_sequence_kv :
+            Accepted and ignored.
+        prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
+        v_indptr, o_indptr :
+            Not supported (None / 0 only): V and O share ``kv_indptr`` / ``qo_indptr``.
+        window_right, validate :
+            Keyword-only, as for the paged wrapper.
         """
         _check_pos_encoding(pos_encoding_mode)
+        _check_prefill_extras(prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
+                              window_right)
+        _unsupported_if(v_indptr is not None or o_indptr is not None, "v_indptr / o_indptr")
         if head_dim_vo is not None and head_dim_vo != head_dim_qk:
             raise error("head_dim_vo != head_dim_qk is not supported", "Unsupported")
         q_dt = dtype_name(q_data_type, "q_data_type")
@@ -610,10 +800,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             raise error(f"qo_indptr ({len(qo_h)}) and kv_indptr ({len(kv_h)}) disagree on the batch size")
         mask, mask_indptr = self._mask(custom_mask, packed_custom_mask, qo_h, np.diff(kv_h))
         kv_tokens = int(kv_h[-1]) if kv_h.size else 0
-        self._plan = _clattn._prefill_plan(self._ctx, qo_h, kv_h, kv_tokens, int(num_kv_heads), int(head_dim_qk),
-                                           kv_dt, int(num_qo_heads), q_dt, o_dt, _scale_or_zero(sm_scale),
-                                           _scale_or_zero(logits_soft_cap), int(window_left), bool(causal),
-                                           mask_indptr, bool(validate))
+
+        def make(o):
+            return _clattn._prefill_plan(self._ctx, qo_h, kv_h, kv_tokens, int(num_kv_heads), int(head_dim_qk),
+                                         kv_dt, int(num_qo_heads), q_dt, o_dt, o["sm_scale"], o["cap"],
+                                         o["window_left"], o["causal"], mask_indptr, bool(validate))
+
+        self._set_plan(make, self._plan_opts(causal, window_left, logits_soft_cap, sm_scale))
         self._mask_t = mask
         self._dims = dict(num_tokens=int(qo_h[-1]), kv_tokens=kv_tokens, num_qo_heads=int(num_qo_heads),
                           num_kv_heads=int(num_kv_heads), head_dim=int(head_dim_qk), q_dtype=q_dt, kv_dtype=kv_dt,
@@ -621,8 +814,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
 
     begin_forward = plan
 
-    def run(self, q, k, v, *args, k_scale=None, v_scale=None, out=None, lse=None, return_lse=False, sinks=None,
-            enable_pdl=None):
+    def run(self, q, k, v, *args, q_scale=None, k_scale=None, v_scale=None, o_scale=None, out=None, lse=None,
+            return_lse=False, enable_pdl=None, kv_cache_sf=None, sinks=None, return_lse_base_on_e=False):
         r"""Compute batch prefill/append attention between query and kv-cache stored as ragged tensor.
 
         Parameters
@@ -630,7 +823,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         q : Tensor-like, shape ``[qo_indptr[-1], num_qo_heads, head_dim_qk]``
         k : Tensor-like, shape ``[kv_indptr[-1], num_kv_heads, head_dim_qk]``
         v : Tensor-like, shape ``[kv_indptr[-1], num_kv_heads, head_dim_vo]``
-        k_scale, v_scale, out, lse, return_lse, sinks :
+        q_scale, o_scale :
+            Only None or 1.0.
+        k_scale, v_scale, out, lse, return_lse, sinks, return_lse_base_on_e, kv_cache_sf :
             As in :meth:`BatchPrefillWithPagedKVCacheWrapper.run`.
 
         Returns
@@ -639,25 +834,46 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         """
         if self._plan is None:
             raise error("run() before plan()")
+        _unsupported_if(kv_cache_sf is not None, "kv_cache_sf (nvfp4 cache scale factors)")
         d, ctx = self._dims, self._ctx
         qshape = (d["num_tokens"], d["num_qo_heads"], d["head_dim"])
         q = check(_arg(ctx, q, "q", qshape, d["q_dtype"]), "q", (d["q_dtype"],), qshape)
         shp = (d["kv_tokens"], d["num_kv_heads"], d["head_dim"])
         k = check(_arg(ctx, k, "k", shp, d["kv_dtype"]), "k", (d["kv_dtype"],), shp)
         v = check(_arg(ctx, v, "v", shp, d["kv_dtype"]), "v", (d["kv_dtype"],), shp)
-        out, lse = self._outputs(q, out, lse, return_lse, d)
-        if sinks is not None:
-            sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
-        _clattn._extend_run(ctx, self._plan, q, k, v, None, out, lse, sinks, self._mask_t,
-                            1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale),
-                            self._ws.get(self._plan.workspace_bytes))
-        return (out, lse) if return_lse else out
+        return self._run(q, k, v, None, k_scale, v_scale, out, lse, return_lse, sinks, return_lse_base_on_e,
+                         q_scale, o_scale)
 
-    forward = run
+    def run_return_lse(self, q, k, v, *args, **kwargs):
+        """:meth:`run` with ``return_lse=True`` (FlashInfer's ``run_return_lse``)."""
+        return self.run(q, k, v, *args, **dict(kwargs, return_lse=True))
+
+    def forward(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
+                logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        r"""FlashInfer's older call form: runs with the given ``causal``, ``window_left``,
+        ``logits_soft_cap`` and ``sm_scale`` (other values than the planned ones plan
+        again). Returns ``o``."""
+        _check_pos_encoding(pos_encoding_mode)
+        self._use(**self._plan_opts(causal, window_left, logits_soft_cap, sm_scale))
+        return self.run(q, k, v)
+
+    def forward_return_lse(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+                           window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        r""":meth:`forward` returning ``(o, lse)`` (base-2 LSE, as FlashInfer)."""
+        _check_pos_encoding(pos_encoding_mode)
+        self._use(**self._plan_opts(causal, window_left, logits_soft_cap, sm_scale))
+        return self.run(q, k, v, return_lse=True)
+
+
+def _check_prefill_extras(prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
+                          window_right):
+    _unsupported_if(prefix_len_ptr is not None or token_pos_in_items_ptr is not None or token_pos_in_items_len
+                    or max_item_len_ptr is not None, "multi-item scoring (prefix_len_ptr, token_pos_in_items_*)")
+    _unsupported_if(window_right not in (None, -1), f"window_right={window_right}")
 
 
 # ------------------------------------------------------------------------------ merge
-def merge_state(v_a, s_a, v_b, s_b, *, out=None, s_out=None, ctx=None):
+def merge_state(v_a, s_a, v_b, s_b, *, out=None, s_out=None, lse_base_on_e=False, ctx=None):
     r"""Merge the attention output ``V`` and the logsumexp value ``S`` from the two KV-segments.
 
     Parameters
@@ -665,54 +881,73 @@ def merge_state(v_a, s_a, v_b, s_b, *, out=None, s_out=None, ctx=None):
     v_a : Tensor-like, shape ``[seq_len, num_heads, head_dim]`` (f32, f16 or bf16)
         The attention output from the KV segment ``A``.
     s_a : Tensor-like, shape ``[seq_len, num_heads]`` float32
-        The logsumexp value from segment ``A`` (natural log; FlashInfer uses log2).
+        The logsumexp value from segment ``A``, base 2 as FlashInfer's (what the wrappers
+        return by default); host arrays of another float type are converted.
     v_b, s_b :
         The same for segment ``B``.
-    out, s_out : Optional[Tensor]
-        Output buffers (allocated when None); ``out`` may be ``v_a`` (in place).
+    out, s_out : Optional[Tensor-like]
+        Output buffers (allocated when None); ``out`` may be ``v_a`` (in place); numpy
+        arrays are written in place.
+    lse_base_on_e : bool
+        clattn extension: True = every LSE in and out is natural log (no conversion).
 
     Returns
     -------
     V : Tensor, shape ``[seq_len, num_heads, head_dim]``
         The merged attention output (equivalent to attention with merged KV-segment ``[A: B]``).
     S : Tensor, shape ``[seq_len, num_heads]``
-        The logsumexp value from the merged KV-segment ``[A: B]``.
+        The logsumexp value from the merged KV-segment ``[A: B]`` (same base as the inputs).
+    Numpy ``out`` / ``s_out`` are returned as those arrays.
     """
     c = context_of(v_a, s_a, v_b, s_b, ctx=ctx)
     va = as_tensor(c, v_a, "v_a")
     check(va, "v_a", _FLOAT_IO)
     if len(va.shape) != 3:
         raise error(f"v_a: shape {list(va.shape)}, expected [seq_len, num_heads, head_dim]")
-    sa = check(as_tensor(c, s_a, "s_a"), "s_a", ("f32",), va.shape[:2])
+    sa = check(as_tensor(c, s_a, "s_a", "f32"), "s_a", ("f32",), va.shape[:2])
     vb = check(as_tensor(c, v_b, "v_b", va.dtype if _is_bits(v_b, va.dtype) else None), "v_b", (va.dtype,), va.shape)
-    sb = check(as_tensor(c, s_b, "s_b"), "s_b", ("f32",), va.shape[:2])
-    out = c.empty(va.shape, va.dtype) if out is None else check(as_tensor(c, out, "out"), "out", (va.dtype,), va.shape)
-    s_out = c.empty(va.shape[:2], "f32") if s_out is None else check(as_tensor(c, s_out, "s_out"), "s_out", ("f32",), va.shape[:2])
-    _clattn._merge_state(c, va, sa, vb, sb, out, s_out)
-    return out, s_out
+    sb = check(as_tensor(c, s_b, "s_b", "f32"), "s_b", ("f32",), va.shape[:2])
+    wb = Writeback()
+    o_t = c.empty(va.shape, va.dtype) if out is None else \
+        wb.track(out, "out", lambda: check(as_tensor(c, out, "out"), "out", (va.dtype,), va.shape))
+    so_t = c.empty(va.shape[:2], "f32") if s_out is None else \
+        wb.track(s_out, "s_out", lambda: check(as_tensor(c, s_out, "s_out"), "s_out", ("f32",), va.shape[:2]))
+    if not lse_base_on_e:
+        sa, sb = natural_lse(c, sa, s_a), natural_lse(c, sb, s_b)
+    _clattn._merge_state(c, va, sa, vb, sb, o_t, so_t)
+    if not lse_base_on_e:
+        rescale_lse(c, so_t, LOG2E)
+    wb.done()
+    return result(out, o_t), result(s_out, so_t)
 
 
-def merge_state_in_place(v, s, v_other, s_other, mask=None, *, ctx=None):
+def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base_on_e=False, ctx=None):
     r"""Merge the self-attention state ``(v, s)`` with another state ``(v_other, s_other)``
-    in-place: ``v`` and ``s`` (clattn Tensors or zero-copy device buffers) are overwritten.
+    in-place: ``v`` and ``s`` are overwritten (device buffers in place; numpy arrays are
+    copied to the device and the result written back into them).
 
     Parameters
     ----------
-    v : Tensor, shape ``[seq_len, num_heads, head_dim]``
-    s : Tensor, shape ``[seq_len, num_heads]`` float32
+    v : Tensor-like, shape ``[seq_len, num_heads, head_dim]``
+    s : Tensor-like, shape ``[seq_len, num_heads]`` float32 (base-2 LSE, as FlashInfer)
     v_other, s_other :
         The other state.
     mask : None
         FlashInfer's per-row mask is not supported (must be None).
+    lse_base_on_e : bool
+        clattn extension: True = ``s`` and ``s_other`` are natural log.
     """
     if mask is not None:
         raise error("merge_state_in_place: mask is not supported", "Unsupported")
     c = context_of(v, s, v_other, s_other, ctx=ctx)
-    vt, st = as_tensor(c, v, "v"), as_tensor(c, s, "s")
-    merge_state(vt, st, v_other, s_other, out=vt, s_out=st, ctx=c)
+    wb = Writeback()
+    vt = wb.track(v, "v", lambda: as_tensor(c, v, "v"))
+    st = wb.track(s, "s", lambda: as_tensor(c, s, "s"))
+    merge_state(vt, st, v_other, s_other, out=vt, s_out=st, lse_base_on_e=lse_base_on_e, ctx=c)
+    wb.done()
 
 
-def merge_states(v, s, *, out=None, s_out=None, ctx=None):
+def merge_states(v, s, *, out=None, s_out=None, lse_base_on_e=False, ctx=None):
     r"""Merge multiple attention states (v, s).
 
     Parameters
@@ -720,7 +955,11 @@ def merge_states(v, s, *, out=None, s_out=None, ctx=None):
     v : Tensor-like, shape ``[seq_len, num_states, num_heads, head_dim]``
         The attention output from the KV segments.
     s : Tensor-like, shape ``[seq_len, num_states, num_heads]`` float32
-        The logsumexp value from the KV segments (natural log).
+        The logsumexp value from the KV segments (base 2, as FlashInfer).
+    out, s_out : Optional[Tensor-like]
+        Output buffers (allocated when None); numpy arrays are written in place.
+    lse_base_on_e : bool
+        clattn extension: True = ``s`` and the returned LSE are natural log.
 
     Returns
     -------
@@ -735,14 +974,32 @@ def merge_states(v, s, *, out=None, s_out=None, ctx=None):
     if len(vt.shape) != 4:
         raise error(f"v: shape {list(vt.shape)}, expected [seq_len, num_states, num_heads, head_dim]")
     T, N, H, D = vt.shape
-    st = check(as_tensor(c, s, "s"), "s", ("f32",), (T, N, H))
-    out = c.empty((T, H, D), vt.dtype) if out is None else check(as_tensor(c, out, "out"), "out", (vt.dtype,), (T, H, D))
-    s_out = c.empty((T, H), "f32") if s_out is None else check(as_tensor(c, s_out, "s_out"), "s_out", ("f32",), (T, H))
-    _clattn._merge_states(c, vt, st, out, s_out)
-    return out, s_out
+    st = check(as_tensor(c, s, "s", "f32"), "s", ("f32",), (T, N, H))
+    wb = Writeback()
+    o_t = c.empty((T, H, D), vt.dtype) if out is None else \
+        wb.track(out, "out", lambda: check(as_tensor(c, out, "out"), "out", (vt.dtype,), (T, H, D)))
+    so_t = c.empty((T, H), "f32") if s_out is None else \
+        wb.track(s_out, "s_out", lambda: check(as_tensor(c, s_out, "s_out"), "s_out", ("f32",), (T, H)))
+    if not lse_base_on_e:
+        st = natural_lse(c, st, s)
+    _clattn._merge_states(c, vt, st, o_t, so_t)
+    if not lse_base_on_e:
+        rescale_lse(c, so_t, LOG2E)
+    wb.done()
+    return result(out, o_t), result(s_out, so_t)
 
 
 # ------------------------------------------------------------------------------ append
+def _append_cache(c, x, name, layout, wb):
+    """A cache argument of append: a Tensor in `layout` (the 3-D page-size-1 form viewed as
+    4-D), a numpy cache tracked for write-back."""
+    t = wb.track(x, name, lambda: as_tensor(c, x, name))
+    if len(t.shape) == 3:
+        n, h, d = t.shape
+        t = t.view((n, 1, h, d) if layout == "NHD" else (n, h, 1, d))
+    return t
+
+
 def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=None, v_scale=None,
               validate=True, *, dtype=None, ctx=None):
     r"""Writes new K/V rows into the paged cache at ``slot_mapping`` (vLLM's
@@ -754,10 +1011,12 @@ def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=Non
     slot_mapping : Tensor-like int32/int64 ``[num_tokens]``
         Slot ``s`` goes to page ``s // page_size``, offset ``s % page_size``; negative
         slots are skipped (padding).
-    k_cache, v_cache : Tensor
-        The paged cache (``kv_layout``); fp8 caches store ``round(value / scale)``.
+    k_cache, v_cache : Tensor-like
+        The paged cache (``kv_layout``; 3-D ``[slots, heads, dim]`` = page size 1); fp8
+        caches store ``round(value / scale)``. A numpy cache is copied to the device,
+        written and copied back (every call: meant for tests, not a serving loop).
     k_scale, v_scale : Optional[float]
-        Quantisation scales (default 1).
+        Quantisation scales (default 1; a number or a one-element array).
     validate : bool
         Check every slot against the cache size on the host first (copies slot_mapping
         back when it lives on the device).
@@ -769,10 +1028,12 @@ def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=Non
     vt = as_tensor(c, v, "append_value", dtype or kt.dtype)
     sl = as_tensor(c, slot_mapping, "slot_mapping")
     host = host_i32(slot_mapping, "slot_mapping") if validate else None
-    kc = as_tensor(c, k_cache, "k_cache")
-    vc = as_tensor(c, v_cache, "v_cache")
-    _clattn._append_kv(c, kt, vt, sl, kc, vc, kv_layout, 1.0 if k_scale is None else float(k_scale),
-                       1.0 if v_scale is None else float(v_scale), host)
+    wb = Writeback()
+    kc = _append_cache(c, k_cache, "k_cache", kv_layout, wb)
+    vc = _append_cache(c, v_cache, "v_cache", kv_layout, wb)
+    _clattn._append_kv(c, kt, vt, sl, kc, vc, kv_layout, scale_value(k_scale, "k_scale"),
+                       scale_value(v_scale, "v_scale"), host)
+    wb.done()
 
 
 def get_batch_indices_positions(append_indptr, seq_lens, nnz):
@@ -825,8 +1086,10 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     """
     k_cache, v_cache = _split_kv_cache(paged_kv_cache)
     c = context_of(append_key, append_value, k_cache, v_cache, ctx=ctx)
-    kc = as_tensor(c, k_cache, "k_cache")
-    _, page_size, _, _ = _cache_dims(kc, kv_layout)
+    shape = tuple(k_cache.shape) if hasattr(k_cache, "shape") else tuple(as_tensor(c, k_cache, "k_cache").shape)
+    if len(shape) not in (3, 4):
+        raise error(f"k_cache: shape {list(shape)}, expected 4 dims ({kv_layout}) or 3 (page size 1)")
+    page_size = 1 if len(shape) == 3 else shape[1] if kv_layout == "NHD" else shape[2]
     bi = host_i32(batch_indices, "batch_indices")
     pos = host_i32(positions, "positions")
     ind = host_i32(kv_indices, "kv_indices")
@@ -842,4 +1105,4 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
         i = int(bad[0])
         raise error(f"positions[{i}] = {int(pos[i])} is outside request {int(bi[i])}'s pages")
     slots = ind[ip[bi] + page_in_req].astype(np.int64) * page_size + pos % page_size
-    append_kv(append_key, append_value, slots, kc, v_cache, kv_layout, dtype=dtype, ctx=c)
+    append_kv(append_key, append_value, slots, k_cache, v_cache, kv_layout, dtype=dtype, ctx=c)

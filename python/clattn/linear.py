@@ -9,7 +9,7 @@ Per v-head and token (state S ``[K, V]``, g a log decay):
 import numpy as np
 
 from . import _clattn
-from ._util import as_tensor, check, context_of, error, host_i32
+from ._util import Writeback, as_tensor, check, context_of, error, host_i32, result
 
 _IO = ("f32", "f16", "bf16")
 
@@ -50,7 +50,11 @@ def _prepare(q, k, v, g, beta, cu_seqlens, ctx, gdn, g_gamma=None, dtype=None, s
     return c, q.view((B * T, Hqk, Dk)), k.view((B * T, Hqk, Dk)), v.view((B * T, Hv, Dv)), g, beta, cu, constant, dims
 
 
-def _run(kind, c, q, k, v, g, beta, cu, constant, d, pool, indices, scale, l2norm, out, beta_is_logits=False):
+def _run(kind, c, q, k, v, g, beta, cu, constant, d, pool, indices, scale, l2norm, out, beta_is_logits=False,
+         wb=None):
+    """Runs the kernel; `wb` holds numpy destinations (the pool) tracked by the caller.
+    Returns the output: a Tensor [B, T, HV, V], or the caller's numpy `out` written in place."""
+    wb = wb or Writeback()
     idx = host_i32(indices, "state_indices")
     if idx.size != d["N"]:
         raise error(f"state_indices: {idx.size} entries for {d['N']} sequences")
@@ -61,7 +65,7 @@ def _run(kind, c, q, k, v, g, beta, cu, constant, d, pool, indices, scale, l2nor
     if out is None:
         o = c.empty((T, d["Hv"], d["Dv"]), q.dtype)
     else:
-        o = check(as_tensor(c, out, "out"), "out", (q.dtype,))
+        o = wb.track(out, "out", lambda: check(as_tensor(c, out, "out"), "out", (q.dtype,)))
         if o.nbytes != T * d["Hv"] * d["Dv"] * (4 if q.dtype == "f32" else 2):
             raise error(f"out: shape {list(o.shape)} does not hold [{d['B']}, {d['T']}, {d['Hv']}, {d['Dv']}]")
         o = o.view((T, d["Hv"], d["Dv"]))
@@ -70,7 +74,8 @@ def _run(kind, c, q, k, v, g, beta, cu, constant, d, pool, indices, scale, l2nor
     _clattn._linear_run(c, kind, decode, d["Hqk"], d["Hv"], d["Dk"], d["Dv"], q.dtype,
                         0.0 if scale is None else float(scale), bool(l2norm), bool(beta_is_logits), constant,
                         q, k, v, g, beta, o, pool, idx, idx_dev, None if decode else cu, cu_dev)
-    return o.view((d["B"], d["T"], d["Hv"], d["Dv"]))
+    wb.done()
+    return result(out, o.view((d["B"], d["T"], d["Hv"], d["Dv"])))
 
 
 def _functional(kind, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, l2norm, ctx,
@@ -192,8 +197,9 @@ def fused_recurrent_gated_delta_rule_update(q, k, v, g, beta, scale=None, initia
         v (Tensor-like): ``[B, T, HV, V]``.
         g, beta (Tensor-like): ``[B, T, HV]`` float32.
         scale (Optional[float]): default ``1 / sqrt(K)``.
-        initial_state_source (Tensor): the pool ``[num_slots, HV, K, V]`` (f32, f16 or
-            bf16 storage; arithmetic is f32). Updated in place.
+        initial_state_source (Tensor-like): the pool ``[num_slots, HV, K, V]`` (f32, f16
+            or bf16 storage; arithmetic is f32). Updated in place (a numpy pool is copied
+            to the device and written back after the call).
         initial_state_indices (array int32 ``[N]``): slot per sequence; ``-1`` = start
             from zero and discard the final state (padding). Slots must be distinct.
         cu_seqlens (Optional[array]): ``[N + 1]``; None = B sequences of T tokens.
@@ -207,11 +213,13 @@ def fused_recurrent_gated_delta_rule_update(q, k, v, g, beta, scale=None, initia
     """
     c, q, k, v, g, beta, cu, constant, d = _prepare(q, k, v, g, beta, cu_seqlens, ctx, True, None, dtype,
                                                  initial_state_source)
-    pool = as_tensor(c, initial_state_source, "initial_state_source")
+    wb = Writeback()
+    pool = wb.track(initial_state_source, "initial_state_source",
+                    lambda: as_tensor(c, initial_state_source, "initial_state_source"))
     if initial_state_indices is None:
         raise error("initial_state_indices is required")
     return _run("gdn", c, q, k, v, g, beta, cu, constant, d, pool, initial_state_indices, scale,
-                use_qk_l2norm_in_kernel, out, beta_is_logits)
+                use_qk_l2norm_in_kernel, out, beta_is_logits, wb)
 
 
 def fused_recurrent_simple_gla_update(q, k, v, g=None, g_gamma=None, scale=None, initial_state_source=None,
@@ -226,7 +234,10 @@ def fused_recurrent_simple_gla_update(q, k, v, g=None, g_gamma=None, scale=None,
     """
     c, q, k, v, g, _, cu, constant, d = _prepare(q, k, v, g, None, cu_seqlens, ctx, False, g_gamma, dtype,
                                               initial_state_source)
-    pool = as_tensor(c, initial_state_source, "initial_state_source")
+    wb = Writeback()
+    pool = wb.track(initial_state_source, "initial_state_source",
+                    lambda: as_tensor(c, initial_state_source, "initial_state_source"))
     if initial_state_indices is None:
         raise error("initial_state_indices is required")
-    return _run("gla", c, q, k, v, g, None, cu, constant, d, pool, initial_state_indices, scale, False, out)
+    return _run("gla", c, q, k, v, g, None, cu, constant, d, pool, initial_state_indices, scale, False, out,
+                wb=wb)

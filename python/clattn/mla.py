@@ -2,8 +2,9 @@
 import numpy as np
 
 from . import _clattn
-from ._util import as_tensor, check, dtype_name, error, host_i32, is_raw_buffer, _ITEMSIZE
-from .attention import _Workspace, _workspace_context, _arg
+from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, host_i32, is_raw_buffer, rescale_lse,
+                    result, scale_value, _ITEMSIZE)
+from .attention import _Workspace, _workspace_context, _arg, _outputs, _unsupported_if
 
 CKV_DIM, KPE_DIM = 512, 64
 
@@ -122,7 +123,8 @@ class BatchMLAPagedAttentionWrapper:
         return _arg(self._ctx, x, name, None, d["kv_dtype"])
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False, profiler_buffer=None,
-            kv_len=None, page_table=None, kv_scale=None):
+            kv_len=None, page_table=None, return_lse_base_on_e=False, o_scale=None, *, ckv_scale=None,
+            ckv_scale_arr=None, kpe_scale=None, kv_scale=None):
         r"""Run the MLA attention computation.
 
         Parameters
@@ -135,21 +137,31 @@ class BatchMLAPagedAttentionWrapper:
             The compressed kv-cache.
         kpe_cache : Tensor-like ``[num_pages, page_size, head_dim_kpe]``
             The rope part of the kv-cache.
-        out : Optional[Tensor] ``[T, num_heads, head_dim_ckv]``
-            Output buffer (allocated when None).
-        lse : Optional[Tensor] ``[T, num_heads]`` float32
-            LSE buffer (natural log, unlike FlashInfer's MLA which returns log2).
+        out : Optional[Tensor-like] ``[T, num_heads, head_dim_ckv]``
+            Output buffer (allocated when None); a numpy array is written in place.
+        lse : Optional[Tensor-like] ``[T, num_heads]`` float32
+            LSE buffer (allocated when None and return_lse).
         return_lse : bool
             Whether to return the log-sum-exp value.
+        return_lse_base_on_e : bool
+            False (default): base-2 LSE, as FlashInfer; True: natural log.
+        ckv_scale, kpe_scale : Optional[float]
+            Dequantisation scales of an fp8 latent cache. clattn's kernel takes one scale for
+            both caches: ``kpe_scale`` must be None or equal ``ckv_scale``.
         kv_scale : Optional[float]
-            fp8 latent cache dequantisation scale.
-        profiler_buffer, kv_len, page_table :
+            clattn's name for that one scale (keyword; ``ckv_scale`` wins when both given).
+        profiler_buffer, kv_len, page_table, o_scale, ckv_scale_arr :
             Not supported (must be None).
         """
         if self._plan is None:
             raise error("run() before plan()")
         if profiler_buffer is not None or kv_len is not None or page_table is not None:
             raise error("profiler_buffer / kv_len / page_table are not supported", "Unsupported")
+        _unsupported_if(o_scale is not None, "o_scale (fp8 output)")
+        _unsupported_if(ckv_scale_arr is not None, "ckv_scale_arr (per-token channel-block scales)")
+        scale = scale_value(ckv_scale if ckv_scale is not None else kv_scale, "ckv_scale")
+        if kpe_scale is not None and scale_value(kpe_scale, "kpe_scale") != scale:
+            raise error("kpe_scale != ckv_scale: clattn's MLA kernel takes one scale for both caches", "Unsupported")
         d, ctx = self._dims, self._ctx
         T, H = d["num_tokens"], d["num_heads"]
         qn = check(_arg(ctx, q_nope, "q_nope", (T, H, CKV_DIM), d["q_dtype"]), "q_nope", (d["q_dtype"],),
@@ -161,15 +173,12 @@ class BatchMLAPagedAttentionWrapper:
                     (ckv.shape[0], d["page_size"], KPE_DIM))
         if ckv.shape[0] < d["num_pages"]:
             raise error(f"ckv_cache: {ckv.shape[0]} pages, the planned indices reach page {d['num_pages'] - 1}")
-        if out is None:
-            out = ctx.empty((T, H, CKV_DIM), d["o_dtype"])
-        else:
-            out = check(_arg(ctx, out, "out", (T, H, CKV_DIM), d["o_dtype"]), "out", (d["o_dtype"],), (T, H, CKV_DIM))
-        if lse is None and return_lse:
-            lse = ctx.empty((T, H), "f32")
-        elif lse is not None:
-            lse = check(_arg(ctx, lse, "lse", (T, H), "f32"), "lse", ("f32",), (T, H))
+        wb = Writeback()
+        o_t, lse_t = _outputs(ctx, wb, out, lse, return_lse, (T, H, CKV_DIM), d["o_dtype"])
         ws = self._ws.get(self._plan.workspace_bytes)
-        _clattn._mla_run(ctx, self._plan, qn, qp, ckv, kpe, self._indices, out, lse, ws,
-                         1.0 if kv_scale is None else float(kv_scale))
-        return (out, lse) if return_lse else out
+        _clattn._mla_run(ctx, self._plan, qn, qp, ckv, kpe, self._indices, o_t, lse_t, ws, scale)
+        if not return_lse_base_on_e:
+            rescale_lse(ctx, lse_t, LOG2E)
+        wb.done()
+        o_r = result(out, o_t)
+        return (o_r, result(lse, lse_t)) if return_lse else o_r

@@ -58,12 +58,25 @@ std::string dtype_repr(const py::dtype& d);  // numpy dtype name
 TensorPtr alloc_tensor(const clattn::Context& ctx, std::vector<int64_t> shape, PDType dt);
 TensorPtr upload(const clattn::Context& ctx, const py::array& a, PDType dt);  // blocking write
 
+// Tensor arguments reach the native functions as Python objects and are converted here:
+// None -> null, a clattn.Tensor -> its shared pointer (held for the whole call), anything
+// else -> clattn.Error naming the argument. No raw Tensor* parameters: what a binding
+// library makes of a None pointer argument, and how long the object behind a raw pointer
+// lives, is then not the binding's contract to rely on.
+TensorPtr tensor_arg(const py::handle& h, const char* name);
+
 // The cl_mem of an optional tensor argument after checking it lives on ctx (nullptr when
 // t is null). `name` is used in the error message.
 cl_mem mem_of(const clattn::Context& ctx, const Tensor* t, const char* name);
 // Checks dtype and (when given, -1 = any) shape; returns the cl_mem.
 cl_mem check_tensor(const clattn::Context& ctx, const Tensor* t, const char* name,
                     std::initializer_list<PDType> dtypes, const std::vector<int64_t>& shape = {});
+
+inline cl_mem mem_of(const clattn::Context& ctx, const TensorPtr& t, const char* name) { return mem_of(ctx, t.get(), name); }
+inline cl_mem check_tensor(const clattn::Context& ctx, const TensorPtr& t, const char* name,
+                           std::initializer_list<PDType> dtypes, const std::vector<int64_t>& shape = {}) {
+  return check_tensor(ctx, t.get(), name, dtypes, shape);
+}
 
 // Host int32 vector from any integer array-like (copied; values checked to fit int32).
 std::vector<int32_t> to_i32(const py::handle& a, const char* name);
@@ -73,5 +86,6 @@ void init_ops(py::module_& m);
 void init_mla(py::module_& m);
 void init_linear(py::module_& m);
 void init_metadata(py::module_& m);
+void init_lse(py::module_& m);
 
 }  // namespace clattn_py

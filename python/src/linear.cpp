@@ -6,10 +6,15 @@ namespace clattn_py {
 void init_linear(py::module_& m) {
   m.def("_linear_run", [](const clattn::Context& ctx, const std::string& kind, bool decode, int num_qk_heads,
                           int num_v_heads, int head_dim_k, int head_dim_v, const std::string& dtype, float scale,
-                          bool l2norm_qk, bool beta_is_logits, bool constant_decay, const Tensor* q, const Tensor* k,
-                          const Tensor* v, const Tensor* g, const Tensor* beta, const Tensor* o, const Tensor* pool,
-                          py::object state_indices, const Tensor* state_indices_dev, py::object cu_seqlens,
-                          const Tensor* cu_seqlens_dev) {
+                          bool l2norm_qk, bool beta_is_logits, bool constant_decay, py::handle q_, py::handle k_,
+                          py::handle v_, py::handle g_, py::handle beta_, py::handle o_, py::handle pool_,
+                          py::object state_indices, py::handle state_indices_dev_, py::object cu_seqlens,
+                          py::handle cu_seqlens_dev_) {
+    const TensorPtr q = tensor_arg(q_, "q"), k = tensor_arg(k_, "k"), v = tensor_arg(v_, "v");
+    const TensorPtr g = tensor_arg(g_, "g"), beta = tensor_arg(beta_, "beta"), o = tensor_arg(o_, "out");
+    const TensorPtr pool = tensor_arg(pool_, "state pool");
+    const TensorPtr state_indices_dev = tensor_arg(state_indices_dev_, "state_indices");
+    const TensorPtr cu_seqlens_dev = tensor_arg(cu_seqlens_dev_, "cu_seqlens");
     clattn::LinearConfig c;
     c.num_qk_heads = num_qk_heads;
     c.num_v_heads = num_v_heads;

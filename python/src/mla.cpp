@@ -39,9 +39,13 @@ void init_mla(py::module_& m) {
     return extend ? clattn::mla_extend_plan(ctx, csr, cache, o) : clattn::mla_decode_plan(ctx, csr, cache, o);
   });
 
-  m.def("_mla_run", [](const clattn::Context& ctx, const clattn::MlaPlan& plan, const Tensor* q_nope,
-                       const Tensor* q_pe, const Tensor* ckv, const Tensor* kpe, const Tensor* page_ids,
-                       const Tensor* o, const Tensor* lse, const Tensor* workspace, float kv_scale) {
+  m.def("_mla_run", [](const clattn::Context& ctx, const clattn::MlaPlan& plan, py::handle q_nope_, py::handle q_pe_,
+                       py::handle ckv_, py::handle kpe_, py::handle page_ids_, py::handle o_, py::handle lse_,
+                       py::handle workspace_, float kv_scale) {
+    const TensorPtr q_nope = tensor_arg(q_nope_, "q_nope"), q_pe = tensor_arg(q_pe_, "q_pe");
+    const TensorPtr ckv = tensor_arg(ckv_, "ckv_cache"), kpe = tensor_arg(kpe_, "kpe_cache");
+    const TensorPtr page_ids = tensor_arg(page_ids_, "kv_indices"), o = tensor_arg(o_, "out");
+    const TensorPtr lse = tensor_arg(lse_, "lse"), workspace = tensor_arg(workspace_, "workspace");
     clattn::MlaBuffers b;
     b.q_nope = mem_of(ctx, q_nope, "q_nope");
     b.q_pe = mem_of(ctx, q_pe, "q_pe");

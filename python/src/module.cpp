@@ -37,4 +37,5 @@ PYBIND11_MODULE(_clattn, m) {
   init_mla(m);
   init_linear(m);
   init_metadata(m);
+  init_lse(m);
 }

@@ -28,9 +28,12 @@ std::vector<int32_t> opt_i32(const py::object& o, const char* name) {
 
 void init_ops(py::module_& m) {
   // ---------------------------------------------------------------- append
-  m.def("_append_kv", [](const clattn::Context& ctx, const Tensor* k, const Tensor* v, const Tensor* slots,
-                         const Tensor* k_cache, const Tensor* v_cache, const std::string& layout,
+  m.def("_append_kv", [](const clattn::Context& ctx, py::handle k_, py::handle v_, py::handle slots_,
+                         py::handle k_cache_, py::handle v_cache_, const std::string& layout,
                          float k_scale, float v_scale, py::object slots_host) {
+    const TensorPtr k = tensor_arg(k_, "append_key"), v = tensor_arg(v_, "append_value");
+    const TensorPtr slots = tensor_arg(slots_, "slot_mapping");
+    const TensorPtr k_cache = tensor_arg(k_cache_, "k_cache"), v_cache = tensor_arg(v_cache_, "v_cache");
     const std::initializer_list<PDType> src = {PDType::F32, PDType::F16, PDType::BF16};
     const std::initializer_list<PDType> kv = {PDType::F32, PDType::F16, PDType::BF16, PDType::FP8_E4M3, PDType::FP8_E5M2};
     clattn::AppendKVArgs a;
@@ -64,8 +67,10 @@ void init_ops(py::module_& m) {
      py::arg("kv_layout"), py::arg("k_scale"), py::arg("v_scale"), py::arg("slot_mapping_host") = py::none());
 
   // ---------------------------------------------------------------- merge
-  m.def("_merge_state", [](const clattn::Context& ctx, const Tensor* va, const Tensor* sa, const Tensor* vb,
-                           const Tensor* sb, const Tensor* vo, const Tensor* so) {
+  m.def("_merge_state", [](const clattn::Context& ctx, py::handle va_, py::handle sa_, py::handle vb_,
+                           py::handle sb_, py::handle vo_, py::handle so_) {
+    const TensorPtr va = tensor_arg(va_, "v_a"), sa = tensor_arg(sa_, "s_a"), vb = tensor_arg(vb_, "v_b");
+    const TensorPtr sb = tensor_arg(sb_, "s_b"), vo = tensor_arg(vo_, "v_merged"), so = tensor_arg(so_, "s_merged");
     clattn::MergeStateArgs a;
     a.v_a = check_tensor(ctx, va, "v_a", {PDType::F32, PDType::F16, PDType::BF16});
     if (va->shape.size() != 3) invalid("v_a: shape " + shape_str(va->shape) + ", expected [seq_len, num_heads, head_dim]");
@@ -78,8 +83,10 @@ void init_ops(py::module_& m) {
     a.dtype = to_lib(va->dtype, "v_a");
     clattn::merge_state(ctx, a);
   });
-  m.def("_merge_states", [](const clattn::Context& ctx, const Tensor* v, const Tensor* s, const Tensor* vo,
-                            const Tensor* so) {
+  m.def("_merge_states", [](const clattn::Context& ctx, py::handle v_, py::handle s_, py::handle vo_,
+                            py::handle so_) {
+    const TensorPtr v = tensor_arg(v_, "v"), s = tensor_arg(s_, "s");
+    const TensorPtr vo = tensor_arg(vo_, "v_merged"), so = tensor_arg(so_, "s_merged");
     clattn::MergeStatesArgs a;
     a.v = check_tensor(ctx, v, "v", {PDType::F32, PDType::F16, PDType::BF16});
     if (v->shape.size() != 4) invalid("v: shape " + shape_str(v->shape) + ", expected [seq_len, num_states, num_heads, head_dim]");
@@ -132,9 +139,12 @@ void init_ops(py::module_& m) {
     return clattn::decode_plan(ctx, csr, cache, o);
   });
 
-  m.def("_decode_run", [](const clattn::Context& ctx, const clattn::DecodePlan& plan, const Tensor* q,
-                          const Tensor* k, const Tensor* v, const Tensor* page_ids, const Tensor* o, const Tensor* lse,
-                          const Tensor* workspace, const Tensor* sinks, float k_scale, float v_scale) {
+  m.def("_decode_run", [](const clattn::Context& ctx, const clattn::DecodePlan& plan, py::handle q_, py::handle k_,
+                          py::handle v_, py::handle page_ids_, py::handle o_, py::handle lse_, py::handle workspace_,
+                          py::handle sinks_, float k_scale, float v_scale) {
+    const TensorPtr q = tensor_arg(q_, "q"), k = tensor_arg(k_, "k_cache"), v = tensor_arg(v_, "v_cache");
+    const TensorPtr page_ids = tensor_arg(page_ids_, "indices"), o = tensor_arg(o_, "out"), lse = tensor_arg(lse_, "lse");
+    const TensorPtr workspace = tensor_arg(workspace_, "workspace"), sinks = tensor_arg(sinks_, "sinks");
     clattn::DecodeBuffers b;
     b.q = mem_of(ctx, q, "q");
     b.k_cache = mem_of(ctx, k, "k_cache");
@@ -212,10 +222,13 @@ void init_ops(py::module_& m) {
     return clattn::prefill_plan(ctx, qi, ki, kv, o);
   });
 
-  m.def("_extend_run", [](const clattn::Context& ctx, const clattn::ExtendPlan& plan, const Tensor* q, const Tensor* k,
-                          const Tensor* v, const Tensor* page_ids, const Tensor* o, const Tensor* lse,
-                          const Tensor* sinks, const Tensor* mask, float k_scale, float v_scale,
-                          const Tensor* workspace) {
+  m.def("_extend_run", [](const clattn::Context& ctx, const clattn::ExtendPlan& plan, py::handle q_, py::handle k_,
+                          py::handle v_, py::handle page_ids_, py::handle o_, py::handle lse_, py::handle sinks_,
+                          py::handle mask_, float k_scale, float v_scale, py::handle workspace_) {
+    const TensorPtr q = tensor_arg(q_, "q"), k = tensor_arg(k_, "k"), v = tensor_arg(v_, "v");
+    const TensorPtr page_ids = tensor_arg(page_ids_, "paged_kv_indices"), o = tensor_arg(o_, "out");
+    const TensorPtr lse = tensor_arg(lse_, "lse"), sinks = tensor_arg(sinks_, "sinks");
+    const TensorPtr mask = tensor_arg(mask_, "packed_custom_mask"), workspace = tensor_arg(workspace_, "workspace");
     clattn::ExtendBuffers b;
     b.q = mem_of(ctx, q, "q");
     b.k = mem_of(ctx, k, "k");

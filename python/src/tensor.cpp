@@ -341,6 +341,13 @@ TensorPtr upload(const clattn::Context& ctx, const py::array& a0, PDType dt) {
   return t;
 }
 
+TensorPtr tensor_arg(const py::handle& h, const char* name) {
+  if (h.is_none()) return nullptr;
+  if (!py::isinstance<Tensor>(h))
+    invalid(std::string(name) + ": expected a clattn.Tensor, got " + py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>());
+  return h.cast<TensorPtr>();
+}
+
 cl_mem mem_of(const clattn::Context& ctx, const Tensor* t, const char* name) {
   if (!t) return nullptr;
   if (t->ctx.cl_ctx() != ctx.cl_ctx())
@@ -505,6 +512,19 @@ fp8_e4m3 fp8_e5m2 i32 i64 u8.)doc")
 
 Blocking copy to the host (waits for the context's queue up to this read). bf16 comes back
 as uint16 raw bits (:func:`clattn.bf16_to_float` converts), fp8 as uint8.)doc")
+      .def("__array__", [](py::object self, py::object dtype, py::object copy) {
+             if (!copy.is_none() && !copy.cast<bool>())
+               throw py::value_error("clattn.Tensor.__array__(copy=False): device memory is not host-addressable, "
+                                     "the array is always a copy");
+             py::object a = self.attr("numpy")();
+             if (!dtype.is_none()) a = a.attr("astype")(dtype, py::arg("copy") = false);
+             return a;
+           }, py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+           R"doc(__array__(dtype=None, copy=None) -> numpy.ndarray
+
+numpy's conversion protocol (``np.asarray(t)``, numpy 1 and 2 signatures): a blocking copy
+to the host like :meth:`numpy` (bf16 as uint16 bits, fp8 as uint8), cast to ``dtype`` when
+given. ``copy=False`` raises ValueError: device memory cannot be viewed in place.)doc")
       .def("copy_from", [](Tensor& t, const py::array& a0) {
              py::array a = py::array::ensure(a0, py::array::c_style);
              if (!a || size_t(a.nbytes()) != size_t(t.nbytes()) || size_t(a.itemsize()) != dtype_bytes(t.dtype))

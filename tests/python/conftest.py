@@ -7,9 +7,20 @@ import pytest
 import clattn
 
 
+def pytest_addoption(parser):
+    parser.addoption("--clattn-device", default=None,
+                     help="device for the suite: an index of clattn.devices(), a vendor or a name part "
+                          "(default: $CLATTN_TEST_DEVICE, else clattn's default: $CLATTN_DEVICE, first GPU, first CPU)")
+
+
 @pytest.fixture(scope="session")
-def ctx():
-    return clattn.Context(os.environ.get("CLATTN_TEST_DEVICE") or None)
+def ctx(request):
+    dev = request.config.getoption("--clattn-device") or os.environ.get("CLATTN_TEST_DEVICE") or None
+    c = clattn.Context(dev)
+    # Functions without a tensor argument run on the default context: the same device.
+    clattn.set_default_context(c)
+    print(f"clattn device: {c.device_name}")
+    return c
 
 
 @pytest.fixture

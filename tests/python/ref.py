@@ -59,7 +59,14 @@ def make_csr(rng, kv_lens, page_size, num_pages=None):
     return indptr, perm, last, num_pages
 
 
-def merge(v_a, s_a, v_b, s_b):
+LOG2E = float(1.0 / np.log(2.0))  # natural-log LSE -> base 2 (FlashInfer's, the wrappers' default)
+
+
+def merge(v_a, s_a, v_b, s_b, base2=True):
+    """Merges two attention states; LSE in base 2 (FlashInfer's convention) or natural log."""
+    if base2:
+        o, s = merge(v_a, np.asarray(s_a) / LOG2E, v_b, np.asarray(s_b) / LOG2E, base2=False)
+        return o, s * LOG2E
     m = np.maximum(s_a, s_b)
     m = np.where(np.isfinite(m), m, 0.0)
     wa, wb = np.exp(s_a - m), np.exp(s_b - m)
