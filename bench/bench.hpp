@@ -4,6 +4,9 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "harness/harness.hpp"
 
@@ -17,6 +20,15 @@ void register_linear(CLI::App& app, Harness& h);
 void register_extend(CLI::App& app, Harness& h);
 void register_mla(CLI::App& app, Harness& h);
 void register_limits(CLI::App& app, Harness& h);
+
+// --check-args: each op checks its options, then returns before any device work.
+bool& check_args_only();
+
+// --param NAME=V (repeatable) and --grid "A=1,2;B=3" of an op whose parameters are those of
+// the database ops `ops` (params::param_names): parsed, and an unknown name or a malformed
+// value throws InvalidArgument naming it.
+std::map<std::string, int> op_params(const std::vector<std::string>& args, const std::vector<std::string>& ops);
+std::vector<std::map<std::string, int>> op_grid(const std::string& grid, const std::vector<std::string>& ops);
 
 // Prints once per process which kernel variants the context may choose ("# variants: ...":
 // CLATTN_VARIANTS=portable excludes the vendor-specific ones); each op case calls it first.

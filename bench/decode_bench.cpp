@@ -19,6 +19,7 @@
 
 #include "bench/bench.hpp"
 #include "clattn/decode.hpp"
+#include "tools/cli.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -31,13 +32,13 @@ struct DecodeCase {
   int max_splits = 0;
 };
 
+// The names the --kv and --q validators admit.
 DType parse_dtype(const std::string& s) {
   if (s == "f32") return DType::F32;
   if (s == "f16") return DType::F16;
   if (s == "bf16") return DType::BF16;
   if (s == "e4m3" || s == "fp8" || s == "fp8_e4m3") return DType::FP8_E4M3;
-  if (s == "e5m2" || s == "fp8_e5m2") return DType::FP8_E5M2;
-  throw Error(Status::InvalidArgument, "unknown dtype '" + s + "' (f32 f16 bf16 e4m3 e5m2)");
+  return DType::FP8_E5M2;
 }
 
 std::string shape_of(const DecodeCase& c) {
@@ -123,14 +124,15 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
     decode_run(ctx, plan, b);
   });
   {
-    // Profiled duration of the last command (the decode kernel, or the merge pass of a
-    // split plan): with the marker-bracketed time above it shows the launch overheads.
-    const double us = h.last_command_us([&](const Enqueue& e) { decode_run(ctx, plan, b, e); });
-    std::printf("#   last kernel (%s): %.1f us of %.1f us per call\n",
+    // The last command (the decode kernel, or the merge pass of a split plan) within one
+    // call on an idle device, both profiled in that call: the rest is launch overhead and
+    // any earlier pass.
+    const auto t = h.last_command([&](const Enqueue& e) { decode_run(ctx, plan, b, e); });
+    std::printf("#   last kernel (%s): %.1f us of a %.1f us call (one call on an idle device)\n",
                 !plan.num_merges ? "decode" : plan.kernel_options.find("FUSE_MERGE=1") != std::string::npos
                                                   ? "decode + fused merge"
                                                   : "merge",
-                us, ms * 1e3);
+                t.last_us, t.call_us);
   }
   if (verbose_build) h.print_build_log("decode.cl", plan.kernel_options);
   const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));
@@ -155,21 +157,25 @@ void register_decode(CLI::App& app, Harness& h) {
     bool quick = false, custom = false, verbose_build = false;
   };
   auto o = std::make_shared<Opts>();
+  using cli::at_least;
+  using cli::one_of;
   auto shape_opt = [&](const char* name, int& dst, const char* help) {
-    cmd->add_option(name, dst, help)->each([o](const std::string&) { o->custom = true; });
+    cmd->add_option(name, dst, help)->check(at_least(1))->each([o](const std::string&) { o->custom = true; });
   };
-  shape_opt("-B,--batch", o->c.B, "requests");
-  shape_opt("-S,--seq", o->c.S, "KV length of every request");
-  shape_opt("--hq", o->c.Hq, "query heads");
-  shape_opt("--hkv", o->c.Hkv, "KV heads");
-  shape_opt("-D,--dim", o->c.D, "head dim");
-  shape_opt("--page", o->c.P, "page size");
-  cmd->add_option("--kv", o->kv, "KV dtype: f32 f16 bf16 e4m3 e5m2");
-  cmd->add_option("--q", o->q, "q/o dtype: f32 f16 bf16");
-  cmd->add_option("--layout", o->layout, "nhd | hnd");
-  cmd->add_option("--meta", o->meta, "csr | table");
+  shape_opt("-B,--batch", o->c.B, "one case: requests (the other shape options default to the first sweep case)");
+  shape_opt("-S,--seq", o->c.S, "one case: KV length of every request");
+  shape_opt("-H,--hq", o->c.Hq, "one case: query heads");
+  shape_opt("--hkv", o->c.Hkv, "one case: KV heads (divides the query heads)");
+  shape_opt("-D,--dim", o->c.D, "one case: head dim");
+  shape_opt("--page", o->c.P, "one case: page size");
+  cmd->add_option("--kv", o->kv, "KV dtype")
+      ->check(one_of({"f32", "f16", "bf16", "e4m3", "e5m2", "fp8", "fp8_e4m3", "fp8_e5m2"}));
+  cmd->add_option("--q", o->q, "q/o dtype")->check(one_of({"f32", "f16", "bf16"}));
+  cmd->add_option("--layout", o->layout, "KV layout")->check(one_of({"nhd", "hnd"}));
+  cmd->add_option("--meta", o->meta, "metadata form")->check(one_of({"csr", "table"}));
   cmd->add_flag("--deterministic", o->c.deterministic, "fixed split tile");
-  cmd->add_option("--max-splits", o->c.max_splits, "per request (1 = never split)");
+  cmd->add_option("--max-splits", o->c.max_splits, "per request (1 = never split, 0 = the planner's choice)")
+      ->check(at_least(0));
   cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
   cmd->add_option("--grid", o->grid, "parameter grid 'A=1,2;B=3,4': every combination per case");
   cmd->add_flag("--quick", o->quick, "small sweep for CPU devices");
@@ -180,9 +186,12 @@ void register_decode(CLI::App& app, Harness& h) {
     base.q = parse_dtype(o->q);
     base.layout = o->layout == "hnd" ? KVLayout::HND : KVLayout::NHD;
     base.page_table = o->meta == "table";
-    std::map<std::string, int> fixed;
-    for (auto& p : o->params) fixed.insert(parse_param(p));
-    auto grid = parse_grid(o->grid);
+    if (base.Hq % base.Hkv != 0)
+      cli::bad_argument("--hkv", std::to_string(base.Hkv) + " does not divide the query heads (" +
+                                     std::to_string(base.Hq) + ")");
+    const std::map<std::string, int> fixed = op_params(o->params, {"decode"});
+    const auto grid = op_grid(o->grid, {"decode"});
+    if (check_args_only()) return;
     std::vector<DecodeCase> cases;
     auto with = [&](int B, int S, int P, DType kv) {
       DecodeCase c = base;

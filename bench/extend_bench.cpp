@@ -27,6 +27,7 @@
 
 #include "bench/bench.hpp"
 #include "bench/ceilings.hpp"
+#include "tools/cli.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -173,13 +174,23 @@ void register_extend(CLI::App& app, Harness& h) {
   cmd->add_flag("--verbose-build", verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_flag("--quick", quick, "small shapes (PoCL / CI)");
   cmd->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
-  cmd->add_option("--variant", only, "only this variant (generic, cpu, nv_mma_sync, nv_wgmma)");
+  cmd->add_option("--variant", only, "only this variant")
+      ->check(cli::one_of({"generic", "cpu", "nv_mma_sync", "nv_wgmma"}));
   static int one_b = 0, one_qo = 0, one_kv = 0, one_h = 32;
-  cmd->add_option("-B", one_b, "one case: batch (with --qo --kv -H; head dim 128)");
-  cmd->add_option("--qo", one_qo, "one case: query tokens per request");
-  cmd->add_option("--kv", one_kv, "one case: KV tokens per request (>= --qo; the rest is cached prefix)");
-  cmd->add_option("-H", one_h, "one case: heads (query = KV heads)");
+  auto* one =
+      cmd->add_option("-B", one_b, "one case: batch (with --qo --kv -H; head dim 128)")->check(cli::at_least(1));
+  auto* qo = cmd->add_option("--qo", one_qo, "one case: query tokens per request")->check(cli::at_least(1))->needs(one);
+  one->needs(qo);
+  cmd->add_option("--kv", one_kv, "one case: KV tokens per request (>= --qo; the rest is cached prefix)")
+      ->check(cli::at_least(1))
+      ->needs(one);
+  cmd->add_option("-H", one_h, "one case: heads (query = KV heads)")->check(cli::at_least(1))->needs(one);
   cmd->callback([&h] {
+    if (one_kv > 0 && one_kv < one_qo)
+      cli::bad_argument("--kv", std::to_string(one_kv) + " is below --qo " + std::to_string(one_qo) +
+                                    " (a request's KV holds its query tokens)");
+    const std::map<std::string, int> params = op_params(param_args, {"extend"});
+    if (check_args_only()) return;
     std::vector<ExtCase> cases;
     if (one_b > 0)
       cases = {{one_b, one_qo, std::max(one_kv, one_qo), one_h, 128}};
@@ -189,8 +200,6 @@ void register_extend(CLI::App& app, Harness& h) {
       cases = {{1, 4096, 4096, 32, 128}, {1, 16384, 16384, 32, 128}, {8, 1024, 2048, 32, 128}};
     Context& ctx = h.ctx();
     note_variant_mode(h);
-    std::map<std::string, int> params;
-    for (const auto& p : param_args) params.insert(parse_param(p));
     std::string fp32_desc;
     const double fp32 = fp32_peak_tflops(ctx, &fp32_desc);
     std::vector<std::string> variants;

@@ -6,6 +6,7 @@
 
 #include "bench/bench.hpp"
 #include "bench/ceilings.hpp"
+#include "tools/cli.hpp"
 
 namespace clattn::bench {
 
@@ -13,8 +14,12 @@ void register_limits(CLI::App& app, Harness& h) {
   auto* cmd = app.add_subcommand("limits",
                                  "stream-read and copy GB/s by buffer size (16 MiB .. 1 GiB), FP32 FMA peak, CLBlast SGEMM");
   static std::vector<int> mib = {16, 32, 64, 128, 256, 512, 1024};
-  cmd->add_option("--mib", mib, "buffer sizes in MiB");
-  cmd->callback([&h] {
+  static bool quick = false;
+  auto* sizes = cmd->add_option("--mib", mib, "buffer sizes in MiB")->check(cli::at_least(1));
+  cmd->add_flag("--quick", quick, "16 and 64 MiB only (PoCL / CI)");
+  cmd->callback([&h, sizes] {
+    if (check_args_only()) return;
+    if (quick && sizes->count() == 0) mib = {16, 64};
     Context& ctx = h.ctx();
     for (int m : mib) {
       const Limits L = measure_limits(ctx, size_t(m) << 20);

@@ -22,6 +22,7 @@
 #include "backends/ops/variant.hpp"
 #include "bench/bench.hpp"
 #include "bench/ceilings.hpp"
+#include "tools/cli.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -108,21 +109,23 @@ void register_linear(CLI::App& app, Harness& h) {
   static std::string dtype = "bf16";
   static std::string only;
   sub->add_flag("--quick", quick, "small shapes (PoCL / CI)");
-  sub->add_option("--dtype", dtype, "q/k/v/o dtype: f32, f16, bf16");
+  sub->add_option("--dtype", dtype, "q/k/v/o dtype")->check(cli::one_of({"f32", "f16", "bf16"}));
   sub->add_option("--only", only, "run only the decode or only the prefill cases")
-      ->check(CLI::IsMember({"decode", "prefill"}));
+      ->check(cli::one_of({"decode", "prefill"}));
   static std::vector<std::string> param_args;
   sub->add_option("--param", param_args, "parameter override NAME=VALUE (repeatable)");
   static int one_b = 0, one_l = 0, one_h = 16, one_dk = 128, one_dv = 128;
-  sub->add_option("-B", one_b, "one shape: batch (with -L -H --dk --dv; GDN and GLA)");
-  sub->add_option("-L", one_l, "one shape: tokens per request (0 = decode)");
-  sub->add_option("-H", one_h, "one shape: heads (q/k = v heads)");
-  sub->add_option("--dk", one_dk, "one shape: key head dim");
-  sub->add_option("--dv", one_dv, "one shape: value head dim");
+  auto* one =
+      sub->add_option("-B", one_b, "one shape: batch (with -L -H --dk --dv; GDN and GLA)")->check(cli::at_least(1));
+  sub->add_option("-L", one_l, "one shape: tokens per request (0 = decode)")->check(cli::at_least(0))->needs(one);
+  sub->add_option("-H", one_h, "one shape: heads (q/k = v heads)")->check(cli::at_least(1))->needs(one);
+  sub->add_option("--dk", one_dk, "one shape: key head dim")->check(cli::at_least(1))->needs(one);
+  sub->add_option("--dv", one_dv, "one shape: value head dim")->check(cli::at_least(1))->needs(one);
   sub->callback([&h] {
     DType io = dtype == "f32" ? DType::F32 : dtype == "f16" ? DType::F16 : DType::BF16;
-    std::map<std::string, int> params;
-    for (const auto& p : param_args) params.insert(parse_param(p));
+    // LinearConfig::params routes PF_* names to the prefill kernel, the rest to decode.
+    const std::map<std::string, int> params = op_params(param_args, {"linear_decode", "linear_prefill"});
+    if (check_args_only()) return;
     std::vector<LinCase> cases;
     for (bool gdn : {true, false}) {
       if (one_b > 0) {

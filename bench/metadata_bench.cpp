@@ -18,6 +18,7 @@
 
 #include "backends/planner/split_kv.hpp"
 #include "bench/bench.hpp"
+#include "tools/cli.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -93,13 +94,31 @@ struct Options {
   bool device = true;
 };
 
-std::vector<int> parse_list(const std::string& s) {
+std::vector<int> parse_list(const std::string& s) {  // (checked by positive_list)
   std::vector<int> v;
   std::stringstream ss(s);
   std::string tok;
   while (std::getline(ss, tok, ','))
     if (!tok.empty()) v.push_back(std::stoi(tok));
   return v;
+}
+
+// --page-sizes / --batches: comma-separated integers >= 1, at least one.
+CLI::Validator positive_list() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::stringstream ss(s);
+        std::string tok;
+        int n = 0;
+        while (std::getline(ss, tok, ',')) {
+          if (tok.empty()) continue;
+          int v = 0;
+          if (!CLI::detail::lexical_cast(tok, v) || v < 1) return "'" + tok + "' is not an integer >= 1";
+          ++n;
+        }
+        return n ? std::string() : "wants comma-separated integers >= 1, got '" + s + "'";
+      },
+      "N[,N...]");
 }
 
 void json_row(Harness& h, const Case& c, const std::string& what, const std::string& where, double us) {
@@ -209,11 +228,26 @@ void run(Harness& h, const Options& o) {
 void register_metadata(CLI::App& app, Harness& h) {
   auto opts = std::make_shared<Options>();
   auto* sub = app.add_subcommand("metadata", "paged-KV metadata: host build/validate and device builder times (us)");
-  sub->add_option("--page-sizes", opts->page_sizes, "comma-separated page sizes")->capture_default_str();
-  sub->add_option("--batches", opts->batches, "comma-separated batch sizes")->capture_default_str();
-  sub->add_option("--max-reps", opts->max_reps, "upper bound on host repetitions per figure")->capture_default_str();
+  static bool quick = false;
+  sub->add_option("--page-sizes", opts->page_sizes, "comma-separated page sizes")
+      ->capture_default_str()
+      ->check(positive_list());
+  auto* batches = sub->add_option("--batches", opts->batches, "comma-separated batch sizes (--quick: 1,64)")
+                      ->capture_default_str()
+                      ->check(positive_list());
+  auto* reps =
+      sub->add_option("--max-reps", opts->max_reps, "upper bound on host repetitions per figure (--quick: 200)")
+          ->capture_default_str()
+          ->check(cli::at_least(1));
   sub->add_flag("!--no-device", opts->device, "host figures only");
-  sub->callback([&h, opts] { run(h, *opts); });
+  sub->add_flag("--quick", quick, "batches 1 and 64 only, fewer repetitions (PoCL / CI)");
+  sub->callback([&h, opts, batches, reps] {
+    if (check_args_only()) return;
+    Options o = *opts;
+    if (quick && batches->count() == 0) o.batches = "1,64";
+    if (quick && reps->count() == 0) o.max_reps = 200;
+    run(h, o);
+  });
 }
 
 }  // namespace clattn::bench

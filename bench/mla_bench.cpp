@@ -16,6 +16,7 @@
 
 #include "bench/bench.hpp"
 #include "bench/ceilings.hpp"
+#include "tools/cli.hpp"
 
 namespace clattn::bench {
 namespace {
@@ -67,10 +68,11 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
     mb.ckv = ckvs[i].get(), mb.kpe = kpes[i].get();
     mla_run(ctx, plan, mb);
   });
-  // Profiled duration of the last command (the attention kernel, or the merge pass).
-  const double us = h.last_command_us([&](const Enqueue& e) { mla_run(ctx, plan, mb, e); });
-  std::printf("#   last kernel (%s): %.1f us of %.1f us per call\n", plan.num_merges ? "merge" : "attention", us,
-              ms * 1e3);
+  // The last command (the attention kernel, or the merge pass) within one call on an idle
+  // device, both profiled in that call.
+  const auto t = h.last_command([&](const Enqueue& e) { mla_run(ctx, plan, mb, e); });
+  std::printf("#   last kernel (%s): %.1f us of a %.1f us call (one call on an idle device)\n",
+              plan.num_merges ? "merge" : "attention", t.last_us, t.call_us);
   if (verbose_build)
     h.print_build_log(plan.variant == "nv_mma_sync" ? "mla_mma_nv.cl"
                       : plan.variant == "tiled"     ? "mla_tiled.cl"
@@ -100,19 +102,25 @@ void register_mla(CLI::App& app, Harness& h) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_flag("--quick", o->quick, "small shapes (PoCL / CI)");
-  cmd->add_option("-B", o->B, "one case: batch (with -S -H --page --kv)");
-  cmd->add_option("-S", o->S, "one case: tokens per request");
-  cmd->add_option("-H", o->H, "one case: query heads");
-  cmd->add_option("--page", o->P, "one case: page size");
-  cmd->add_option("--kv", o->kv, "one case: latent dtype bf16 | f16 | e4m3");
+  auto* one = cmd->add_option("-B", o->B, "one case: batch (with -S -H --page --kv)")->check(cli::at_least(1));
+  cmd->add_option("-S", o->S, "one case: tokens per request")->check(cli::at_least(1))->needs(one);
+  cmd->add_option("-H", o->H, "one case: query heads")->check(cli::at_least(1))->needs(one);
+  cmd->add_option("--page", o->P, "one case: page size")->check(cli::at_least(1))->needs(one);
+  cmd->add_option("--kv", o->kv, "one case: latent dtype")
+      ->check(cli::one_of({"bf16", "f16", "e4m3", "fp8"}))
+      ->needs(one);
   cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
   cmd->add_option("--variant", o->variant,
                   "portable kernel: cpu | tiled | generic (CPU_KERNEL=1, or CPU_KERNEL=0 and TILED=1 / 0; tensor "
                   "cores win where on)")
-      ->check(CLI::IsMember({"cpu", "tiled", "generic"}));
+      ->check(cli::one_of({"cpu", "tiled", "generic"}));
   cmd->add_flag("--verbose-build", o->verbose_build, "print the kernel's build log (NVIDIA: -cl-nv-verbose)");
   cmd->add_option("--grid", o->grid, "parameter grid 'A=1,2;B=3,4': every combination per case");
   cmd->callback([&h, o] {
+    std::map<std::string, int> base = op_params(o->params, {"mla_decode"});
+    const std::vector<std::map<std::string, int>> sets =
+        o->grid.empty() ? std::vector<std::map<std::string, int>>{{}} : op_grid(o->grid, {"mla_decode"});
+    if (check_args_only()) return;
     std::vector<MlaCase> cases;
     if (o->B > 0) {
       const DType kv = o->kv == "e4m3" || o->kv == "fp8" ? DType::FP8_E4M3 : o->kv == "f16" ? DType::F16 : DType::BF16;
@@ -124,14 +132,10 @@ void register_mla(CLI::App& app, Harness& h) {
       cases = {{64, 4096, 16, DType::BF16}, {64, 4096, 128, DType::BF16}, {64, 4096, 16, DType::FP8_E4M3},
                {1, 32768, 16, DType::BF16}, {1, 32768, 128, DType::BF16}};
     }
-    std::map<std::string, int> base;
-    for (auto& p : o->params) base.insert(parse_param(p));
     if (!o->variant.empty()) {
       base["CPU_KERNEL"] = o->variant == "cpu";
       if (o->variant != "cpu") base["TILED"] = o->variant == "tiled";
     }
-    std::vector<std::map<std::string, int>> sets = o->grid.empty() ? std::vector<std::map<std::string, int>>{{}}
-                                                                   : parse_grid(o->grid);
     note_variant_mode(h);
     const Limits& L = h.get_limits();
     std::printf("# limit: stream-read %.0f GB/s (%s); bytes = latent once per request + q + o\n", L.stream_read_gbps,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 #include <cstdio>
 #include <cstdlib>
@@ -97,17 +98,23 @@ std::string Harness::timing_desc() const {
          "and mla rotate KV copies past the last-level cache); 'idle' = one call on an idle device";
 }
 
-double Harness::last_command_us(const std::function<void(const Enqueue&)>& enqueue) {
-  cl_event ev = nullptr;
+Harness::LastCommand Harness::last_command(const std::function<void(const Enqueue&)>& enqueue) {
+  cl_command_queue q = ctx().cl_queue();
+  ctx().finish();
+  cl_event a = nullptr, ev = nullptr, b = nullptr;
   Enqueue e;
   e.event = &ev;
+  clEnqueueMarkerWithWaitList(q, 0, nullptr, &a);
   enqueue(e);
-  clWaitForEvents(1, &ev);
-  cl_ulong s0 = 0, s1 = 0;
+  clEnqueueMarkerWithWaitList(q, 0, nullptr, &b);
+  clWaitForEvents(1, &b);
+  cl_ulong s0 = 0, s1 = 0, m0 = 0, m1 = 0;
   clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof s0, &s0, nullptr);
   clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof s1, &s1, nullptr);
-  clReleaseEvent(ev);
-  return double(s1 - s0) * 1e-3;
+  clGetEventProfilingInfo(a, CL_PROFILING_COMMAND_END, sizeof m0, &m0, nullptr);
+  clGetEventProfilingInfo(b, CL_PROFILING_COMMAND_END, sizeof m1, &m1, nullptr);
+  for (cl_event x : {a, ev, b}) clReleaseEvent(x);
+  return {double(s1 - s0) * 1e-3, double(m1 - m0) * 1e-3};
 }
 
 void Harness::print_build_log(const std::string& file, const std::string& options) {
@@ -136,10 +143,27 @@ void Harness::print_build_log(const std::string& file, const std::string& option
   std::printf("#   build log of %s [%s]:\n%s\n", file.c_str(), opts.c_str(), log.c_str());
 }
 
+namespace {
+// The whole of `v` as an int ("--param 'A=x': 'x' is not an integer").
+int to_int(const std::string& v, const std::string& arg) {
+  size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || x < INT32_MIN || x > INT32_MAX)
+    throw Error(Status::InvalidArgument, arg + ": '" + v + "' is not an integer");
+  return int(x);
+}
+}  // namespace
+
 std::pair<std::string, int> parse_param(const std::string& s) {
   auto eq = s.find('=');
-  if (eq == std::string::npos) throw Error(Status::InvalidArgument, "--param wants NAME=VALUE, got '" + s + "'");
-  return {s.substr(0, eq), std::stoi(s.substr(eq + 1))};
+  if (eq == std::string::npos || eq == 0)
+    throw Error(Status::InvalidArgument, "--param wants NAME=VALUE, got '" + s + "'");
+  return {s.substr(0, eq), to_int(s.substr(eq + 1), "--param '" + s + "'")};
 }
 
 std::string param_suffix(const std::map<std::string, int>& params) {
@@ -156,11 +180,13 @@ std::vector<std::map<std::string, int>> parse_grid(const std::string& g) {
   while (std::getline(ss, axis, ';')) {
     if (axis.empty()) continue;
     auto eq = axis.find('=');
-    if (eq == std::string::npos) throw Error(Status::InvalidArgument, "--grid axis '" + axis + "' lacks '='");
+    if (eq == std::string::npos || eq == 0)
+      throw Error(Status::InvalidArgument, "--grid axis '" + axis + "' is not NAME=V1,V2,...");
     std::string name = axis.substr(0, eq);
     std::stringstream vs(axis.substr(eq + 1));
     std::vector<int> vals;
-    for (std::string v; std::getline(vs, v, ',');) vals.push_back(std::stoi(v));
+    for (std::string v; std::getline(vs, v, ',');) vals.push_back(to_int(v, "--grid axis '" + axis + "'"));
+    if (vals.empty()) throw Error(Status::InvalidArgument, "--grid axis '" + axis + "' has no values");
     std::vector<std::map<std::string, int>> next;
     for (auto& m : out)
       for (int v : vals) {

@@ -44,9 +44,13 @@ struct Harness {
   // that a call never finds its inputs in the device's last-level cache (>= 3x its size
   // in all; at most 8; 1 when reps == 1 or the set is already that large).
   int rotation_copies(double bytes);
-  // Enqueues one call through `enqueue` with its last command's event requested and returns
-  // that command's profiled duration in microseconds (kernel time, no launch latency).
-  double last_command_us(const std::function<void(const Enqueue&)>& enqueue);
+  // One call through `enqueue` on an idle device, its last command's event requested: that
+  // command's profiled duration (kernel time, no launch latency) and the whole call's time
+  // between a marker before and one after it, both in microseconds and of the same call.
+  struct LastCommand {
+    double last_us = 0, call_us = 0;
+  };
+  LastCommand last_command(const std::function<void(const Enqueue&)>& enqueue);
   // Rebuilds `file` with `options` (NVIDIA: plus -cl-nv-verbose: registers, spills) and
   // prints the build log.
   void print_build_log(const std::string& file, const std::string& options);
@@ -61,7 +65,8 @@ struct Harness {
                       const std::string& peak_desc);
 };
 
-// --param NAME=VALUE and --grid "A=1,2;B=3" (every combination) parsing, shared by the ops.
+// --param NAME=VALUE and --grid "A=1,2;B=3" (every combination) parsing, shared by the ops;
+// malformed text throws InvalidArgument naming the argument.
 std::pair<std::string, int> parse_param(const std::string& s);
 std::vector<std::map<std::string, int>> parse_grid(const std::string& g);
 // " NAME=VALUE" per override, appended to a case's shape so sweep rows say what they ran.

@@ -99,7 +99,8 @@ int open_ancestors(const std::string& real) {
     i = end;
     fd.reset(::openat(fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   }
-  log().warn("program cache: cannot open parent directory {} ({}); disk cache off", at, std::strerror(errno));
+  const int e = errno;  // (log() may set errno: the first call builds the logger)
+  log().warn("program cache: cannot open parent directory {} ({}); disk cache off", at, std::strerror(e));
   return -1;
 }
 
@@ -125,7 +126,8 @@ bool private_dir(int fd, const std::string& dir) {
   }
   if ((st.st_mode & 07777) != 0700) {
     if (::fchmod(fd, 0700) != 0) {
-      log().warn("program cache: cannot make {} private ({}); disk cache off", dir, std::strerror(errno));
+      const int e = errno;
+      log().warn("program cache: cannot make {} private ({}); disk cache off", dir, std::strerror(e));
       return false;
     }
     log().warn("program cache: {} was mode {:04o}; made private (0700)", dir, st.st_mode & 07777);
@@ -147,13 +149,15 @@ int open_cache_dir(std::string dir) {
   }
   char real[PATH_MAX];
   if (!mkdir_p(parent) || !::realpath(parent.c_str(), real)) {
-    log().warn("program cache: cannot create {} ({}); disk cache off", parent, std::strerror(errno));
+    const int e = errno;
+    log().warn("program cache: cannot create {} ({}); disk cache off", parent, std::strerror(e));
     return -1;
   }
   Fd up(open_ancestors(real));
   if (!up) return -1;
   if (::mkdirat(up.get(), leaf.c_str(), 0700) != 0 && errno != EEXIST) {
-    log().warn("program cache: cannot create {} ({}); disk cache off", dir, std::strerror(errno));
+    const int e = errno;
+    log().warn("program cache: cannot create {} ({}); disk cache off", dir, std::strerror(e));
     return -1;
   }
   Fd fd(::openat(up.get(), leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -362,7 +366,8 @@ std::optional<std::string> DiskCache::load_note(const std::string& key, const st
   const std::string name = key + suffix, path = dir_ + "/" + name;
   Fd fd(::openat(dirfd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
-    if (errno != ENOENT) log().warn("program cache: ignoring {} ({})", path, open_error(dirfd_, name, errno));
+    const int e = errno;
+    if (e != ENOENT) log().warn("program cache: ignoring {} ({})", path, open_error(dirfd_, name, e));
     return std::nullopt;
   }
   struct stat st {};
@@ -383,7 +388,8 @@ std::optional<std::string> DiskCache::read_file(const std::string& sub, const st
   const std::string subdir = dir_ + "/" + sub, path = subdir + "/" + name;
   Fd d(::openat(dirfd_, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!d) {
-    if (errno != ENOENT) log().warn("{}: ignoring {} ({})", tag, subdir, open_error(dirfd_, sub, errno));
+    const int e = errno;
+    if (e != ENOENT) log().warn("{}: ignoring {} ({})", tag, subdir, open_error(dirfd_, sub, e));
     return std::nullopt;
   }
   struct stat st {};
@@ -395,7 +401,8 @@ std::optional<std::string> DiskCache::read_file(const std::string& sub, const st
   // O_NONBLOCK: a FIFO planted under the name must not block the open.
   Fd fd(::openat(d.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
-    if (errno != ENOENT) log().warn("{}: ignoring {} ({})", tag, path, open_error(d.get(), name, errno));
+    const int e = errno;
+    if (e != ENOENT) log().warn("{}: ignoring {} ({})", tag, path, open_error(d.get(), name, e));
     return std::nullopt;
   }
   why = ::fstat(fd.get(), &st) != 0 ? std::strerror(errno) : file_problem(st);
@@ -426,7 +433,8 @@ std::optional<std::string> read_trusted_file(const std::string& path, size_t max
   // Symlinks followed: the user named this path. O_NONBLOCK: a FIFO must not block.
   Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
-    if (errno != ENOENT) log().warn("{}: cannot open {} ({})", tag, path, std::strerror(errno));
+    const int e = errno;
+    if (e != ENOENT) log().warn("{}: cannot open {} ({})", tag, path, std::strerror(e));
     return std::nullopt;
   }
   struct stat st {};

@@ -1,19 +1,41 @@
-# Installs the build tree into a scratch prefix, builds the consumer against it, runs it.
+# Installs the build tree into a scratch prefix, runs each installed tool from there (TOOLS,
+# comma-separated) with no LD_LIBRARY_PATH, builds the consumer against the prefix, runs it.
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} RESULT_VARIABLE r OUTPUT_QUIET)
 if(r)
   message(FATAL_ERROR "install failed: ${r}")
 endif()
+string(REPLACE "," ";" tools "${TOOLS}")
 set(expect include/clattn/clattn.hpp include/clattn/decode.hpp)
-if(WITH_TOOLS)
-  list(APPEND expect bin/clattn-probe)
-endif()
+foreach(t ${tools})
+  list(APPEND expect bin/${t})
+endforeach()
 foreach(f ${expect})
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "install is missing ${f}")
   endif()
 endforeach()
+
+# Installed tools start on their own: --help loads every shared library a tool needs, and
+# clattn-serve-sim (linked to libclattn.so) serves two requests of the tiny model for real.
+unset(ENV{LD_LIBRARY_PATH})
+foreach(t ${tools})
+  execute_process(COMMAND ${prefix}/bin/${t} --help RESULT_VARIABLE r OUTPUT_VARIABLE out ERROR_VARIABLE out
+                  TIMEOUT 60)
+  if(NOT r EQUAL 0)
+    message(FATAL_ERROR "installed ${t} --help failed (${r}):\n${out}")
+  endif()
+endforeach()
+list(FIND tools clattn-serve-sim sim)
+if(sim GREATER -1)
+  execute_process(COMMAND ${prefix}/bin/clattn-serve-sim --model tiny --layers 1 --requests 2 --no-progress --no-warmup
+                  RESULT_VARIABLE r OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT 240)
+  if(NOT r EQUAL 0 OR NOT out MATCHES "\nOK\n")
+    message(FATAL_ERROR "installed clattn-serve-sim failed (${r}):\n${out}")
+  endif()
+  message(STATUS "installed clattn-serve-sim ran:\n${out}")
+endif()
 set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig:${prefix}/lib/x86_64-linux-gnu/pkgconfig")
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${prefix}
                         -DCMAKE_BUILD_TYPE=Release RESULT_VARIABLE r OUTPUT_VARIABLE out ERROR_VARIABLE out)

@@ -5,8 +5,6 @@
 // registers, spills, local memory and occupancy / SIMD width of every kernel. --check fails
 // on a build error, a register spill in a program the runtime would choose, a matrix variant
 // whose binary lacks the matrix instructions, or a shape an op would refuse on that target.
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +16,7 @@
 #include <thread>
 
 #include "runtime/kernel_sources.hpp"
+#include "tools/cli.hpp"
 #include "tools/kernel_report/report.hpp"
 
 namespace fs = std::filesystem;
@@ -125,10 +124,13 @@ int main(int argc, char** argv) {
   CLI::App app{"clattn-kernel-report: every program the ops would build on each GPU target, compiled offline "
                "(ocloc for Intel, clang-15 amdgcn for AMD) with the runtime's options"};
   std::vector<std::string> targets, ops_filter;
-  bool check = false, list = false, show_options = false, show_logs = false, keep = false;
+  bool check = false, list = false, show_options = false, show_logs = false, keep = false, check_args = false;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   std::string work_dir, json_file;
-  app.add_option("-t,--target", targets, "targets (default: all; --list-targets)");
+  std::vector<std::string> target_names;
+  for (const Target& t : clattn::kreport::all_targets()) target_names.push_back(t.name);
+  app.add_option("-t,--target", targets, "targets (default: all; --list-targets)")
+      ->check(clattn::cli::one_of(target_names));
   app.add_option("--op", ops_filter, "only these ops (decode, extend, mla_decode, ...)");
   app.add_flag("--check", check, "exit 1 on a build error, a spill in a chosen program, a matrix variant without its "
                                  "instructions or a refused shape");
@@ -139,112 +141,119 @@ int main(int argc, char** argv) {
   app.add_option("--work-dir", work_dir, "where sources and binaries go (default: a temporary directory)");
   app.add_flag("--keep", keep, "keep the work directory");
   app.add_option("--json", json_file, "also write the figures as JSON");
-  CLI11_PARSE(app, argc, argv);
-
-  const auto& all = clattn::kreport::all_targets();
-  if (list) {
-    for (const Target& t : all) std::printf("%-8s %-7s %s\n", t.name.c_str(), t.compiler.c_str(), t.about.c_str());
-    return 0;
-  }
-  std::vector<const Target*> chosen;
-  for (const Target& t : all)
-    if (targets.empty() || std::find(targets.begin(), targets.end(), t.name) != targets.end()) chosen.push_back(&t);
-  for (const std::string& n : targets)
-    if (std::none_of(all.begin(), all.end(), [&](const Target& t) { return t.name == n; })) {
-      std::fprintf(stderr, "clattn-kernel-report: unknown target '%s' (--list-targets)\n", n.c_str());
-      return 2;
+  clattn::cli::add_check_args(app, &check_args);
+  return clattn::cli::run("clattn-kernel-report", app, argc, argv, [&]() -> int {
+    const auto& all = clattn::kreport::all_targets();
+    if (list) {
+      for (const Target& t : all) std::printf("%-8s %-7s %s\n", t.name.c_str(), t.compiler.c_str(), t.about.c_str());
+      return 0;
     }
-  std::vector<TargetResult> results;
-  for (const Target* t : chosen) {
-    const std::string miss = clattn::kreport::missing_tools(*t);
-    if (!miss.empty()) {
-      std::fprintf(stderr, "clattn-kernel-report: %s needs %s (scripts/install-deps.sh installs them)\n",
-                   t->name.c_str(), miss.c_str());
-      return 77;  // (ctest's SKIP_RETURN_CODE)
+    std::vector<const Target*> chosen;
+    for (const Target& t : all)
+      if (targets.empty() || std::find(targets.begin(), targets.end(), t.name) != targets.end()) chosen.push_back(&t);
+    // Tuned files are per real device: none applies to a made-up profile (no cache, no named file).
+    setenv("CLATTN_CACHE_DIR", "off", 1);
+    unsetenv("CLATTN_TUNED_FILE");
+    if (!ops_filter.empty()) {  // the ops' names as the catalog of the chosen targets spells them
+      std::vector<std::string> known;
+      for (const Target* t : chosen)
+        for (const clattn::ops::CatalogEntry& e : clattn::ops::catalog(t->ops))
+          if (std::find(known.begin(), known.end(), e.op) == known.end()) known.push_back(e.op);
+      for (const std::string& op : ops_filter)
+        if (std::find(known.begin(), known.end(), op) == known.end())
+          clattn::cli::bad_argument("--op", "unknown op '" + op + "' (one of " + clattn::cli::join(known) + ")");
     }
-  }
-  // Tuned files are per real device: none applies to a made-up profile (no cache, no named file).
-  setenv("CLATTN_CACHE_DIR", "off", 1);
-  unsetenv("CLATTN_TUNED_FILE");
-
-  bool own_dir = work_dir.empty();
-  if (own_dir) {
-    char tmpl[] = "/tmp/clattn-kreport-XXXXXX";
-    if (!mkdtemp(tmpl)) {
-      std::perror("mkdtemp");
-      return 2;
-    }
-    work_dir = tmpl;
-  }
-  fs::create_directories(work_dir);
-
-  // The programs per target, then one work list over all targets.
-  for (const Target* t : chosen) {
-    TargetResult r;
-    r.target = t;
-    std::map<std::string, size_t> index;
-    for (const clattn::ops::CatalogEntry& e : clattn::ops::catalog(t->ops)) {
-      if (!ops_filter.empty() && std::find(ops_filter.begin(), ops_filter.end(), e.op) == ops_filter.end()) continue;
-      const std::string label = e.op + " " + e.shape;
-      if (!e.error.empty()) {
-        r.refused.push_back(label + ": " + e.error);
-        continue;
+    if (check_args) return 0;
+    std::vector<TargetResult> results;
+    for (const Target* t : chosen) {
+      const std::string miss = clattn::kreport::missing_tools(*t);
+      if (!miss.empty()) {
+        std::fprintf(stderr, "clattn-kernel-report: %s needs %s (scripts/install-deps.sh installs them)\n",
+                     t->name.c_str(), miss.c_str());
+        return 77;  // (ctest's SKIP_RETURN_CODE)
       }
-      bool first = true;
-      for (const clattn::ops::Variant& v : e.variants) {
-        if (!v.why_not.empty()) continue;
-        const std::string key = v.file + "\n" + v.options;
-        auto it = index.find(key);
-        if (it == index.end()) {
-          it = index.emplace(key, r.programs.size()).first;
-          r.programs.push_back(Program{v.file, v.options, v.name, {}, false, {}});
+    }
+
+    bool own_dir = work_dir.empty();
+    if (own_dir) {
+      char tmpl[] = "/tmp/clattn-kreport-XXXXXX";
+      if (!mkdtemp(tmpl)) {
+        std::perror("clattn-kernel-report: mkdtemp");
+        return clattn::cli::kFailed;
+      }
+      work_dir = tmpl;
+    }
+    fs::create_directories(work_dir);
+
+    // The programs per target, then one work list over all targets.
+    for (const Target* t : chosen) {
+      TargetResult r;
+      r.target = t;
+      std::map<std::string, size_t> index;
+      for (const clattn::ops::CatalogEntry& e : clattn::ops::catalog(t->ops)) {
+        if (!ops_filter.empty() && std::find(ops_filter.begin(), ops_filter.end(), e.op) == ops_filter.end()) continue;
+        const std::string label = e.op + " " + e.shape;
+        if (!e.error.empty()) {
+          r.refused.push_back(label + ": " + e.error);
+          continue;
         }
-        Program& p = r.programs[it->second];
-        p.used_by.push_back(label);
-        p.chosen = p.chosen || first;
-        first = false;
-      }
-    }
-    results.push_back(std::move(r));
-  }
-  // One target at a time (its table prints as soon as its builds are done), `jobs` builds at once.
-  bool failed = false;
-  nlohmann::json out = nlohmann::json::array();
-  for (TargetResult& r : results) {
-    std::fprintf(stderr, "clattn-kernel-report: %s: %zu builds, %u at once\n", r.target->name.c_str(),
-                 r.programs.size(), jobs);
-    std::mutex mu;
-    size_t next = 0;
-    auto worker = [&] {
-      for (;;) {
-        size_t w;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (next == r.programs.size()) return;
-          w = next++;
+        bool first = true;
+        for (const clattn::ops::Variant& v : e.variants) {
+          if (!v.why_not.empty()) continue;
+          const std::string key = v.file + "\n" + v.options;
+          auto it = index.find(key);
+          if (it == index.end()) {
+            it = index.emplace(key, r.programs.size()).first;
+            r.programs.push_back(Program{v.file, v.options, v.name, {}, false, {}});
+          }
+          Program& p = r.programs[it->second];
+          p.used_by.push_back(label);
+          p.chosen = p.chosen || first;
+          first = false;
         }
-        Program& p = r.programs[w];
-        p.build = clattn::kreport::compile(*r.target, clattn::rt::kernel_source(p.file), p.options, work_dir);
       }
-    };
-    std::vector<std::thread> pool;
-    for (unsigned i = 0; i < jobs; ++i) pool.emplace_back(worker);
-    for (auto& th : pool) th.join();
-    for (const Program& p : r.programs) {
-      if (!p.build.ok) ++r.errors;
-      if (!p.build.warnings.empty()) ++r.warned;
-      for (const KernelFigures& k : p.build.kernels)
-        if (k.spills()) ++(p.chosen ? r.spills : r.fallback_spills);
-      if (*matrix_mnemonic(p.variant) && p.build.ok) ++(p.build.matrix_lines.empty() ? r.missing_matrix : r.matrix_ok);
+      results.push_back(std::move(r));
     }
-    print_target(r, show_options, show_logs);
-    std::fflush(stdout);
-    failed = failed || r.errors || r.spills || r.missing_matrix || r.warned || !r.refused.empty();
-    out.push_back(to_json(r));
-  }
-  if (!json_file.empty()) std::ofstream(json_file) << out.dump(1) << "\n";
-  if (own_dir && !keep) fs::remove_all(work_dir);
-  else std::printf("\nwork directory: %s\n", work_dir.c_str());
-  if (check) std::printf("\n%s\n", failed ? "kernel report: FAILED" : "kernel report: clean");
-  return check && failed ? 1 : 0;
+    // One target at a time (its table prints as soon as its builds are done), `jobs` builds at once.
+    bool failed = false;
+    nlohmann::json out = nlohmann::json::array();
+    for (TargetResult& r : results) {
+      std::fprintf(stderr, "clattn-kernel-report: %s: %zu builds, %u at once\n", r.target->name.c_str(),
+                   r.programs.size(), jobs);
+      std::mutex mu;
+      size_t next = 0;
+      auto worker = [&] {
+        for (;;) {
+          size_t w;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            if (next == r.programs.size()) return;
+            w = next++;
+          }
+          Program& p = r.programs[w];
+          p.build = clattn::kreport::compile(*r.target, clattn::rt::kernel_source(p.file), p.options, work_dir);
+        }
+      };
+      std::vector<std::thread> pool;
+      for (unsigned i = 0; i < jobs; ++i) pool.emplace_back(worker);
+      for (auto& th : pool) th.join();
+      for (const Program& p : r.programs) {
+        if (!p.build.ok) ++r.errors;
+        if (!p.build.warnings.empty()) ++r.warned;
+        for (const KernelFigures& k : p.build.kernels)
+          if (k.spills()) ++(p.chosen ? r.spills : r.fallback_spills);
+        if (*matrix_mnemonic(p.variant) && p.build.ok)
+          ++(p.build.matrix_lines.empty() ? r.missing_matrix : r.matrix_ok);
+      }
+      print_target(r, show_options, show_logs);
+      std::fflush(stdout);
+      failed = failed || r.errors || r.spills || r.missing_matrix || r.warned || !r.refused.empty();
+      out.push_back(to_json(r));
+    }
+    if (!json_file.empty()) std::ofstream(json_file) << out.dump(1) << "\n";
+    if (own_dir && !keep) fs::remove_all(work_dir);
+    else std::printf("\nwork directory: %s\n", work_dir.c_str());
+    if (check) std::printf("\n%s\n", failed ? "kernel report: FAILED" : "kernel report: clean");
+    return check && failed ? clattn::cli::kFailed : 0;
+  });
 }

@@ -1,16 +1,19 @@
 // clattn-probe: every OpenCL device, its profile, what clattn would choose on it, and
 // (with --bench) the bandwidth limits and program build times; with --self-check the
 // runtime self-check and the self-validation verdict of every variant that needs one.
-#include <CLI/CLI.hpp>
 #include <clattn/clattn.hpp>
 #include <cstdio>
-#include <iostream>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
+#include "runtime/env.hpp"
+#include "runtime/log.hpp"
+#include "tools/cli.hpp"
 
 using nlohmann::json;
 
@@ -161,29 +164,59 @@ json run_bench(const clattn::DeviceEntry& d, bool check_only) {
   }
 }
 
+// Why list_devices() found nothing, and what to install.
+std::string no_device_hint() {
+  cl_uint np = 0;
+  if (clGetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0)
+    return "no OpenCL platform found: the OpenCL ICD loader found no driver (see /etc/OpenCL/vendors/*.icd, "
+           "OCL_ICD_VENDORS). Install one, e.g. PoCL for this CPU: sudo apt-get install pocl-opencl-icd";
+  return std::to_string(np) + " OpenCL platform(s) but no device on any of them (is the driver for the device "
+         "installed and the device visible here?)";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"clattn-probe: OpenCL devices and what clattn chooses on each"};
-  bool as_json = false, bench = false, check = false;
+  bool as_json = false, bench = false, check = false, check_args = false;
   std::string device;
   app.add_flag("--json", as_json, "print one JSON document");
   app.add_flag("--bench", bench, "measure copy/streaming-read bandwidth and cold/warm build time per device");
   app.add_flag("--self-check", check, "run the runtime self-check on the selected device and show the self-validation "
                "verdict of each variant that needs one (running its check where none is cached)");
   app.add_option("--device", device, "only this device (index, vendor or name substring; default: all)");
-  CLI11_PARSE(app, argc, argv);
-  try {
+  clattn::cli::add_check_args(app, &check_args);
+  return clattn::cli::run("clattn-probe", app, argc, argv, [&]() -> int {
+    if (check_args) return 0;
+    clattn::rt::log();  // built now: a CLATTN_LOG_LEVEL that is not a level is reported first
     auto devs = clattn::list_devices();
-    std::vector<clattn::DeviceEntry> chosen;
-    if (!device.empty() || check) {
-      auto ctx = clattn::Context::create(device);  // resolves the selector (errors list devices)
-      for (auto& d : devs)
-        if (d.device == ctx.cl_device()) chosen.push_back(d);
-    } else {
-      chosen = devs;
-    }
     json doc{{"clattn_version", clattn::version()}, {"devices", json::array()}};
+    if (devs.empty()) {
+      if (as_json) std::cout << doc.dump(2) << "\n";
+      std::fprintf(stderr, "clattn-probe: %s\n", no_device_hint().c_str());
+      return clattn::cli::kFailed;
+    }
+    // The selector (--device, else CLATTN_DEVICE when set) must name a device: one that
+    // matches nothing is a bad argument, listed with the devices there are.
+    const std::string env_device = clattn::rt::env("CLATTN_DEVICE");
+    std::vector<clattn::DeviceEntry> chosen = devs;
+    if (!device.empty() || check || !env_device.empty()) {
+      std::unique_ptr<clattn::Context> ctx;
+      try {
+        ctx = std::make_unique<clattn::Context>(clattn::Context::create(device));
+      } catch (const clattn::Error& e) {
+        if (e.status() != clattn::Status::DeviceNotFound) throw;
+        std::fprintf(stderr, "clattn-probe: %s\n", e.what());
+        return clattn::cli::kBadArgument;
+      }
+      if (!device.empty() || check) {
+        chosen.clear();
+        for (auto& d : devs)
+          if (d.device == ctx->cl_device()) chosen.push_back(d);
+      } else if (!as_json) {
+        std::printf("default device (CLATTN_DEVICE=%s): %s\n", env_device.c_str(), ctx->profile().device_name.c_str());
+      }
+    }
     for (auto& d : chosen) {
       json b = (bench || check) ? run_bench(d, check && !bench) : json();
       if (as_json) {
@@ -196,17 +229,10 @@ int main(int argc, char** argv) {
       if (b.contains("error")) {
         if (!as_json) std::fprintf(stderr, "clattn-probe: %s\n", b["error"].get<std::string>().c_str());
         if (as_json) std::cout << doc.dump(2) << "\n";
-        return 1;
+        return clattn::cli::kFailed;
       }
     }
     if (as_json) std::cout << doc.dump(2) << "\n";
-    if (chosen.empty() && !as_json) std::printf("no OpenCL devices found\n");
     return 0;
-  } catch (const clattn::Error& e) {
-    std::fprintf(stderr, "clattn-probe: %s: %s\n", clattn::status_name(e.status()), e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "clattn-probe: %s\n", e.what());
-    return 3;
-  }
+  });
 }

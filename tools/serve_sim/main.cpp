@@ -1,12 +1,11 @@
 // clattn-serve-sim: plays an inference engine on one device through the AttentionBackend
 // layer (continuous batching, shared-prefix pages, sampled reference checks) and reports
 // tokens/s, the attention share of the step time, KV memory and decode bandwidth.
-#include <CLI/CLI.hpp>
-
+#include <algorithm>
 #include <cstdio>
-#include <iostream>
 
 #include "sim.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -15,8 +14,7 @@ clattn::DType parse_dtype(const std::string& s) {
   if (s == "f16") return clattn::DType::F16;
   if (s == "bf16") return clattn::DType::BF16;
   if (s == "fp8_e4m3" || s == "fp8") return clattn::DType::FP8_E4M3;
-  if (s == "fp8_e5m2") return clattn::DType::FP8_E5M2;
-  throw CLI::ValidationError("dtype", "unknown dtype '" + s + "' (f32 f16 bf16 fp8_e4m3 fp8_e5m2)");
+  return clattn::DType::FP8_E5M2;  // (the options' validators admit nothing else)
 }
 
 void progress_bar(int done, int total) {
@@ -33,46 +31,89 @@ int main(int argc, char** argv) {
   CLI::App app{"clattn-serve-sim: an engine loop on clattn's attention backends, checked against a reference"};
   clattn::sim::Config cfg;
   std::string device, act = "bf16", kv = "bf16";
-  bool no_progress = false, big = false, no_warmup = false;
+  bool no_progress = false, big = false, no_warmup = false, check_args = false;
+  using clattn::cli::at_least;
+  using clattn::cli::one_of;
   std::string models;
   for (const auto& m : clattn::sim::preset_names()) models += (models.empty() ? "" : "|") + m;
   app.add_option("--device", device, "device selector (index, vendor, name); default $CLATTN_DEVICE, GPU, CPU");
-  app.add_option("--model", cfg.model, "head-config preset: " + models)->capture_default_str();
-  app.add_option("--layers", cfg.num_layers, "layers (0 = the preset's full depth)")->capture_default_str();
-  app.add_option("--backend", cfg.backend, "backend name (default: the preset's: paged, hybrid, mla)");
-  app.add_option("--prefill-backend", cfg.prefill_backend, "hybrid: MHA backend for extend steps")->capture_default_str();
-  app.add_option("--decode-backend", cfg.decode_backend, "hybrid: MHA backend for decode steps")->capture_default_str();
-  app.add_option("--dtype", act, "q/k/v/o dtype: f32 f16 bf16")->capture_default_str();
-  app.add_option("--kv-dtype", kv, "cache dtype: f32 f16 bf16 fp8_e4m3 fp8_e5m2")->capture_default_str();
-  app.add_option("--page-size", cfg.page_size, "tokens per page (0 = the preset's)");
-  app.add_option("--requests", cfg.num_requests, "requests to serve")->capture_default_str();
-  app.add_option("--max-running", cfg.max_running, "concurrent requests (decode batch)")->capture_default_str();
-  app.add_option("--system-prompt", cfg.system_prompt, "shared prefix tokens")->capture_default_str();
-  app.add_option("--prompt-min", cfg.prompt_min)->capture_default_str();
-  app.add_option("--prompt-max", cfg.prompt_max)->capture_default_str();
-  app.add_option("--output-min", cfg.output_min)->capture_default_str();
-  app.add_option("--output-max", cfg.output_max)->capture_default_str();
-  app.add_option("--prefill-budget", cfg.prefill_token_budget, "prompt tokens admitted per step")->capture_default_str();
-  app.add_option("--pages", cfg.num_pages, "KV pages (0 = enough for all requests)");
-  app.add_option("--check-every", cfg.check_every, "check every n-th step (0 = never)")->capture_default_str();
-  app.add_option("--check-requests", cfg.check_requests, "requests checked per layer")->capture_default_str();
+  app.add_option("--model", cfg.model, "head-config preset: " + models)
+      ->capture_default_str()
+      ->check(one_of(clattn::sim::preset_names()));
+  app.add_option("--layers", cfg.num_layers, "layers (0 = the preset's full depth)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  app.add_option("--backend", cfg.backend, "backend name (default: the preset's: paged, hybrid, mla)")
+      ->check(one_of(clattn::backend_names()));
+  app.add_option("--prefill-backend", cfg.prefill_backend, "hybrid: MHA backend for extend steps")
+      ->capture_default_str()
+      ->check(one_of(clattn::backend_names()));
+  app.add_option("--decode-backend", cfg.decode_backend, "hybrid: MHA backend for decode steps")
+      ->capture_default_str()
+      ->check(one_of(clattn::backend_names()));
+  app.add_option("--dtype", act, "q/k/v/o dtype")->capture_default_str()->check(one_of({"f32", "f16", "bf16"}));
+  app.add_option("--kv-dtype", kv, "cache dtype (fp8 = fp8_e4m3)")
+      ->capture_default_str()
+      ->check(one_of({"f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"}));
+  app.add_option("--page-size", cfg.page_size, "tokens per page (0 = the preset's)")->check(at_least(0));
+  app.add_option("--requests", cfg.num_requests, "requests to serve")->capture_default_str()->check(at_least(1));
+  app.add_option("--max-running", cfg.max_running, "concurrent requests (decode batch)")
+      ->capture_default_str()
+      ->check(at_least(1));
+  app.add_option("--system-prompt", cfg.system_prompt, "shared prefix tokens (rounded up to whole pages)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  app.add_option("--prompt-min", cfg.prompt_min, "user tokens per request, at least")
+      ->capture_default_str()
+      ->check(at_least(1));
+  app.add_option("--prompt-max", cfg.prompt_max, "user tokens per request, at most")
+      ->capture_default_str()
+      ->check(at_least(1));
+  app.add_option("--output-min", cfg.output_min, "generated tokens per request, at least")
+      ->capture_default_str()
+      ->check(at_least(1));
+  app.add_option("--output-max", cfg.output_max, "generated tokens per request, at most")
+      ->capture_default_str()
+      ->check(at_least(1));
+  app.add_option("--prefill-budget", cfg.prefill_token_budget, "prompt tokens admitted per step")
+      ->capture_default_str()
+      ->check(at_least(1));
+  app.add_option("--pages", cfg.num_pages, "KV pages (0 = enough for all requests)")->check(at_least(0));
+  app.add_option("--check-every", cfg.check_every, "check every n-th step (0 = never)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  app.add_option("--check-requests", cfg.check_requests, "requests checked per layer")
+      ->capture_default_str()
+      ->check(at_least(1));
   app.add_flag("--check-all-layers", cfg.check_all_layers, "check every layer of a checked step");
   app.add_flag("!--no-mixed", cfg.mixed, "prefill and decode in separate steps (default: mixed steps)");
   app.add_option("--seed", cfg.seed)->capture_default_str();
   app.add_flag("--no-progress", no_progress);
   app.add_flag("--no-warmup", no_warmup,
                "one pass only (by default a first, cold pass builds the kernels and the figures are from a second, warm pass)");
-  app.add_flag("--big", big, "a GPU-sized run: full depth, 64 requests x ~1-2k tokens, checks every 50th step");
-  CLI11_PARSE(app, argc, argv);
+  app.add_flag("--big", big,
+               "a GPU-sized run: full depth, 128 requests (64 at once) x ~1-2k tokens, checks every 50th step "
+               "(options given beside it win)");
+  clattn::cli::add_check_args(app, &check_args);
 
-  try {
+  return clattn::cli::run("clattn-serve-sim", app, argc, argv, [&]() -> int {
     cfg.act_dtype = parse_dtype(act);
     cfg.kv_dtype = parse_dtype(kv);
-    if (big) {
-      cfg.num_requests = 128, cfg.max_running = 64, cfg.system_prompt = 512;
-      cfg.prompt_min = 256, cfg.prompt_max = 1536, cfg.output_min = 64, cfg.output_max = 256;
-      cfg.prefill_token_budget = 8192, cfg.check_every = 50, cfg.check_requests = 1;
+    if (big) {  // its sizes, where the option was not given
+      const struct {
+        const char* option;
+        int* field;
+        int value;
+      } sizes[] = {{"--requests", &cfg.num_requests, 128},         {"--max-running", &cfg.max_running, 64},
+                   {"--system-prompt", &cfg.system_prompt, 512},    {"--prompt-min", &cfg.prompt_min, 256},
+                   {"--prompt-max", &cfg.prompt_max, 1536},         {"--output-min", &cfg.output_min, 64},
+                   {"--output-max", &cfg.output_max, 256},          {"--prefill-budget", &cfg.prefill_token_budget, 8192},
+                   {"--check-every", &cfg.check_every, 50},         {"--check-requests", &cfg.check_requests, 1}};
+      for (const auto& sz : sizes)
+        if (app.count(sz.option) == 0) *sz.field = sz.value;
     }
+    if (auto p = clattn::sim::check(cfg)) clattn::cli::bad_argument(p->option, p->why);
+    if (check_args) return 0;
     if (!no_progress) cfg.progress = progress_bar;
     auto ctx = clattn::Context::create(device);
     const auto limits = clattn::measure_limits(ctx);
@@ -81,9 +122,12 @@ int main(int argc, char** argv) {
     // Kernel compilation is a one-time cost per device and driver (the disk cache keeps the
     // programs; PoCL also compiles at a kernel's first launch): a cold pass over the same
     // workload pays it, and the figures below come from the warm pass that follows.
+    double cold_s = 0;
     if (!no_warmup) {
       const auto cold = clattn::sim::run(ctx, cfg);
-      std::printf("  cold pass      %.2f s, %.1f tokens/s: kernel builds included (one-time cost, not in the figures below)\n",
+      cold_s = cold.wall_s;
+      std::printf("  cold pass      %.2f s, %.1f tokens/s: each program built (or loaded from the disk cache) at its "
+                  "first use; not in the figures below\n",
                   cold.wall_s, double(cold.prompt_tokens + cold.generated_tokens) / cold.wall_s);
       if (cold.mismatches > 0) {
         for (const auto& f : cold.failures) std::printf("  MISMATCH       %s\n", f.c_str());
@@ -98,9 +142,23 @@ int main(int argc, char** argv) {
                 r.decode_steps);
     std::printf("  tokens         %lld prompt (%lld served from the shared prefix), %lld generated\n",
                 (long long)r.prompt_tokens, (long long)r.cached_prefix_tokens, (long long)r.generated_tokens);
+    // Pages are what requests share, so the system prompt is rounded up to whole pages.
+    if (r.shared_prefix_tokens > 0) {
+      const std::string rounded = r.shared_prefix_tokens == cfg.system_prompt
+                                      ? ""
+                                      : " (--system-prompt " + std::to_string(cfg.system_prompt) +
+                                            " rounded up to whole pages)";
+      std::printf("  shared prefix  %d tokens = %d page(s) of %d%s\n", r.shared_prefix_tokens,
+                  r.shared_prefix_tokens / r.page_size, r.page_size, rounded.c_str());
+    } else {
+      std::printf("  shared prefix  none (--system-prompt 0)\n");
+    }
     std::printf("  throughput     %.1f tokens/s (%.1f generated/s) over %.2f s (%s; reference checks excluded)\n",
                 toks / r.wall_s, double(r.generated_tokens) / r.wall_s, r.wall_s,
                 no_warmup ? "one pass, kernel builds included" : "warm pass");
+    if (!no_warmup)
+      std::printf("  one-time cost  %.2f s: the cold pass less the warm one (program builds and first launches)\n",
+                  std::max(0.0, cold_s - r.wall_s));
     if (r.attention_s > 0) {
       std::printf("  attention      %.3f s device time, %.1f%% of the step time\n", r.attention_s,
                   100.0 * r.attention_s / r.wall_s);
@@ -125,8 +183,5 @@ int main(int argc, char** argv) {
     }
     std::printf("OK\n");
     return 0;
-  } catch (const clattn::Error& e) {
-    std::fprintf(stderr, "\nclattn-serve-sim: %s: %s\n", clattn::status_name(e.status()), e.what());
-    return 2;
-  }
+  });
 }

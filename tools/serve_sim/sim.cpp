@@ -66,7 +66,7 @@ class Engine {
     model_ = preset(cfg.model, cfg.num_layers);
     if (cfg.page_size > 0) model_.page_size = cfg.page_size;
     P_ = model_.page_size;
-    sys_len_ = (cfg.system_prompt / P_) * P_;
+    sys_len_ = (cfg.system_prompt + P_ - 1) / P_ * P_;
     max_ctx_ = sys_len_ + cfg.prompt_max + cfg.output_max + 1;
     pool_rows_ = cfg.max_running + 1;  // row 0: the shared system prompt
     has_linear_ = has_paged_ = false;
@@ -109,6 +109,8 @@ class Engine {
     report_.backend = backend_->name();
     report_.model = model_.name + " (" + std::to_string(model_.layers.size()) + " layers)";
     report_.pages_total = num_pages_;
+    report_.shared_prefix_tokens = sys_len_;
+    report_.page_size = P_;
     report_.kv_bytes_allocated = pool_.bytes_allocated();
   }
 
@@ -130,7 +132,7 @@ class Engine {
       const int user = std::uniform_int_distribution<int>(cfg_.prompt_min, cfg_.prompt_max)(rng_);
       for (int j = 0; j < user; ++j) r.toks.push_back(tok(rng_));
       r.prompt_len = int(r.toks.size());
-      r.output_len = std::uniform_int_distribution<int>(std::max(1, cfg_.output_min), std::max(1, cfg_.output_max))(rng_);
+      r.output_len = std::uniform_int_distribution<int>(cfg_.output_min, cfg_.output_max)(rng_);
       waiting_.push_back(r);
     }
     if (sys_len_ > 0) prefill_system_prompt();
@@ -224,7 +226,7 @@ class Engine {
           // shared system-prompt page: already mapped when admitted
         } else {
           r.own_pages.push_back(take_page());
-          --r.reserved_pages;
+          --r.reserved_pages, --reserved_;  // a reserved page, now taken
         }
       }
       if (!(pos < sys_len_ && r.shares_prefix)) row[pos] = r.own_pages.back() * P_ + pos % P_;
@@ -239,6 +241,7 @@ class Engine {
     s.toks = sys_toks_;
     s.prompt_len = sys_len_;
     s.reserved_pages = sys_len_ / P_;
+    reserved_ += s.reserved_pages;
     std::vector<Request*> batch{&s};
     std::vector<int> lens{sys_len_};
     forward_step(ForwardMode::Extend, batch, lens);
@@ -446,7 +449,8 @@ class Engine {
     ctx_.finish();
     for (size_t i = 0; i < batch.size(); ++i) {
       Request& r = *batch[i];
-      if (ext_[i] == 0 || seq_[i] < r.prompt_len) continue;  // chunk without the prompt's end
+      // A chunk without the prompt's end, or the system prompt (output_len 0), generates nothing.
+      if (ext_[i] == 0 || seq_[i] < r.prompt_len || r.generated >= r.output_len) continue;
       int best = 0;
       double best_v = -1e300;
       const int n = std::min<int>(kVocab, int(out_width(last)));
@@ -575,7 +579,7 @@ class Engine {
   std::map<int, std::vector<double>> sinks_host_;
   std::vector<int32_t> req_to_token_;
   std::vector<int> free_pages_, free_rows_, sys_pages_, sys_toks_;
-  int reserved_ = 0, finished_ = 0;
+  int reserved_ = 0, finished_ = 0;  // reserved_: pages promised to admitted requests, not yet taken
   std::deque<Request> waiting_;
   std::list<Request> running_;
   std::vector<int32_t> pool_idx_, seq_, prefix_, ext_;
@@ -587,7 +591,46 @@ class Engine {
 
 }  // namespace
 
+std::optional<ConfigProblem> check(const Config& c) {
+  auto at_least = [](const char* opt, int v, int lo, const char* note = "") -> std::optional<ConfigProblem> {
+    if (v >= lo) return std::nullopt;
+    return ConfigProblem{opt, "must be at least " + std::to_string(lo) + note + ", got " + std::to_string(v)};
+  };
+  const auto names = preset_names();
+  if (std::find(names.begin(), names.end(), c.model) == names.end()) {
+    std::string known;
+    for (const auto& n : names) known += " " + n;
+    return ConfigProblem{"--model", "'" + c.model + "' is not a preset (one of" + known + ")"};
+  }
+  for (auto p : {at_least("--layers", c.num_layers, 0, " (0 = the preset's depth)"),
+                 at_least("--page-size", c.page_size, 0, " (0 = the preset's)"),
+                 at_least("--requests", c.num_requests, 1), at_least("--max-running", c.max_running, 1),
+                 at_least("--system-prompt", c.system_prompt, 0), at_least("--prompt-min", c.prompt_min, 1),
+                 at_least("--output-min", c.output_min, 1), at_least("--prefill-budget", c.prefill_token_budget, 1),
+                 at_least("--pages", c.num_pages, 0, " (0 = enough for every request)"),
+                 at_least("--check-every", c.check_every, 0, " (0 = never)"),
+                 at_least("--check-requests", c.check_requests, 1)})
+    if (p) return p;
+  if (c.prompt_max < c.prompt_min)
+    return ConfigProblem{"--prompt-max", "is " + std::to_string(c.prompt_max) + ", below --prompt-min " +
+                                             std::to_string(c.prompt_min)};
+  if (c.output_max < c.output_min)
+    return ConfigProblem{"--output-max", "is " + std::to_string(c.output_max) + ", below --output-min " +
+                                             std::to_string(c.output_min)};
+  if (c.num_pages > 0) {  // the longest request must fit: its own pages plus the shared prefix's
+    const int P = c.page_size > 0 ? c.page_size : preset(c.model, 1).page_size;
+    const int64_t tokens = int64_t((c.system_prompt + P - 1) / P) * P + c.prompt_max + c.output_max;
+    const int64_t need = (tokens + P - 1) / P;
+    if (c.num_pages < need)
+      return ConfigProblem{"--pages", std::to_string(c.num_pages) + " cannot hold the longest request (" +
+                                          std::to_string(tokens) + " tokens with the shared prefix: " +
+                                          std::to_string(need) + " pages of " + std::to_string(P) + ")"};
+  }
+  return std::nullopt;
+}
+
 Report run(const Context& ctx, const Config& cfg) {
+  if (auto p = check(cfg)) throw Error(Status::InvalidArgument, "serve-sim: " + p->option + " " + p->why);
   Engine e(ctx, cfg);
   return e.run();
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ struct Config {
   int page_size = 0;           // 0 = the preset's
   int num_requests = 12;
   int max_running = 6;         // decode batch limit (pool rows)
-  int system_prompt = 32;      // shared prefix tokens (rounded down to whole pages)
+  int system_prompt = 32;      // shared prefix tokens (rounded up to whole pages: pages are what is shared)
   int prompt_min = 4, prompt_max = 40;   // per-request user tokens
   int output_min = 2, output_max = 12;   // generated tokens per request
   int prefill_token_budget = 512;        // new prompt tokens admitted per step
@@ -49,6 +50,7 @@ struct Report {
   std::string device, backend, model;
   int steps = 0, decode_steps = 0, extend_steps = 0, mixed_steps = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, cached_prefix_tokens = 0;
+  int shared_prefix_tokens = 0, page_size = 0;  // the system prompt as shared: whole pages
   double wall_s = 0, attention_s = 0;    // attention_s: device time of forward() calls (profiling)
   double decode_attention_s = 0;         // of which decode steps
   double decode_kv_bytes = 0;            // KV bytes the decode steps' attention read
@@ -62,6 +64,14 @@ struct Report {
   unsigned long long steady_decode_allocations = 0;
 };
 
+// The first setting run() would refuse, with the clattn-serve-sim option that sets it and
+// why ("--prompt-max", "is 10, below --prompt-min 50"); nullopt when there is none.
+struct ConfigProblem {
+  std::string option, why;
+};
+std::optional<ConfigProblem> check(const Config& cfg);
+
+// Throws InvalidArgument (naming the option) for a setting check() refuses.
 Report run(const Context& ctx, const Config& cfg);
 
 }  // namespace clattn::sim

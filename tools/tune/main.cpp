@@ -8,7 +8,7 @@
 //
 // Progress (one line per candidate) goes to stderr; the table (and --emit-rows) to stdout.
 // Details: docs/tuning.md.
-#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -16,30 +16,53 @@
 
 #include "backends/params/database.hpp"
 #include "harness/harness.hpp"
+#include "tools/cli.hpp"
 #include "tools/tune/tuner.hpp"
+
+namespace {
+
+// --ops: comma-separated names of ops clattn-tune knows.
+CLI::Validator known_ops() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const auto names = clattn::tune::op_names();
+        std::stringstream ss(s);
+        for (std::string op; std::getline(ss, op, ',');)
+          if (!op.empty() && std::find(names.begin(), names.end(), op) == names.end())
+            return "unknown op '" + op + "' (one of " + clattn::cli::join(names) + ")";
+        return {};
+      },
+      "OP[,OP...]");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"clattn-tune: search kernel parameters on this device and write them where the runtime reads them"};
   clattn::tune::Options opt;
   std::string device, out, ops, from;
-  bool emit = false, dry = false;
-  std::string names;
-  for (auto& n : clattn::tune::op_names()) names += (names.empty() ? "" : ",") + n;
-  app.add_option("--ops", ops, "comma-separated ops to tune (default: all = " + names + ")");
+  bool emit = false, dry = false, check_args = false;
+  using clattn::cli::at_least;
+  app.add_option("--ops", ops,
+                 "comma-separated ops to tune (default: all = " + clattn::cli::join(clattn::tune::op_names(), ",") + ")")
+      ->check(known_ops());
   app.add_option("--time-budget", opt.time_budget_s,
                  "seconds for all ops together; when spent, stop trying candidates and keep the best so far "
-                 "(the generic and vendor-default reference runs always run). 0 = no limit");
+                 "(the generic and vendor-default reference runs always run). 0 = no limit")
+      ->check(at_least(0));
   app.add_option("--out", out, "JSON file to write (default: $CLATTN_TUNED_FILE, else <cache dir>/tuned/<device>.json)");
   app.add_option("--device", device, "device selector (index, vendor or name substring)");
   app.add_flag("--quick", opt.quick, "tiny shapes and short axes (PoCL / CI)");
-  app.add_option("--warmup", opt.warmup, "untimed runs per measurement (default 3, --quick 1)");
-  app.add_option("--iters", opt.iters, "timed runs per measurement, median kept (default 15, --quick 3)");
-  app.add_option("--passes", opt.passes, "coordinate-descent passes over the axes (default 2)");
+  app.add_option("--warmup", opt.warmup, "untimed runs per measurement (default 3, --quick 1)")->check(at_least(0));
+  app.add_option("--iters", opt.iters, "timed runs per measurement, median kept (default 15, --quick 3)")
+      ->check(at_least(1));
+  app.add_option("--passes", opt.passes, "coordinate-descent passes over the axes (default 2)")->check(at_least(1));
   app.add_flag("--emit-rows", emit, "also print ready-to-paste Level::Device rows for backends/params/rows_<op>.cpp");
   app.add_option("--from", from, "read a JSON file written earlier instead of tuning (with --emit-rows: rows only)");
   app.add_flag("--dry-run", dry, "tune and print, but write no file");
-  CLI11_PARSE(app, argc, argv);
-  try {
+  clattn::cli::add_check_args(app, &check_args);
+  return clattn::cli::run("clattn-tune", app, argc, argv, [&]() -> int {
+    if (check_args) return 0;
     clattn::tune::Report rep;
     if (!from.empty()) {
       std::ifstream in(from);
@@ -79,11 +102,5 @@ int main(int argc, char** argv) {
     if (!(emit && !from.empty())) std::cout << clattn::tune::table(rep);
     if (emit) std::cout << "\n" << clattn::tune::emit_rows(rep);
     return 0;
-  } catch (const clattn::Error& e) {
-    std::fprintf(stderr, "clattn-tune: %s: %s\n", clattn::status_name(e.status()), e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "clattn-tune: %s\n", e.what());
-    return 2;
-  }
+  });
 }
