@@ -61,3 +61,19 @@ def test_native_run_rejects_non_tensors_by_name(ctx, rng):
             _clattn._decode_run(*bad)
     with pytest.raises(clattn.Error, match="v_a is required"):
         _clattn._merge_state(ctx, None, None, None, None, None, None)
+
+
+def test_fresh_interpreter_importing_clattn_first_opens_every_device():
+    """The module loaded before any other libstdc++ user, then every driver initialised: a
+    libclattn exporting the C++ runtime's symbols crashed here (SIGSEGV in the driver's LLVM
+    std::call_once; ctest exported_symbols checks the exports themselves)."""
+    import os
+    import subprocess
+    import sys
+    code = ("import clattn\n"
+            "for d in clattn.devices():\n"
+            "    clattn.Context(d['index'])\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
