@@ -1,5 +1,5 @@
 # Installs the build tree into a scratch prefix, runs each installed tool from there (TOOLS,
-# comma-separated) with no LD_LIBRARY_PATH, builds the consumer against the prefix, runs it.
+# comma-separated) with no LD_LIBRARY_PATH entry into the build tree or the prefix, builds the consumer against the prefix, runs it.
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} RESULT_VARIABLE r OUTPUT_QUIET)
@@ -19,7 +19,19 @@ endforeach()
 
 # Installed tools start on their own: --help loads every shared library a tool needs, and
 # clattn-serve-sim (linked to libclattn.so) serves two requests of the tiny model for real.
-unset(ENV{LD_LIBRARY_PATH})
+# LD_LIBRARY_PATH keeps only directories outside the build tree and the prefix (a machine may
+# need it for its own dependencies); libclattn must come through the RPATH.
+set(kept "")
+string(REPLACE ":" ";" dirs "$ENV{LD_LIBRARY_PATH}")
+foreach(d ${dirs})
+  string(FIND "${d}" "${BUILD}" in_build)
+  string(FIND "${d}" "${WORK}" in_work)
+  if(in_build EQUAL -1 AND in_work EQUAL -1)
+    list(APPEND kept "${d}")
+  endif()
+endforeach()
+string(REPLACE ";" ":" kept "${kept}")
+set(ENV{LD_LIBRARY_PATH} "${kept}")
 foreach(t ${tools})
   execute_process(COMMAND ${prefix}/bin/${t} --help RESULT_VARIABLE r OUTPUT_VARIABLE out ERROR_VARIABLE out
                   TIMEOUT 60)
