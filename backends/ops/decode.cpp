@@ -13,6 +13,7 @@
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
+#include "backends/params/param_names.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/planner/split_kv.hpp"
 #include "clattn/decode.hpp"
@@ -449,6 +450,7 @@ void fill_scales(DecodePlanState& st, const PagedKV& cache, const DecodeOptions&
 DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, const PagedKV& cache,
                      const DecodeOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
+  params::check_param_names({"decode"}, opt.params, "DecodeOptions::params");
   const int B = int(r.end.size());
   const int group = opt.num_qo_heads / cache.num_kv_heads;
   SplitParams sp;

@@ -11,6 +11,7 @@
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
+#include "backends/params/param_names.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/ops/extend.hpp"
 #include "backends/ops/catalog.hpp"
@@ -644,6 +645,7 @@ void add_test_candidate(const ExtendOptions& opt, std::vector<Tile>& cands) {
 ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source src, const KVDesc& kv,
                      const ExtendOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
+  params::check_param_names({"extend"}, opt.params, "ExtendOptions::params");
   const int B = r.size();
   const int group = opt.num_qo_heads / kv.num_kv_heads;
 

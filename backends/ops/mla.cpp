@@ -14,6 +14,7 @@
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
 #include "backends/params/database.hpp"
+#include "backends/params/param_names.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/planner/split_kv.hpp"
 #include "clattn/mla.hpp"
@@ -430,6 +431,7 @@ ops::Variant append_variant(const DeviceProfile& prof) {
 MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool extend, const MlaCache& cache,
                   const MlaOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
+  params::check_param_names({extend ? "mla_extend" : "mla_decode"}, opt.params, "MlaOptions::params");
   const int B = int(r.kv_len.size()), H = opt.num_heads;
   cl_device_fp_config fp = 0;
   clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);

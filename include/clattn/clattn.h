@@ -114,7 +114,7 @@ typedef struct clattn_decode_options {
   int split_tokens;       /* deterministic tile, 0 = default */
   int max_splits;         /* 0 = planner's choice, 1 = never split */
   int validate;           /* 1 = validate metadata (default) */
-  const char* params;     /* parameter overrides "NAME=int,NAME=int", NULL = none */
+  const char* params;     /* parameter overrides "NAME=int,NAME=int" (names the op has), NULL = none */
 } clattn_decode_options;
 CLATTN_API void clattn_decode_options_init(clattn_decode_options* opt);
 
@@ -336,7 +336,7 @@ typedef struct clattn_extend_options {
   const int32_t* mask_indptr;
   int validate;                  /* 1 = validate metadata (default) */
   const char* variant;           /* NULL or "" = the profile's choice; "generic"; "nv_mma_sync" */
-  const char* params;            /* parameter overrides "NAME=int,NAME=int", NULL = none */
+  const char* params;            /* parameter overrides "NAME=int,NAME=int" (names the op has), NULL = none */
 } clattn_extend_options;
 CLATTN_API void clattn_extend_options_init(clattn_extend_options* opt);
 

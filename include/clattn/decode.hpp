@@ -33,7 +33,7 @@ struct DecodeOptions {
   int split_tokens = 0;             // deterministic tile (tokens); 0 = parameter default
   int max_splits = 0;               // per request; 0 = planner's choice; 1 = never split
   bool validate = true;             // run metadata validation (off for the hot path)
-  std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
+  std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks); a name the op lacks: InvalidArgument
   PlanBuffer plan_buffer;           // optional caller-owned table memory (see PlanBuffer)
 };
 

@@ -52,7 +52,7 @@ struct ExtendOptions {
   // Variants never run on hardware of their kind, forced or not, are used only after they
   // matched the generic kernel on the device (docs/runtime.md, "Self-validation of variants").
   std::string variant;
-  std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks)
+  std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks); a name the op lacks: InvalidArgument
   PlanBuffer plan_buffer;             // optional caller-owned table memory (context.hpp PlanBuffer)
 };
 

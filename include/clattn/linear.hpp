@@ -43,7 +43,8 @@ struct LinearConfig {
   bool beta_is_logits = false;  // GDN only: beta = sigmoid(given beta)
   bool constant_decay = false;  // g is [Hv], the same for every token (lightning attention)
   // Parameter overrides (tuning, benchmarks): DEC_DVT DEC_VEC DEC_ROWS (ops linear_decode),
-  // PF_C PF_DVT PF_WG PF_DKT (linear_prefill); clamped to the shape and device like the
+  // PF_C PF_DVT PF_WG PF_DKT (linear_prefill); a name neither op has is InvalidArgument;
+  // clamped to the shape and device like the
   // database's values.
   std::map<std::string, int> params;
 };

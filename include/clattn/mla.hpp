@@ -53,7 +53,7 @@ struct MlaOptions {
   bool causal = true;            // extend only; decode sees all of its keys
   int max_splits = 0;            // decode: KV chunks per request; 0 = planner's choice; 1 = never split
   bool validate = true;          // run metadata validation (off for the hot path)
-  std::map<std::string, int> params;  // parameter overrides (QB, LANES, LOAD_BYTES, ...)
+  std::map<std::string, int> params;  // parameter overrides (QB, LANES, LOAD_BYTES, ...); unknown name: InvalidArgument
   PlanBuffer plan_buffer;             // optional caller-owned table memory (context.hpp PlanBuffer)
 };
 

@@ -73,6 +73,10 @@ int main(void) {
   badp.params = "WG=x";
   CHECK(clattn_decode_plan_csr(ctx, &csr, &cache, &badp, &plan) == CLATTN_INVALID_ARGUMENT);
   CHECK(strstr(clattn_last_error(), "opt.params") != NULL);
+  badp.params = "NOPE=3"; /* well-formed, but decode has no such parameter */
+  CHECK(clattn_decode_plan_csr(ctx, &csr, &cache, &badp, &plan) == CLATTN_INVALID_ARGUMENT);
+  CHECK(plan == NULL);
+  CHECK(strstr(clattn_last_error(), "'NOPE'") != NULL);
 
   CHECK(clattn_decode_plan_csr(ctx, &csr, &cache, &opt, &plan) == CLATTN_SUCCESS);
   int64_t ws = 0;
