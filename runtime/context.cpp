@@ -116,22 +116,23 @@ ContextImpl::ContextImpl(cl_platform_id p, cl_context c, cl_device_id d, cl_comm
   }
 }
 
-void ContextImpl::on_release(const std::string& key, std::function<void()> hook) {
+void ContextImpl::on_release(void (*hook)()) {
   std::lock_guard<std::mutex> lock(release_mu);
-  release_hooks.emplace(key, std::move(hook));
+  if (std::find(release_hooks.begin(), release_hooks.end(), hook) == release_hooks.end())
+    release_hooks.push_back(hook);
 }
 
 void ContextImpl::release() {
-  std::map<std::string, std::function<void()>> hooks;
+  std::vector<void (*)()> hooks;
   {
     std::lock_guard<std::mutex> lock(release_mu);
     hooks.swap(release_hooks);
   }
-  for (auto& [key, hook] : hooks) {
+  for (auto hook : hooks) {
     try {
       hook();
     } catch (const std::exception& e) {
-      rt::log().warn("context release: {} failed: {}", key, e.what());
+      rt::log().warn("context release: a release hook failed: {}", e.what());
     }
   }
   programs.clear();

@@ -1,10 +1,8 @@
 // The object behind clattn::Context: OpenCL handles, the profile, the program cache.
 #pragma once
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <string>
+#include <vector>
 
 #include "clattn/context.hpp"
 #include "runtime/program_cache.hpp"
@@ -37,14 +35,15 @@ class ContextImpl {
   std::mutex self_validation_mu;
 
   // Runs `hook` when the context goes away, before its OpenCL objects are released, once
-  // per `key` however often it is added. For libraries that keep programs of this
-  // cl_context in a process-wide cache (CLBlast): they drop them while the context lives,
-  // instead of at process exit, after the context (and, in some runtimes, the driver) is gone.
-  void on_release(const std::string& key, std::function<void()> hook);
+  // however often it is added (no allocation after the first: callers add it on run paths).
+  // For libraries that keep programs of this cl_context in a process-wide cache (CLBlast):
+  // they drop them while the context lives, instead of at process exit, after the context
+  // (and, in some runtimes, the driver) is gone.
+  void on_release(void (*hook)());
 
  private:
   std::mutex release_mu;
-  std::map<std::string, std::function<void()>> release_hooks;
+  std::vector<void (*)()> release_hooks;
 
 
   void release();  // drops every handle (destructor, failed constructor)

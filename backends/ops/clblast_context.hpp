@@ -12,9 +12,9 @@
 
 namespace clattn::ops {
 
-inline void clblast_programs_follow(const Context& ctx) {
-  rt::impl(ctx).on_release("clblast::ClearCache", [] { clblast::ClearCache(); });
-}
+inline void clblast_clear_cache() { clblast::ClearCache(); }
+
+inline void clblast_programs_follow(const Context& ctx) { rt::impl(ctx).on_release(&clblast_clear_cache); }
 
 }  // namespace clattn::ops
 #endif

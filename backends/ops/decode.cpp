@@ -423,9 +423,7 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
 void build_kernels(const Context& ctx, const KTile& tile, const PagedKV& cache, const ops::DecodeCheckCase& k,
                    DecodePlanState& st, DecodePlan& plan) {
   auto& c = rt::impl(ctx);
-  cl_device_fp_config fp = 0;
-  clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
-  const bool denorms = (fp & CL_FP_DENORM) != 0;
+  const bool denorms = ops::fp32_denorms(c);
   // Variants never run on hardware of their kind are used after this check passes.
   const ops::SelfCheck check = [&](const ops::Variant& v) { return ops::decode_self_check(ctx, k, v); };
   ops::BuiltVariant b = ops::select_and_build(c, "decode", variants(c.profile, tile, cache, denorms), check);

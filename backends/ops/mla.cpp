@@ -431,11 +431,10 @@ ops::Variant append_variant(const DeviceProfile& prof) {
 MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool extend, const MlaCache& cache,
                   const MlaOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
-  params::check_param_names({extend ? "mla_extend" : "mla_decode"}, opt.params, "MlaOptions::params");
+  const std::string op = extend ? "mla_extend" : "mla_decode";
+  params::check_param_names({op}, opt.params, "MlaOptions::params");
   const int B = int(r.kv_len.size()), H = opt.num_heads;
-  cl_device_fp_config fp = 0;
-  clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
-  Tile tile = choose_tile(c.profile, cache, opt, extend, ops::preferred_float_width(c), (fp & CL_FP_DENORM) != 0);
+  Tile tile = choose_tile(c.profile, cache, opt, extend, ops::preferred_float_width(c), ops::fp32_denorms(c));
   auto st = std::make_shared<MlaPlanState>();
   MlaPlan plan;
   plan.extend = extend;
@@ -448,7 +447,6 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.page_table = page_table;
   plan.page_ids_needed = r.page_ids_needed;
 
-  const std::string op = extend ? "mla_extend" : "mla_decode";
   const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
   ops::BuiltVariant built = ops::select_and_build(c, op, variants(c.profile, tile, cache, extend));
   st->prog = built.program;

@@ -42,6 +42,14 @@ inline int preferred_float_width(const detail::ContextImpl& c) {
   return w ? int(w) : 1;
 }
 
+// The device keeps f32 denormals (CL_FP_DENORM in CL_DEVICE_SINGLE_FP_CONFIG): the CPU
+// variants' fast fp8 decode is exact only then.
+inline bool fp32_denorms(const detail::ContextImpl& c) {
+  cl_device_fp_config fp = 0;
+  clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
+  return (fp & CL_FP_DENORM) != 0;
+}
+
 // Head dims the decode and extend kernels are built for.
 inline bool supported_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256; }
 

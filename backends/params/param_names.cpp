@@ -38,6 +38,7 @@ std::vector<std::string> param_names(const std::string& op) {
 }
 
 void check_param_names(const std::vector<std::string>& ops, const Values& overrides, const std::string& what) {
+  if (overrides.empty()) return;  // the usual plan: no name list built
   std::set<std::string> known;
   for (const auto& op : ops)
     for (auto& n : param_names(op)) known.insert(n);

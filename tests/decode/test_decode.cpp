@@ -147,15 +147,7 @@ Batch build(const Case& c, uint64_t salt) {
     b.csr.kv_last_page_len.push_back(L == 0 ? 0 : L - (npages[size_t(i)] - 1) * P);
     if (c.meta == Meta::WindowedCsr) b.csr.kv_start_offset.push_back(start);
   }
-  b.table.page_size = P;
-  b.table.max_pages = 1;
-  for (auto& p : b.pages) b.table.max_pages = std::max(b.table.max_pages, int(p.size()));
-  b.table.page_table.assign(size_t(B) * b.table.max_pages, -1);
-  for (int i = 0; i < B; ++i) {
-    std::copy(b.pages[size_t(i)].begin(), b.pages[size_t(i)].end(),
-              b.table.page_table.begin() + ptrdiff_t(i) * b.table.max_pages);
-    b.table.seq_lens.push_back(c.lens[size_t(i)]);
-  }
+  b.table = test::page_table(b.pages, P, std::vector<int32_t>(c.lens.begin(), c.lens.end()));
 
   // Reference, request by request over the logical sequence.
   b.o_ref.assign(size_t(B) * Hq * D, 0.0);

@@ -190,15 +190,9 @@ Batch build(const Case& c, uint64_t salt) {
       b.csr.kv_last_page_len.push_back(L == 0 ? 0 : L - (np - 1) * P);
       if (c.meta == Meta::WindowedCsr) b.csr.kv_start_offset.push_back(start);
     }
-    b.table.page_size = P;
-    b.table.max_pages = 1;
-    for (auto& p : b.pages) b.table.max_pages = std::max(b.table.max_pages, int(p.size()));
-    b.table.page_table.assign(size_t(B) * b.table.max_pages, -1);
-    for (int i = 0; i < B; ++i) {
-      std::copy(b.pages[size_t(i)].begin(), b.pages[size_t(i)].end(),
-                b.table.page_table.begin() + ptrdiff_t(i) * b.table.max_pages);
-      b.table.seq_lens.push_back(b.kv_len(i));
-    }
+    std::vector<int32_t> lens;
+    for (int i = 0; i < B; ++i) lens.push_back(b.kv_len(i));
+    b.table = test::page_table(b.pages, P, std::move(lens));
     b.table.cu_seqlens_q = b.qo_indptr;
     b.table.cu_seqlens_k = b.kv_indptr;
   }

@@ -32,9 +32,7 @@ TEST(KernelWarnings, EveryCatalogProgramBuildsWithoutWarnings) {
   ops::CatalogTarget t;
   t.profile = c.profile;
   t.preferred_float_width = ops::preferred_float_width(c);
-  cl_device_fp_config fp = 0;
-  clGetDeviceInfo(c.device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
-  t.fp32_denorms = (fp & CL_FP_DENORM) != 0;
+  t.fp32_denorms = ops::fp32_denorms(c);
 
   std::map<std::string, std::pair<std::string, std::string>> programs;  // by file + options
   for (const ops::CatalogEntry& e : ops::catalog(t))

@@ -1,5 +1,6 @@
 #include "support/test_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,18 @@ Context& ctx() {
   auto& c = shared_context();
   if (!c) c.emplace(Context::create());
   return *c;
+}
+
+PageTable page_table(const std::vector<std::vector<int32_t>>& pages, int page_size, std::vector<int32_t> seq_lens) {
+  PageTable t;
+  t.page_size = page_size;
+  t.max_pages = 1;
+  for (auto& p : pages) t.max_pages = std::max(t.max_pages, int(p.size()));
+  t.page_table.assign(pages.size() * size_t(t.max_pages), -1);
+  for (size_t i = 0; i < pages.size(); ++i)
+    std::copy(pages[i].begin(), pages[i].end(), t.page_table.begin() + ptrdiff_t(i) * t.max_pages);
+  t.seq_lens = std::move(seq_lens);
+  return t;
 }
 
 uint64_t seed() {

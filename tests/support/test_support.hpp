@@ -16,6 +16,9 @@ namespace clattn::test {
 // One context per test process, on $CLATTN_DEVICE or the default device.
 Context& ctx();
 
+// A PageTable of requests' page lists (row i: pages[i], padded with -1) and KV lengths.
+PageTable page_table(const std::vector<std::vector<int32_t>>& pages, int page_size, std::vector<int32_t> seq_lens);
+
 // Seed: $CLATTN_TEST_SEED, else a fixed default. Printed with every failure via SeedTrace.
 uint64_t seed();
 struct Rng {

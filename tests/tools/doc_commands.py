@@ -118,21 +118,21 @@ def main(argv):
     src, exes = argv[1], dict(a.split("=", 1) for a in argv[2:])
     docs = [os.path.join(src, "README.md")] + sorted(glob.glob(os.path.join(src, "docs", "*.md")))
     failures, checked, skipped = [], 0, []
-    todo = []
+    work = []
     for path in docs:
         with open(path, encoding="utf-8") as f:
             for tool, args, text in commands(f.read()):
                 if args is None:
                     skipped.append(f"{os.path.relpath(path, src)}: {tool} {text} (synopsis or placeholders)")
                 else:
-                    todo.append((os.path.relpath(path, src), tool, args, False))
+                    work.append((os.path.relpath(path, src), tool, args, False))
     for line in SYNOPSIS_INSTANCES:
         tool, *args = shlex.split(line)
-        todo.append(("README synopsis", tool, args, False))
+        work.append(("README synopsis", tool, args, False))
     for line in RUN:
         tool, *args = shlex.split(line)
-        todo.append(("run", tool, args, True))
-    for where, tool, args, real in todo:
+        work.append(("run", tool, args, True))
+    for where, tool, args, real in work:
         if tool not in exes:
             skipped.append(f"{where}: {tool} (not built)")
             continue
