@@ -27,7 +27,8 @@
 // TPT, WGSIZE, UNROLL, LOAD_BYTES (16/8/4), USE_PTX_SHFL, USE_SUBGROUP (0 none, 1 khr, 2
 // intel), SG_SHUFFLE, SG_SIZE (the sub-group size: Intel's required size where SG_REQD, the
 // emulated size), SG_REQD, UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals), FUSE_MERGE
-// (split-K: the last work-group of a request merges its partial states, no second launch).
+// (split-K: the last work-group of a request merges its partial states, no second launch),
+// SPARSE (per-head page lists with page lengths, HSA).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
 #include "kernel_args.clh"
@@ -42,6 +43,18 @@
 // the math (short chunks: split-K, small batches).
 #ifndef PREFETCH
 #define PREFETCH 0
+#endif
+// SPARSE (HSA sparse decode, ops/hsa.cpp): a work item with a nonzero list stride (field 7)
+// reads its own page list: one per KV head (SPARSE=1) or per head block (SPARSE=2, GMAX=1:
+// per query head) at page_base + list * stride, and a key of it counts only when its
+// offset in the page is below the page's length, stored nlists * stride entries further
+// (0 for an empty or repeated entry). Items with stride 0 (the dense window) read the
+// shared list as without SPARSE.
+#ifndef SPARSE
+#define SPARSE 0
+#endif
+#if SPARSE && PREFETCH
+#error "SPARSE builds take PREFETCH=0"
 #endif
 
 #ifndef HEAD_DIM
@@ -168,7 +181,7 @@
 #include "decode_lanes.clh"
 
 // tab layout (int32): work items of 8 at work_off: {req, begin, end, part, page_base,
-// token_offset, merge, 0}. part < 0: the item is the whole request, write o/lse; else write
+// token_offset, merge, list stride (SPARSE; else 0)}. part < 0: the item is the whole request, write o/lse; else write
 // the partial state to workspace row `part` (ws_o [P, Hq, D] f32, ws_lse at lse_off).
 // FUSE_MERGE: `merge` indexes the merge entries {req, first, count, 0} at merge_off, and
 // counters[counter_off + merge * num_groups(1) + group(1)] (the run's counter set in the
@@ -194,8 +207,19 @@ void paged_decode(DECODE_KERNEL_ARGS) {
 #endif
   const int tl = pos % TPT, slot = pos / TPT;
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
-  const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
+  const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], tok_off = wk[5];
   const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
+#if SPARSE
+  const int lstride = wk[7];
+  const int list = SPARSE == 2 ? (int)get_group_id(1) : kvh;
+  const int nlists = SPARSE == 2 ? (int)get_num_groups(1) : (int)get_num_groups(1) / n_hblk;
+  const int page_base = wk[4] + list * lstride;
+  const int lens_at = page_base + nlists * lstride;
+#define KEEP_KEY(ls) (lstride == 0 || ((ls) & pmask) < page_ids[lens_at + ((ls) >> log2_page)])
+#else
+  const int page_base = wk[4];
+#define KEEP_KEY(ls) 1
+#endif
   const int h0 = kvh * group + hblk * GMAX;
   const int ng = min(GMAX, group - hblk * GMAX);
   const int pmask = (1 << log2_page) - 1;
@@ -298,6 +322,7 @@ UNROLL_LOOP
       const int tok = tbase + u * NSLOT + slot;
       valid[u] = tok < end;
       const int ls = tok_off + (valid[u] ? tok : begin);
+      valid[u] = valid[u] && KEEP_KEY(ls);
       bad |= (uint)pid[u] >= (uint)num_pages;
       roff[u] = (size_t)((long)POOL_PAGE(pid[u]) * stride_page + (long)(ls & pmask) * stride_token + head_off) *
                 KV_ESIZE;

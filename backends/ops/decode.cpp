@@ -9,6 +9,7 @@
 #include "backends/metadata/requests.hpp"
 #include "backends/ops/catalog.hpp"
 #include "backends/ops/decode_check.hpp"
+#include "backends/ops/decode_sparse.hpp"
 #include "backends/ops/merge_state.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
@@ -37,6 +38,7 @@ struct DecodePlanState : ops::PlanTable {
   int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
   int64_t lse_off_floats = 0;
+  int32_t extra_off = 0;  // sparse plans: where SparseRanges::extra starts in the table
 
   // The run's view of the plan, fixed when the plan is made: DecodePlan's public fields
   // are informational (a caller may edit its copy), so the run reads only these.
@@ -113,6 +115,7 @@ struct KTile {
   bool cpu = false;
   int touch_ahead = 2;    // CPU variant: blocks ahead whose rows are prefetched (TOUCH_AHEAD)
   int prefetch_locality = 3;  // and the prefetch's locality hint (PREFETCH_LOCALITY: 3 L1, 1 L2)
+  int sparse = 0;         // SPARSE build (HSA per-head page lists): 1 per KV head, 2 per query head
   std::string source;     // parameter source, for logs
 };
 
@@ -261,6 +264,7 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
   // them); elsewhere the exact select-based decode.
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
+  if (t.sparse) d["SPARSE"] = std::to_string(t.sparse);
   if (sg.kind) {
     d["USE_SUBGROUP"] = std::to_string(sg.kind);
     d["SG_SIZE"] = std::to_string(sg.size);
@@ -292,6 +296,12 @@ std::string cpu_build_options(const DeviceProfile& prof, const KTile& t, const P
 struct Requests {
   std::vector<int32_t> begin, end, page_base, tok_off;
   int64_t page_ids_needed = 0;
+  // Sparse decode (ops::SparseRanges): entry r is a key range of request owner[r] whose
+  // list has stride lstride[r]; the plan has `batch` requests. Empty for dense decode.
+  std::vector<int32_t> owner, lstride;
+  std::vector<int32_t> extra;  // appended to the plan's table (extra_off)
+  int batch = 0;
+  int sparse = 0;  // SPARSE build: 1 per-KV-head lists, 2 per-query-head lists
 };
 
 Requests key_ranges(meta::KVRequests&& kv, int window_left) {
@@ -399,6 +409,7 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     x.file = "decode_cpu.cl", x.kernel = "paged_decode_cpu";
     x.wg = 1, x.local_bytes = 0;
     if (!tile.cpu) x.why_not = "CPU_KERNEL = 0";
+    else if (tile.sparse) x.why_not = "per-head page lists (SPARSE) are decode.cl's";
     else x.why_not = params::why_unavailable(prof, x.name);
     if (x.why_not.empty()) x.options = cpu_build_options(prof, tile, cache, denorms);
     v.push_back(std::move(x));
@@ -445,24 +456,56 @@ void fill_scales(DecodePlanState& st, const PagedKV& cache, const DecodeOptions&
   st.q_scale = s.q_scale, st.cap_log2 = s.cap_log2, st.inv_cap = s.inv_cap;
 }
 
+// Sparse decode: the work items of every key range of request b write partial states of b,
+// merged together (a request with one item writes o directly); items name b, not the range.
+void merge_by_owner(planner::SplitKVPlan& sk, const std::vector<int32_t>& owner, int B) {
+  std::vector<std::vector<int>> items(static_cast<size_t>(B));
+  for (size_t w = 0; w < sk.work.size(); ++w) items[size_t(owner[size_t(sk.work[w].req)])].push_back(int(w));
+  sk.merges.clear();
+  int parts = 0;
+  for (int b = 0; b < B; ++b) {
+    const std::vector<int>& it = items[size_t(b)];
+    const int n = int(it.size());
+    if (n > kMaxMergeParts) rt::invalid("sparse decode: " + std::to_string(n) + " parts for request " + std::to_string(b));
+    for (int j = 0; j < n; ++j) {
+      auto& wi = sk.work[size_t(it[size_t(j)])];
+      wi.req = b;
+      wi.part = n == 1 ? -1 : parts + j;
+    }
+    if (n > 1) {
+      sk.merges.push_back({b, parts, n});
+      parts += n;
+    }
+  }
+  sk.num_partials = parts;
+}
+
 DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, const PagedKV& cache,
                      const DecodeOptions& opt, cl_command_queue queue) {
   auto& c = rt::impl(ctx);
   params::check_param_names({"decode"}, opt.params, "DecodeOptions::params");
-  const int B = int(r.end.size());
+  const int NV = int(r.end.size());        // key ranges (one per request for dense decode)
+  const int B = r.sparse ? r.batch : NV;
   const int group = opt.num_qo_heads / cache.num_kv_heads;
   SplitParams sp;
-  KTile tile = choose_tile(c.profile, cache, group, opt.params, &sp, ops::preferred_float_width(c));
+  // Per-query-head lists: one query head per work-group (GMAX 1, a head block per head).
+  KTile tile = choose_tile(c.profile, cache, r.sparse == 2 ? 1 : group, opt.params, &sp, ops::preferred_float_width(c));
+  if (r.sparse == 2) tile.gmax = 1, tile.n_hblk = group;
+  tile.sparse = r.sparse;
 
   planner::SplitKVConfig cfg;
   cfg.units_per_item = int64_t(cache.num_kv_heads) * tile.n_hblk;
   cfg.max_concurrent = int64_t(std::max(1u, c.profile.compute_units)) * sp.wgs_per_cu;
   cfg.min_chunk = sp.min_chunk;
-  cfg.max_splits = std::min(kMaxMergeParts, opt.max_splits ? opt.max_splits : sp.max_splits);
+  // Sparse: a request's ranges (window, selected pages) share one merge.
+  cfg.max_splits = std::min(r.sparse ? kMaxMergeParts / 2 : kMaxMergeParts, opt.max_splits ? opt.max_splits : sp.max_splits);
   cfg.align = std::max(16, tile.cpu ? tile.unroll : (tile.wg / tile.tpt) * tile.unroll);
   cfg.deterministic = opt.deterministic;
   cfg.fixed_chunk = opt.split_tokens ? opt.split_tokens : sp.det_chunk;
-  planner::SplitKVPlan sk = planner::plan_split_kv(r.begin.data(), r.end.data(), B, cfg);
+  planner::SplitKVPlan sk = planner::plan_split_kv(r.begin.data(), r.end.data(), NV, cfg);
+  std::vector<int32_t> range_of(sk.work.size());  // work item -> its key range
+  for (size_t w = 0; w < sk.work.size(); ++w) range_of[w] = sk.work[w].req;
+  if (r.sparse) merge_by_owner(sk, r.owner, B);
   // The fused merge only for plans that split: its code slows the unsplit kernel
   // (docs/results-h100.md), and a plan without merges never uses it. A separate program,
   // cached like any other.
@@ -470,8 +513,17 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   // PREFETCH doubles the K/V registers: it pays where the planner sized a split grid to
   // one wave (each work-group's latency is the time), not for big unsplit batches, which
   // need the occupancy (docs/results-h100.md).
-  if (sk.merges.empty()) tile.prefetch = 0;
+  if (sk.merges.empty() || r.sparse) tile.prefetch = 0;
   planner::WorkspaceLayout ws = planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim);
+  // Sparse: the page lists follow the partial states in the workspace (sparse_lists_offset),
+  // which is also the run's page_ids buffer.
+  int64_t page_ids_needed = r.page_ids_needed;
+  int32_t lists_off = 0;
+  if (r.sparse) {
+    lists_off = ops::sparse_lists_offset(sk.num_partials, opt.num_qo_heads, cache.head_dim);
+    page_ids_needed = rt::checked::add(page_ids_needed, int64_t(lists_off), "sparse decode page lists");
+    ws.bytes = rt::checked::mul(page_ids_needed, int64_t(4), "sparse decode workspace bytes");
+  }
 
   auto st = std::make_shared<DecodePlanState>();
   DecodePlan plan;
@@ -484,7 +536,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   plan.q_dtype = opt.q_dtype;
   plan.o_dtype = opt.o_dtype;
   plan.page_table = page_table;
-  plan.page_ids_needed = r.page_ids_needed;
+  plan.page_ids_needed = page_ids_needed;
   plan.num_work = int(sk.work.size());
   plan.num_partials = sk.num_partials;
   plan.num_merges = int(sk.merges.size());
@@ -506,14 +558,17 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   st->sets.per_set =
       st->fuse ? rt::checked::to_i32(int64_t(plan.num_merges) * cache.num_kv_heads * tile.n_hblk, "merge counters") : 0;
   st->host.assign(size_t(st->sets.base) + size_t(ops::CounterSets::kSets) * size_t(st->sets.per_set), 0);
+  st->extra_off = int32_t(st->host.size());  // the sparse caller's table rows follow
+  st->host.insert(st->host.end(), r.extra.begin(), r.extra.end());
   std::vector<int32_t> merge_of(size_t(B), -1);
   for (int m = 0; m < plan.num_merges; ++m) merge_of[size_t(sk.merges[size_t(m)].req)] = m;
   for (int w = 0; w < plan.num_work; ++w) {
     const auto& it = sk.work[size_t(w)];
     int32_t* e = &st->host[size_t(8) * w];
+    const size_t kr = size_t(range_of[size_t(w)]);
     e[0] = it.req, e[1] = it.begin, e[2] = it.end, e[3] = it.part;
-    e[4] = r.page_base[size_t(it.req)], e[5] = r.tok_off[size_t(it.req)];
-    e[6] = it.part >= 0 ? merge_of[size_t(it.req)] : 0, e[7] = 0;
+    e[4] = r.page_base[kr] + lists_off, e[5] = r.tok_off[kr];
+    e[6] = it.part >= 0 ? merge_of[size_t(it.req)] : 0, e[7] = r.lstride.empty() ? 0 : r.lstride[kr];
   }
   for (int m = 0; m < plan.num_merges; ++m) {
     const auto& it = sk.merges[size_t(m)];
@@ -560,6 +615,30 @@ DecodePlan decode_plan(const Context& ctx, const PagedCsr& csr, const PagedKV& c
                        cl_command_queue queue) {
   return plan_of(ctx, csr, cache, opt, queue);
 }
+
+namespace ops {
+DecodePlan decode_plan_sparse(const Context& ctx, const SparseRanges& sr, const PagedKV& cache,
+                              const DecodeOptions& opt, cl_command_queue queue) {
+  check_options(cache, opt);
+  Requests r;
+  r.begin.assign(sr.len.size(), 0);
+  r.end = sr.len, r.page_base = sr.page_base, r.tok_off = sr.tok_off;
+  r.owner = sr.owner, r.lstride = sr.lstride;
+  r.batch = sr.batch, r.sparse = sr.mode, r.page_ids_needed = sr.page_ids_needed, r.extra = sr.extra;
+  return make_plan(ctx, r, false, cache, opt, queue);
+}
+
+int32_t sparse_lists_offset(int num_partials, int num_qo_heads, int head_dim) {
+  const int64_t b = planner::workspace_layout(num_partials, num_qo_heads, head_dim).bytes;
+  return rt::checked::to_i32((b + 255) / 256 * 64, "sparse decode page lists' offset");
+}
+
+SparseTable sparse_table(const DecodePlan& p) {
+  const detail::DecodePlanState* st = p.state_.get();
+  if (!st) rt::invalid("sparse decode: empty plan");
+  return {st->table, st->upload, st->extra_off};
+}
+}  // namespace ops
 
 DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const DecodeOptions& opt,
                        cl_command_queue queue) {

@@ -56,6 +56,7 @@ const std::vector<Row>& rows_stream_read();
 const std::vector<Row>& rows_metadata();
 const std::vector<Row>& rows_decode();
 const std::vector<Row>& rows_merge();
+const std::vector<Row>& rows_hsa();
 const std::vector<Row>& rows_append_kv();
 const std::vector<Row>& rows_linear();
 const std::vector<Row>& rows_extend();

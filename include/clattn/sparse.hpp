@@ -44,6 +44,9 @@ struct HsaOptions {
   int topk = 0;                     // K pages per selection list, >= 1
   HsaStrategy strategy = HsaStrategy::Group;
   int window_size = 0;              // W >= 0 tokens attended densely (SWA->HSA), 0 = none
+  // C > 0: hsa_select scores explicit candidates (HsaBuffers::candidates [B, C]) instead of
+  // each request's own candidate pages.
+  int num_candidates = 0;
   // true: one decode call attends the window and the selected pages, merged by their LSEs
   // (SGLang's SWA/HSA fusion). false: hsa_decode attends the selected pages only (keys
   // before the window) and the caller merges it with a dense window decode (merge_state).
@@ -73,7 +76,7 @@ class CLATTN_API HsaPlan {
   DType q_dtype = DType::BF16, o_dtype = DType::BF16;
   bool page_table = false;          // page ids from a page table (true) or CSR kv_indices
   int64_t page_ids_needed = 0;      // int32 entries the run's page_ids buffer must hold
-  int max_candidates = 0;           // most candidate pages of one request
+  int max_candidates = 0;           // most candidate pages of one request (or C)
   std::vector<int32_t> num_candidates;  // [B] candidate pages per request
   int num_work = 0, num_partials = 0, num_merges = 0;
   int64_t workspace_bytes = 0;      // caller's workspace for hsa_select / hsa_decode / hsa_run
@@ -98,12 +101,11 @@ struct HsaBuffers {
   // Selection output (hsa_select, hsa_run) and sparse decode input (hsa_decode).
   cl_mem selected_page_ids = nullptr;  // [B, H_sel, topk] int32
   cl_mem selected_scores = nullptr;    // [B, H_sel, topk] f32, optional
-  // Optional explicit candidates for hsa_select (SGLang's cand_page_ids / cand_mask): row b
-  // lists page ids (-1 padding) whose landmark rows are scored instead of the request's
-  // candidate pages; entries with mask 0, -1 or outside [0, num_pages) are not candidates.
-  cl_mem candidates = nullptr;         // [B, num_candidates] int32
-  cl_mem candidate_mask = nullptr;     // [B, num_candidates] uint8, optional
-  int num_candidates = 0;              // C (columns of candidates)
+  // Explicit candidates for hsa_select (SGLang's cand_page_ids / cand_mask): row b lists page
+  // ids (-1 padding) whose landmark rows are scored instead of the request's candidate
+  // pages; entries with mask 0, -1 or outside [0, num_pages) are not candidates.
+  cl_mem candidates = nullptr;         // [B, C] int32 (plan with num_candidates = C > 0)
+  cl_mem candidate_mask = nullptr;     // [B, C] uint8, optional
   cl_mem o = nullptr;                  // [B, Hq, D] o_dtype
   cl_mem lse = nullptr;                // [B, Hq] f32 natural log, optional
   cl_mem sinks = nullptr;              // [Hq] f32 sink logits, optional
