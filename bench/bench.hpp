@@ -20,6 +20,7 @@ void register_linear(CLI::App& app, Harness& h);
 void register_extend(CLI::App& app, Harness& h);
 void register_mla(CLI::App& app, Harness& h);
 void register_limits(CLI::App& app, Harness& h);
+void register_sparse(CLI::App& app, Harness& h);
 
 // --check-args: each op checks its options, then returns before any device work.
 bool& check_args_only();
@@ -29,6 +30,10 @@ bool& check_args_only();
 // value throws InvalidArgument naming it.
 std::map<std::string, int> op_params(const std::vector<std::string>& args, const std::vector<std::string>& ops);
 std::vector<std::map<std::string, int>> op_grid(const std::string& grid, const std::vector<std::string>& ops);
+
+// Fills `bytes` of m on the context's queue with a repeating 64-byte pattern of small finite
+// values in every dtype (bench/fill.cpp).
+void fill_pattern(const Context& ctx, cl_mem m, size_t bytes, uint32_t seed);
 
 // Prints once per process which kernel variants the context may choose ("# variants: ...":
 // CLATTN_VARIANTS=portable excludes the vendor-specific ones); each op case calls it first.

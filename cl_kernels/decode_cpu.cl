@@ -20,7 +20,7 @@
 // by sm_scale * k_scale * log2(e)).
 //
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,
-// TOUCH_AHEAD.
+// TOUCH_AHEAD, SPARSE (per-head page lists, decode.cl).
 #include "kernel_args.clh"
 #include "cpu_vec.clh"  // floatV, KV dtype decoding, q/o row loads/stores, fold_scores, hmax, hsum
 
@@ -30,9 +30,12 @@
 #ifndef GMAX
 #define GMAX 4
 #endif
+#ifndef SPARSE
+#define SPARSE 0
+#endif
 
 #define NV (HEAD_DIM / VW)
-// TOUCH_AHEAD: the K and V rows of the block this many blocks ahead are prefetched (one
+// TOUCH_AHEAD, SPARSE (per-head page lists, decode.cl). the K and V rows of the block this many blocks ahead are prefetched (one
 // CPU_PREFETCH per 64-byte line, cpu_vec.clh) while the current block is computed, so their
 // cache misses overlap the math. 0: off.
 #ifndef TOUCH_AHEAD
@@ -60,8 +63,18 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void paged_decode_cpu(DECODE_KERNEL_ARGS) {
   // Grid: (KV head x head block, work item), heads first (decode.cpp).
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(1);
-  const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
+  const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], tok_off = wk[5];
   const int kvh = (int)get_group_id(0) / n_hblk, hblk = (int)get_group_id(0) % n_hblk;
+#if SPARSE
+  // Per-head page lists and page lengths (decode.cl SPARSE; heads are dimension 0 here).
+  const int lstride = wk[7];
+  const int list = SPARSE == 2 ? (int)get_group_id(0) : kvh;
+  const int nlists = SPARSE == 2 ? (int)get_num_groups(0) : (int)get_num_groups(0) / n_hblk;
+  const int page_base = wk[4] + list * lstride;
+  const int lens_at = page_base + nlists * lstride;
+#else
+  const int page_base = wk[4];
+#endif
   const int h0 = kvh * group + hblk * GMAX;
   const int ng = min(GMAX, group - hblk * GMAX);
   const int pmask = (1 << log2_page) - 1;
@@ -89,11 +102,17 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
     const int nt = min(VW, end - t0);
     // Row offsets (elements) of the block's tokens; lanes past the end re-read the first
     // token's row and are masked. Page ids outside the pool are clamped (and reported).
+#if SPARSE
+    int keep[VW];  // -1: a key of the list (below its page's length)
+#endif
     for (int t = 0; t < VW; ++t) {
       const int ls = tok_off + (t < nt ? t0 + t : begin);
       const int pid = page_ids[page_base + (ls >> log2_page)];
       bad |= (uint)pid >= (uint)num_pages;
       roff[t] = (long)POOL_PAGE(pid) * stride_page + (long)(ls & pmask) * stride_token + head_off;
+#if SPARSE
+      keep[t] = t < nt && (lstride == 0 || (ls & pmask) < page_ids[lens_at + (ls >> log2_page)]) ? -1 : 0;
+#endif
     }
 #if TOUCH_AHEAD
     // The rows TOUCH_AHEAD blocks ahead (byte offsets; -1: none): their K lines are prefetched
@@ -111,7 +130,11 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
     for (int t = 0; t < VW; ++t)
       for (int c = 0; c < NV; ++c) vstoreV(load_kv(k_cache, roff[t] + c * VW), c, kf[t]);
 
+#if SPARSE
+    const intV valid = CAT(vload, VW)(0, keep);
+#else
     const intV valid = LANE_IDS < (intV)(nt);
+#endif
     // q.k as micro-tiles of HB heads x 4 tokens (HB x 4 accumulators in registers): per
     // VW-wide chunk of the head dim, HB q and 4 K loads feed 4 HB FMAs. Each tile's four
     // partial-sum vectors take the first two levels of the fold at once (fold4).

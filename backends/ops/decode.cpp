@@ -286,6 +286,7 @@ std::string cpu_build_options(const DeviceProfile& prof, const KTile& t, const P
                                           {"TOUCH_AHEAD", std::to_string(t.touch_ahead)},
                                           {"PREFETCH_LOCALITY", std::to_string(t.prefetch_locality)},
                                           {"PREFETCH_BUILTIN", ops::prefetch_builtin(prof)}};
+  if (t.sparse) d["SPARSE"] = std::to_string(t.sparse);
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);
@@ -409,7 +410,6 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     x.file = "decode_cpu.cl", x.kernel = "paged_decode_cpu";
     x.wg = 1, x.local_bytes = 0;
     if (!tile.cpu) x.why_not = "CPU_KERNEL = 0";
-    else if (tile.sparse) x.why_not = "per-head page lists (SPARSE) are decode.cl's";
     else x.why_not = params::why_unavailable(prof, x.name);
     if (x.why_not.empty()) x.options = cpu_build_options(prof, tile, cache, denorms);
     v.push_back(std::move(x));

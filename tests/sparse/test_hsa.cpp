@@ -152,13 +152,11 @@ void ref_decode(const Batch& b, int i, const int32_t* sel, std::vector<double>& 
 
 double o_tol(DType t) { return t == DType::F32 ? 5e-5 : t == DType::F16 ? 2e-3 : 1e-2; }
 
-// The decode variant a dense decode plan takes on this device, as the sparse decode must
-// (decode.cl's, so the cpu kernel's rows fall back to generic).
+// The decode variant a dense decode plan takes on this device, as the sparse decode must.
 std::string dense_variant(const Batch& b) {
   DecodeOptions d;
   d.num_qo_heads = b.Hq(), d.q_dtype = b.c.qd, d.o_dtype = b.c.od;
-  const std::string v = decode_plan(ctx(), b.csr, b.cache, d).variant;
-  return v == "cpu" ? "generic" : v;
+  return decode_plan(ctx(), b.csr, b.cache, d).variant;
 }
 
 struct Out {
