@@ -12,6 +12,7 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
   catalog_linear(target, out);
   catalog_append_kv(target, out);
   catalog_metadata(target, out);
+  catalog_hsa(target, out);
   // The options as the program cache builds them (ProgramCache::get).
   for (CatalogEntry& e : out)
     for (Variant& v : e.variants) v.options = rt::with_device_options(target.profile, v.options);

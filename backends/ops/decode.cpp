@@ -930,6 +930,17 @@ void catalog_decode(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
             return variants(t.profile, tile, cache, t.fp32_denorms);
           });
         }
+  // HSA's sparse decode (SPARSE lists per KV head and per query head), split.
+  for (int sparse : {1, 2})
+    catalog_add(out, "decode", "bf16 d128 group 4 sparse " + std::to_string(sparse), [&] {
+      PagedKV cache;
+      cache.num_pages = 1024, cache.page_size = 64, cache.num_kv_heads = 8, cache.head_dim = 128;
+      SplitParams sp;
+      KTile tile = choose_tile(t.profile, cache, sparse == 2 ? 1 : 4, {}, &sp, t.preferred_float_width);
+      if (sparse == 2) tile.gmax = 1, tile.n_hblk = 4;
+      tile.sparse = sparse, tile.prefetch = 0;
+      return variants(t.profile, tile, cache, t.fp32_denorms);
+    });
   catalog_add(out, "merge", "*", [&] { return std::vector<Variant>{merge_variant(t.profile)}; });
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backends/metadata/requests.hpp"
+#include "backends/ops/catalog.hpp"
 #include "backends/ops/decode_sparse.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/ops/variant.hpp"
@@ -63,18 +64,34 @@ void check_hsa_options(const PagedKV& cache, const HsaOptions& opt) {
   if (cache.num_pages < 1) rt::invalid("cache.num_pages = 0: HSA needs a cache of at least one page");
 }
 
-// The selection program (hsa.cl) and its work-group size.
-ops::BuiltVariant build_select(detail::ContextImpl& c, const PagedKV& cache, const std::map<std::string, int>& over) {
-  params::Entry e = params::lookup(c.profile, "hsa");
-  int wg = ops::param(e, over, "SELECT_WG");
-  if (!ops::is_pow2(wg) || wg < 1 || wg > 1024)
+}  // namespace
+
+namespace ops {
+// The selection program (hsa.cl) for this head dim, its work-group size from the rows.
+Variant hsa_select_variant(const DeviceProfile& prof, int head_dim, const std::map<std::string, int>& over) {
+  params::Entry e = params::lookup(prof, "hsa");
+  int wg = param(e, over, "SELECT_WG");
+  if (!is_pow2(wg) || wg < 1 || wg > 1024)
     rt::invalid("hsa parameter SELECT_WG = " + std::to_string(wg) + " must be a power of two up to 1024");
-  wg = int(std::min<size_t>(size_t(wg), c.profile.max_work_group_size ? c.profile.max_work_group_size : size_t(wg)));
-  ops::Variant v;
+  wg = int(std::min<size_t>(size_t(wg), prof.max_work_group_size ? prof.max_work_group_size : size_t(wg)));
+  Variant v;
   v.name = "generic", v.file = "hsa.cl", v.kernel = "hsa_select", v.wg = size_t(wg);
-  v.local_bytes = uint64_t(cache.head_dim) * 4 + 256 * 4 + 2 * uint64_t(wg) * 4 + 16;
-  v.options = rt::make_options({{"HEAD_DIM", std::to_string(cache.head_dim)}, {"SELECT_WG", std::to_string(wg)}});
-  return ops::select_and_build(c, "hsa", {v});
+  v.local_bytes = uint64_t(head_dim) * 4 + 256 * 4 + 2 * uint64_t(wg) * 4 + 16;
+  v.options = rt::make_options({{"HEAD_DIM", std::to_string(head_dim)}, {"SELECT_WG", std::to_string(wg)}});
+  return v;
+}
+
+// The selection at the head dims HSA models use.
+void catalog_hsa(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
+  for (int d : {64, 128})
+    catalog_add(out, "hsa", "d" + std::to_string(d), [&] { return std::vector<Variant>{hsa_select_variant(t.profile, d, {})}; });
+}
+}  // namespace ops
+
+namespace {
+
+ops::BuiltVariant build_select(detail::ContextImpl& c, const PagedKV& cache, const std::map<std::string, int>& over) {
+  return ops::select_and_build(c, "hsa", {ops::hsa_select_variant(c.profile, cache.head_dim, over)});
 }
 
 template <class Meta>
