@@ -493,6 +493,79 @@ CLATTN_API clattn_status clattn_mla_absorb(clattn_context ctx, const clattn_abso
  * CLBlast is absent or unusable (not an error). */
 CLATTN_API clattn_status clattn_mla_absorb_warmup(clattn_context ctx, int f32, int f16, int* available);
 
+/* ---------------------------------------------------------------- HSA (see clattn/sparse.hpp)
+ * Hierarchical sparse attention decode: the last slot of every page holds the page's
+ * landmark key; selection scores each request's completed pages before the window by
+ * q . K_lmk and keeps the topk highest per selection list (strategy group: one list per KV
+ * head, its query heads' rows summed; head: one per query head), written in candidate
+ * order and padded with -1 / -inf: selected_page_ids / selected_scores [B, H_sel, topk]
+ * (H_sel = Hkv or Hq). Decode attends each query head to the union of the window (fused)
+ * and the keys of its list's pages, each key once. Exact semantics: clattn/sparse.hpp. */
+typedef enum clattn_hsa_strategy { CLATTN_HSA_GROUP = 0, CLATTN_HSA_HEAD = 1 } clattn_hsa_strategy;
+
+typedef struct clattn_hsa_options {
+  int num_qo_heads;       /* Hq, a multiple of the cache's num_kv_heads */
+  int topk;               /* pages per selection list, >= 1 */
+  int strategy;           /* clattn_hsa_strategy */
+  int window_size;        /* W >= 0 last tokens attended densely, 0 = none */
+  int num_candidates;     /* C > 0: select scores explicit candidates [B, C]; 0 = the requests' pages */
+  int fuse_window;        /* 1 (default): decode attends window + selection, merged by their LSEs;
+                             0: the selection only (keys before the window), the caller merges */
+  int q_dtype, o_dtype;   /* f32 f16 bf16 */
+  float sm_scale;         /* 0: 1/sqrt(head_dim); selection and attention */
+  float logits_soft_cap;  /* 0: off (attention scores only) */
+  int max_splits;         /* decode parts per request, 0 = planner's choice */
+  int validate;           /* 1 = validate metadata (default) */
+  const char* params;     /* overrides "NAME=int,..." (decode's and SELECT_WG), NULL = none */
+} clattn_hsa_options;
+CLATTN_API void clattn_hsa_options_init(clattn_hsa_options* opt);
+
+typedef struct clattn_hsa_plan_s* clattn_hsa_plan;
+/* CSR without kv_start_offset (the window is HSA's own), or a page table. */
+CLATTN_API clattn_status clattn_hsa_plan_csr(clattn_context ctx, const clattn_csr* csr, const clattn_paged_kv* cache,
+                                             const clattn_hsa_options* opt, clattn_hsa_plan* out);
+CLATTN_API clattn_status clattn_hsa_plan_page_table(clattn_context ctx, const clattn_page_table* table,
+                                                    const clattn_paged_kv* cache, const clattn_hsa_options* opt,
+                                                    clattn_hsa_plan* out);
+typedef struct clattn_hsa_plan_info {
+  int batch_size, num_qo_heads, num_kv_heads, head_dim, page_size;
+  int topk, num_sel_heads;    /* H_sel: rows of selected_page_ids per request */
+  int strategy, window_size, fuse_window;
+  int max_candidates;         /* most candidate pages of one request (or C) */
+  int num_work, num_partials, num_merges;
+  int64_t page_ids_needed;    /* int32 entries of page_ids */
+  int64_t workspace_bytes;    /* clattn_hsa_buffers.workspace size */
+  char select_variant[32], decode_variant[32];
+} clattn_hsa_plan_info;
+CLATTN_API clattn_status clattn_hsa_plan_info_get(clattn_hsa_plan plan, clattn_hsa_plan_info* out);
+CLATTN_API clattn_status clattn_hsa_plan_workspace_bytes(clattn_hsa_plan plan, int64_t* out);
+/* Candidate pages per request, [batch_size] into out (capacity entries). */
+CLATTN_API clattn_status clattn_hsa_plan_num_candidates(clattn_hsa_plan plan, int32_t* out, int64_t capacity);
+CLATTN_API void clattn_hsa_plan_release(clattn_hsa_plan plan);
+
+typedef struct clattn_hsa_buffers {
+  cl_mem q;                  /* [B, Hq, D] q_dtype */
+  cl_mem k_cache, v_cache;   /* paged; v_cache unread by select */
+  cl_mem page_ids;           /* int32 kv_indices (CSR plan) or page_table */
+  cl_mem selected_page_ids;  /* [B, H_sel, topk] int32: select's output, decode's input */
+  cl_mem selected_scores;    /* [B, H_sel, topk] f32, nullable */
+  cl_mem candidates;         /* [B, C] int32, plans with num_candidates = C > 0 only */
+  cl_mem candidate_mask;     /* [B, C] uint8, nullable */
+  cl_mem o, lse;             /* [B, Hq, D] o_dtype, [B, Hq] f32 natural log (nullable) */
+  cl_mem sinks;              /* [Hq] f32, nullable */
+  cl_mem workspace;          /* >= workspace bytes */
+  float k_scale, v_scale;    /* dequantisation scales, > 0 (1 = none) */
+} clattn_hsa_buffers;
+/* Selection only (writes selected_page_ids, selected_scores). */
+CLATTN_API clattn_status clattn_hsa_select(clattn_context ctx, clattn_hsa_plan plan, const clattn_hsa_buffers* b,
+                                           const clattn_enqueue* e);
+/* Sparse decode over selected_page_ids (writes o, lse). */
+CLATTN_API clattn_status clattn_hsa_decode(clattn_context ctx, clattn_hsa_plan plan, const clattn_hsa_buffers* b,
+                                           const clattn_enqueue* e);
+/* Both, back to back on one queue. */
+CLATTN_API clattn_status clattn_hsa_run(clattn_context ctx, clattn_hsa_plan plan, const clattn_hsa_buffers* b,
+                                        const clattn_enqueue* e);
+
 /* ---------------------------------------------------------------- linear attention (see clattn/linear.hpp)
  * Gated DeltaNet and simple gated linear attention over a pooled state [slots, Hv, Dk, Dv].
  * state_indices / cu_seqlens come twice: host arrays (validation only) and device int32

@@ -38,4 +38,5 @@ PYBIND11_MODULE(_clattn, m) {
   init_linear(m);
   init_metadata(m);
   init_lse(m);
+  init_sparse(m);
 }
