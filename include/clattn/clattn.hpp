@@ -8,6 +8,7 @@
 #include "clattn/extend.hpp"
 #include "clattn/linear.hpp"
 #include "clattn/mla.hpp"
+#include "clattn/sparse.hpp"
 #include "clattn/paged_kv.hpp"
 #include "clattn/append_kv.hpp"
 #include "clattn/merge_state.hpp"
