@@ -22,7 +22,7 @@
 // causal_base = kv_len - 1). part >= 0: write the normalised partial state to the
 // workspace row part (o [P, H, 512] f32, lse [P, H] at lse_off floats) for the merge pass.
 // Arguments, latent decoding and the tile's global loads: mla_latent.clh (shared with
-// mla_tiled.cl, the register-blocked variant).
+// mla_tiled.cl, the register-blocked variant). SPARSE_IDX=1: sparse decode (mla_sparse.clh).
 #ifndef QB
 #define QB 16
 #endif
@@ -116,7 +116,7 @@ void mla_attn(MLA_KERNEL_ARGS) {
     float s = 0.0f;
     for (int l = 0; l < LANES; ++l) s += part[(qv * LANES + l) * (LANES + 1) + ln];
     const int t = t0 + ln;
-    s = (t < ke && t <= limit) ? s : CLATTN_NEG_INF;
+    s = (t < ke && MLA_KEY_OK(t, limit)) ? s : CLATTN_NEG_INF;
     sc[wi] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
     float tmax = CLATTN_NEG_INF;

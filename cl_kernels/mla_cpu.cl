@@ -37,7 +37,8 @@
 // [P, H] at lse_off floats) for the merge pass (mla.cl).
 //
 // Build options (-D): KV_DT, VW (4, 8 or 16), QB (a multiple of VW), BK, SK, SD, OH, OD,
-// TOUCH_AHEAD, LOCAL_BUFS, FP8_FAST, PREFETCH_BUILTIN.
+// TOUCH_AHEAD, LOCAL_BUFS, FP8_FAST, PREFETCH_BUILTIN, SPARSE_IDX (sparse decode: key t of a
+// work entry is the position MLA_POS(t, kend) of the request's index list, mla_sparse.clh).
 #include "mla_args.clh"
 #include "cpu_vec.clh"  // floatV, latent dtype decoding, q/o rows
 
@@ -127,13 +128,14 @@ void mla_cpu(MLA_KERNEL_ARGS) {
   }
 
   floatV m[RV], l[RV];
+#pragma unroll
+  for (int i = 0; i < RV; ++i) m[i] = (floatV)(CLATTN_NEG_INF), l[i] = (floatV)(0.0f);
+#if !SPARSE_IDX  // (sparse decode: the keys' own visibility, kvis below)
   intV lim[RV];  // last visible key per query vector
 #pragma unroll
-  for (int i = 0; i < RV; ++i) {
-    m[i] = (floatV)(CLATTN_NEG_INF), l[i] = (floatV)(0.0f);
-    lim[i] = (intV)(cbase) + ((intV)(vbeg + i * VW) + LANE_IDS) / (intV)(H);
-  }
+  for (int i = 0; i < RV; ++i) lim[i] = (intV)(cbase) + ((intV)(vbeg + i * VW) + LANE_IDS) / (intV)(H);
   const int min_lim = cbase + vbeg / H;  // the first query vector's row sees the fewest keys
+#endif
 
   const int pmask = (1 << log2_page) - 1;
   bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
@@ -145,22 +147,31 @@ void mla_cpu(MLA_KERNEL_ARGS) {
     long pco[BK], pko[BK];
     for (int t = 0; t < BK; ++t) {
       const int tn = k0 + TOUCH_AHEAD * BK + t;
+      const int pn = MLA_POS(tn, kend);
       pco[t] = pko[t] = -1;
-      if (tn < kend) {
-        const long pg = (long)POOL_PAGE(page_ids[pbase + (tn >> log2_page)]);
-        pco[t] = (pg * c_sp + (long)(tn & pmask) * c_st) * KV_BYTES;
-        pko[t] = (k_base + pg * k_sp + (long)(tn & pmask) * k_st) * KV_BYTES;
+      if (MLA_POS_OK(pn, tn, kend)) {
+        const long pg = (long)POOL_PAGE(page_ids[pbase + (pn >> log2_page)]);
+        pco[t] = (pg * c_sp + (long)(pn & pmask) * c_st) * KV_BYTES;
+        pko[t] = (k_base + pg * k_sp + (long)(pn & pmask) * k_st) * KV_BYTES;
       }
     }
 #endif
-    // The block's rows in f32; rows past the end are zero (their scores are masked).
+    // The block's rows in f32; rows past the end are zero (their scores are masked), as are
+    // the keys of a sparse list that add nothing (kvis: -1 visible, 0 not).
+#if SPARSE_IDX
+    int kvis[BK];
+#endif
     for (int t = 0; t < BK; ++t) {
       BUF float* kd = kb + t * ROW;
-      if (t < nt) {
-        const int tok = k0 + t;
-        const int id = page_ids[pbase + (tok >> log2_page)];
+      const int tok = k0 + t;
+      const int pos = MLA_POS(tok, kend);
+#if SPARSE_IDX
+      kvis[t] = MLA_POS_OK(pos, tok, kend) ? -1 : 0;
+#endif
+      if (MLA_POS_OK(pos, tok, kend)) {
+        const int id = page_ids[pbase + (pos >> log2_page)];
         bad |= (uint)id >= (uint)num_pages;
-        const long pg = (long)POOL_PAGE(id), off = (long)(tok & pmask);
+        const long pg = (long)POOL_PAGE(id), off = (long)(pos & pmask);
         const long co = pg * c_sp + off * c_st, ko = k_base + pg * k_sp + off * k_st;
         for (int c = 0; c < CKV_DIM / VW; ++c) vstoreV(load_kv(cbytes, co + c * VW), c, kd);
         for (int c = 0; c < KPE_DIM / VW; ++c) vstoreV(load_kv(kbytes, ko + c * VW), CKV_DIM / VW + c, kd);
@@ -186,15 +197,22 @@ void mla_cpu(MLA_KERNEL_ARGS) {
       }
 
     // Online softmax on the query vectors: masks where the block needs them (keys past the
-    // end, keys past a query vector's causal limit), block max, P = exp2(S - max).
+    // end, keys past a query vector's causal limit, sparse keys that add nothing), block max,
+    // P = exp2(S - max).
+#if !SPARSE_IDX
     const bool masked = nt < BK || k0 + nt - 1 > min_lim;
+#endif
     floatV alpha[RV];
 #pragma unroll
     for (int i = 0; i < RV; ++i) {
       floatV mx = m[i];
       for (int kk = 0; kk < nt; ++kk) {
         floatV x = vloadV(kk * RV + i, pt) * RAW_HALF;
+#if SPARSE_IDX
+        x = select((floatV)(CLATTN_NEG_INF), x, (intV)(kvis[kk]));  // decode: one row, lim = cbase
+#else
         if (masked) x = select((floatV)(CLATTN_NEG_INF), x, (intV)(k0 + kk) <= lim[i]);
+#endif
         vstoreV(x, kk * RV + i, pt);
         mx = fmax(mx, x);
       }

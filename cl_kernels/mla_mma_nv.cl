@@ -42,11 +42,16 @@
 // log2(e) * kv_scale from the host); fp8 e4m3 is decoded to f16 bits of value * 2^-8
 // (KV_RAW), folded back into q and the output scale.
 //
+// SPARSE_IDX (sparse decode): key t of a work entry is the latent row at position
+// MLA_POS(t, ke) of the request's index list (mla_sparse.clh): the loads read it and the mask
+// drops keys that add nothing; the rest of the kernel is unchanged.
+//
 // FUSE_MERGE (decode split-K): a work-group that wrote a partial state counts it in the
 // counter of (merge entry, head block) of the run's counter set in the plan's table
 // (ops::CounterSets; left zero for the set's next run); the one that completes the count merges
 // every part of its 16 query vectors (in part order: deterministic) and writes o / lse.
 #include "common.clh"
+#include "mla_sparse.clh"
 
 #ifndef KV_DT
 #define KV_DT DT_BF16
@@ -143,7 +148,7 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
 #if FUSE_MERGE
              , __global volatile int* counters, int merge_off, int pmap_off, int counter_off, int n_hblk
 #endif
-             ) {
+             MLA_SPARSE_ARGS) {
   __local uint4 vb[WARPS * KEYS * VCH];   // every warp's staged V (its own slice)
   __local float4 sp[2 * WARPS * NT * 32];  // partial S of every warp, C-fragment order, 2 buffers
 #if FUSE_MERGE
@@ -198,10 +203,11 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
 #define LOAD_TILE(KCR, KPR, T0)                                                                    \
   _Pragma("unroll") for (int j_ = 0; j_ < NT; ++j_) {                                              \
     const int tk_ = (T0) + g + 8 * j_;                                                             \
-    if (tk_ < ke) {                                                                                \
-      const int id_ = page_ids[pbase + (tk_ >> log2_page)];                                        \
+    const int p_ = MLA_POS(tk_, ke);                                                               \
+    if (MLA_POS_OK(p_, tk_, ke)) {                                                                 \
+      const int id_ = page_ids[pbase + (p_ >> log2_page)];                                         \
       bad |= (uint)id_ >= (uint)num_pages;                                                         \
-      const long pg_ = (long)POOL_PAGE(id_), sl_ = (long)(tk_ & pmask);                            \
+      const long pg_ = (long)POOL_PAGE(id_), sl_ = (long)(p_ & pmask);                             \
       __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                          \
       __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                          \
       _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
@@ -267,10 +273,10 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
       float4 a = sp[((BUF) * WARPS * NT + j) * 32 + lane];                                         \
       _Pragma("unroll") for (int w = 1; w < WARPS; ++w) a += sp[(((BUF) * WARPS + w) * NT + j) * 32 + lane]; \
       const int c0 = (T0) + 8 * j + 2 * t;                                                         \
-      s[j][0] = (c0 < ke && c0 <= lim_lo) ? a.x : CLATTN_NEG_INF;                                  \
-      s[j][1] = (c0 + 1 < ke && c0 + 1 <= lim_lo) ? a.y : CLATTN_NEG_INF;                          \
-      s[j][2] = (c0 < ke && c0 <= lim_hi) ? a.z : CLATTN_NEG_INF;                                  \
-      s[j][3] = (c0 + 1 < ke && c0 + 1 <= lim_hi) ? a.w : CLATTN_NEG_INF;                          \
+      s[j][0] = (c0 < ke && MLA_KEY_OK(c0, lim_lo)) ? a.x : CLATTN_NEG_INF;                        \
+      s[j][1] = (c0 + 1 < ke && MLA_KEY_OK(c0 + 1, lim_lo)) ? a.y : CLATTN_NEG_INF;                \
+      s[j][2] = (c0 < ke && MLA_KEY_OK(c0, lim_hi)) ? a.z : CLATTN_NEG_INF;                        \
+      s[j][3] = (c0 + 1 < ke && MLA_KEY_OK(c0 + 1, lim_hi)) ? a.w : CLATTN_NEG_INF;                \
     }                                                                                              \
     float mx_lo = m_lo, mx_hi = m_hi;                                                              \
     _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \

@@ -1,7 +1,8 @@
 // MLA (absorbed DeepSeek latent attention), portable register-blocked kernel (variant
 // "tiled"): decode and extend, FlashAttention-2 in shape, CLBlast xgemm's micro-tiles for
 // both products. Same work entries, arguments (mla_latent.clh), split-K partial layout and
-// LSE semantics as mla.cl (see there); OpenCL C 1.2, no extension.
+// LSE semantics as mla.cl (see there; SPARSE_IDX=1: sparse decode, mla_sparse.clh); OpenCL
+// C 1.2, no extension.
 //
 //   work-group = one work entry (request, block of QB query vectors, KV range);
 //                WG = QB / MS * DS work-items
@@ -186,7 +187,7 @@ void mla_tiled(MLA_KERNEL_ARGS) {
         MLA_UNROLL
         for (int d = 0; d < DS; ++d) x += part[so * PST + d];
         const int t = t0 + so % KT;
-        s_r[r] = t < ke && t <= lim[r] ? x : CLATTN_NEG_INF;
+        s_r[r] = t < ke && MLA_KEY_OK(t, lim[r]) ? x : CLATTN_NEG_INF;
         sc[so] = s_r[r];
       }
     }

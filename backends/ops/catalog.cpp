@@ -9,6 +9,7 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
   catalog_decode(target, out);
   catalog_extend(target, out);
   catalog_mla(target, out);
+  catalog_dsa_index(target, out);
   catalog_linear(target, out);
   catalog_append_kv(target, out);
   catalog_metadata(target, out);

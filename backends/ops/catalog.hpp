@@ -35,6 +35,7 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target);
 void catalog_decode(const CatalogTarget& t, std::vector<CatalogEntry>& out);  // with the merge pass
 void catalog_extend(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_mla(const CatalogTarget& t, std::vector<CatalogEntry>& out);
+void catalog_dsa_index(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_linear(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_append_kv(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_metadata(const CatalogTarget& t, std::vector<CatalogEntry>& out);

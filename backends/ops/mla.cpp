@@ -1,8 +1,9 @@
 // MLA decode / extend (plan: checks, metadata validation, work list, split-K, kernel
-// choice, one non-blocking upload; run: buffer-size checks, then enqueue only) and
-// append_latent. Kernels: cl_kernels/mla_tiled.cl (register-blocked), mla.cl (generic),
-// mla_mma_nv.cl (tensor cores), mla_cpu.cl (CPU devices); parameters:
-// backends/params/rows_mla.cpp; decisions: docs/mla.md.
+// choice, one non-blocking upload; run: buffer-size checks, then enqueue only), sparse
+// decode over per-request index lists (the same kernels built with SPARSE_IDX,
+// cl_kernels/mla_sparse.clh; docs/sparse.md) and append_latent. Kernels:
+// cl_kernels/mla_tiled.cl (register-blocked), mla.cl (generic), mla_mma_nv.cl (tensor cores),
+// mla_cpu.cl (CPU devices); parameters: backends/params/rows_mla.cpp; decisions: docs/mla.md.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "backends/params/variants.hpp"
 #include "backends/planner/split_kv.hpp"
 #include "clattn/mla.hpp"
+#include "clattn/sparse.hpp"
 #include "runtime/log.hpp"
 
 namespace clattn {
@@ -94,6 +96,8 @@ struct MlaPlanState : ops::PlanTable {
   int num_work = 0, num_merges = 0, num_partials = 0;
   int64_t q_nope_bytes = 0, q_pe_bytes = 0, o_bytes = 0, lse_bytes = 0, ckv_bytes = 0, kpe_bytes = 0;
   int64_t page_id_bytes = 0, workspace_bytes = 0;
+  int topk = 0;              // sparse decode: index entries per request (0: dense)
+  int64_t index_bytes = 0;   // ... and the bytes of indices [B, topk] int32
 
   void freeze(const MlaPlan& p) {
     namespace ck = rt::checked;
@@ -106,6 +110,8 @@ struct MlaPlanState : ops::PlanTable {
     ckv_bytes = cache.ckv_required_bytes();
     kpe_bytes = cache.single_buffer ? 0 : cache.kpe_required_bytes();
     workspace_bytes = p.workspace_bytes;
+    topk = p.topk;
+    index_bytes = ck::product({int64_t(p.batch_size), int64_t(topk), 4}, "sparse MLA indices bytes");
   }
 };
 }  // namespace detail
@@ -380,8 +386,10 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
 
 // The kernel's candidates: the tensor-core variant first when chosen, then the CPU variant,
 // then the register-blocked portable kernel, then the generic one (all take the same arguments
-// and work entries: mla_run does not care which).
-std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, const MlaCache& cache, bool extend) {
+// and work entries: mla_run does not care which). sparse: every one built with SPARSE_IDX
+// (sparse decode; each supports it, so none is skipped for it).
+std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, const MlaCache& cache, bool extend,
+                                   bool sparse = false) {
   const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
   std::vector<ops::Variant> cands(4);
   ops::Variant& mv = cands[0];
@@ -416,6 +424,8 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, 
   gv.wg = size_t(tile.qb) * tile.lanes, gv.local_bytes = local_bytes(tile, cache.dtype);
   gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.qb)},
                                  {"LANES", to_string(tile.lanes)}, {"LOAD_BYTES", to_string(tile.load_bytes)}});
+  if (sparse)
+    for (ops::Variant& v : cands) v.options += " -DSPARSE_IDX=1";
   return cands;
 }
 
@@ -428,9 +438,12 @@ ops::Variant append_variant(const DeviceProfile& prof) {
   return v;
 }
 
+// topk > 0: sparse decode over index lists of topk entries per request (the decode
+// parameters and kernels, built with SPARSE_IDX).
 MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool extend, const MlaCache& cache,
-                  const MlaOptions& opt, cl_command_queue queue) {
+                  const MlaOptions& opt, cl_command_queue queue, int topk = 0) {
   auto& c = rt::impl(ctx);
+  const bool sparse = topk > 0;
   const std::string op = extend ? "mla_extend" : "mla_decode";
   params::check_param_names({op}, opt.params, "MlaOptions::params");
   const int B = int(r.kv_len.size()), H = opt.num_heads;
@@ -446,9 +459,10 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.o_dtype = opt.o_dtype;
   plan.page_table = page_table;
   plan.page_ids_needed = r.page_ids_needed;
+  plan.topk = topk;
 
   const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
-  ops::BuiltVariant built = ops::select_and_build(c, op, variants(c.profile, tile, cache, extend));
+  ops::BuiltVariant built = ops::select_and_build(c, op, variants(c.profile, tile, cache, extend, sparse));
   st->prog = built.program;
   st->attn_k = built.kernel;
   st->wg = built.variant.wg;
@@ -477,7 +491,12 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     cfg.max_splits = opt.max_splits ? opt.max_splits : tile.max_splits;
     cfg.align = align;
     std::vector<int32_t> begin(size_t(B), 0);
-    planner::SplitKVPlan sk = planner::plan_split_kv(begin.data(), r.kv_len.data(), B, cfg);
+    // Sparse: the key range is the request's index list (none for a request without keys);
+    // causal_base stays kv_len - 1, the last position an index may name.
+    std::vector<int32_t> keys = r.kv_len;
+    if (sparse)
+      for (int32_t& k : keys) k = k > 0 ? topk : 0;
+    planner::SplitKVPlan sk = planner::plan_split_kv(begin.data(), keys.data(), B, cfg);
     for (const auto& w : sk.work)
       for (int hb = 0; hb < n_hblk; ++hb)
         push(w.begin, w.end, w.part, r.page_base[size_t(w.req)], r.qo_start[size_t(w.req)], 1, hb * qb,
@@ -539,8 +558,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
                     : MlaPlan::Tile{qb, tiled ? tile.kt : tile.lanes, int(st->wg), tile.load_bytes};
   rt::log().debug("{} plan: B={} T={} H={} P={} latent={} variant={} QB={} LANES={} WG={} LOAD={} ({}); {} work "
                   "entries, chunk {}, {} partials, {} merges, workspace {} B",
-                  op, B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype), plan.variant, plan.tile.qb,
-                  plan.tile.lanes, plan.tile.wg, plan.tile.load_bytes, tile.source, plan.num_work, plan.chunk_tokens,
+                  sparse ? "mla_sparse_decode" : op, B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype),
+                  plan.variant, plan.tile.qb, plan.tile.lanes, plan.tile.wg, plan.tile.load_bytes, tile.source, plan.num_work, plan.chunk_tokens,
                   plan.num_partials, plan.num_merges, plan.workspace_bytes);
   plan.state_ = st;
   return plan;
@@ -552,13 +571,13 @@ namespace {
 // Decode or extend from CSR or page-table metadata.
 template <class Meta>
 MlaPlan plan_of(const Context& ctx, const Meta& m, bool extend, const MlaCache& cache, const MlaOptions& opt,
-                cl_command_queue queue) {
+                cl_command_queue queue, int topk = 0) {
   check_options(cache, opt);
   constexpr bool table = std::is_same_v<Meta, PageTable>;
   meta::KVRequests r;
   if constexpr (table) r = requests_from_table(m, cache, opt, extend);
   else r = requests_from_csr(m, cache, opt, extend);
-  return make_plan(ctx, r, table, extend, cache, opt, queue);
+  return make_plan(ctx, r, table, extend, cache, opt, queue, topk);
 }
 }  // namespace
 
@@ -579,11 +598,42 @@ MlaPlan mla_extend_plan(const Context& ctx, const PageTable& table, const MlaCac
   return plan_of(ctx, table, true, cache, opt, queue);
 }
 
-void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const Enqueue& e) {
+namespace {
+template <class Meta>
+MlaPlan sparse_plan_of(const Context& ctx, const Meta& m, const MlaCache& cache, const MlaOptions& opt, int topk,
+                       cl_command_queue queue) {
+  if (topk < 1 || topk > kDsaMaxTopk)
+    rt::invalid("topk = " + to_string(topk) + ": sparse MLA decode takes 1.." + to_string(kDsaMaxTopk) +
+                " index entries per request");
+  return plan_of(ctx, m, false, cache, opt, queue, topk);
+}
+}  // namespace
+
+MlaPlan mla_sparse_decode_plan(const Context& ctx, const PagedCsr& csr, const MlaCache& cache, const MlaOptions& opt,
+                               int topk, cl_command_queue queue) {
+  return sparse_plan_of(ctx, csr, cache, opt, topk, queue);
+}
+MlaPlan mla_sparse_decode_plan(const Context& ctx, const PageTable& table, const MlaCache& cache,
+                               const MlaOptions& opt, int topk, cl_command_queue queue) {
+  return sparse_plan_of(ctx, table, cache, opt, topk, queue);
+}
+
+namespace {
+// mla_run (sparse false) and mla_sparse_run (sparse true, with the plan's indices).
+void run_plan(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, cl_mem indices, const Enqueue& e,
+              bool sparse) {
   const MlaPlanState* st = plan.state_.get();
-  if (!st) rt::invalid("mla_run: empty plan (make one with mla_decode_plan / mla_extend_plan)");
+  const char* fn = sparse ? "mla_sparse_run" : "mla_run";  // (messages are built only on failure)
+  if (!st)
+    rt::invalid(std::string(fn) + ": empty plan (make one with " +
+                (sparse ? "mla_sparse_decode_plan)" : "mla_decode_plan / mla_extend_plan)"));
+  if (st->topk > 0 && !sparse)
+    rt::invalid(std::string(fn) + ": the plan is a sparse decode plan (mla_sparse_decode_plan); run it with "
+                                  "mla_sparse_run and its indices");
+  if (st->topk == 0 && sparse)
+    rt::invalid(std::string(fn) + ": the plan is not a sparse decode plan (make one with mla_sparse_decode_plan)");
   if (!(b.kv_scale > 0.0f) || !std::isfinite(b.kv_scale))
-    rt::invalid("mla_run: kv_scale = " + to_string(b.kv_scale) + ", must be finite and > 0");
+    rt::invalid(std::string(fn) + ": kv_scale = " + to_string(b.kv_scale) + ", must be finite and > 0");
   const int T = st->T, H = st->H;
   cl_command_queue q = ops::queue_of(ctx, e);
   if (T > 0) {
@@ -591,6 +641,7 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
     ops::require_buffer(b.q_pe, st->q_pe_bytes, "q_pe", {{T, H, kMlaKpeDim}, dtype_name(st->q_dtype)});
     ops::require_buffer(b.o, st->o_bytes, "o", {{T, H, kMlaCkvDim}, dtype_name(st->o_dtype)});
     if (b.lse) ops::require_buffer(b.lse, st->lse_bytes, "lse", {{T, H}, "f32"});
+    if (st->topk > 0) ops::require_buffer(indices, st->index_bytes, "indices", {{T, st->topk}, "i32"});
   }
   if (st->num_work > 0) {
     if (st->cache.num_pages > 0) {
@@ -622,15 +673,24 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
   const bool merge = st->num_merges > 0 && !st->fuse;
   const size_t gws[1] = {size_t(st->num_work) * st->wg}, lws[1] = {st->wg};
   cl_event ev1 = nullptr;
+  // The arguments every variant takes, then `tail`: the fused merge's (nv_mma_sync with
+  // FUSE_MERGE), then the index list's (sparse builds).
+  auto launch_with = [&](cl_uint nwait, const cl_event* wait, cl_event* ev, auto... tail) {
+    st->attn_k->launch(q, 1, gws, lws, nwait, wait, ev, b.q_nope, b.q_pe, cl_int(st->q_dtype), ckv, kpe, page_ids,
+                       st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
+                       cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp), cl_long(st->ckv_st),
+                       cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base), cl_int(st->log2_page),
+                       cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), cl_int(st->cache.num_pages),
+                       c.faults, tail...);
+  };
+  auto launch_sparse = [&](cl_uint nwait, const cl_event* wait, cl_event* ev, auto... fused) {
+    if (st->topk > 0) launch_with(nwait, wait, ev, fused..., indices, cl_int(st->topk));
+    else launch_with(nwait, wait, ev, fused...);
+  };
   if (st->fuse_kernel) {  // the counter arguments are passed even when this plan merges separately
     auto launch = [&](int counter_off, cl_uint nwait, const cl_event* wait, cl_event* ev) {
-      st->attn_k->launch(q, 1, gws, lws, nwait, wait, ev, b.q_nope, b.q_pe, cl_int(st->q_dtype), ckv, kpe, page_ids,
-                         st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
-                         cl_ulong(st->lse_off_floats), cl_int(H), cl_long(st->ckv_sp), cl_long(st->ckv_st),
-                         cl_long(st->kpe_sp), cl_long(st->kpe_st), cl_long(st->kpe_base), cl_int(st->log2_page),
-                         cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), cl_int(st->cache.num_pages),
-                         c.faults, st->table, cl_int(st->merge_off), cl_int(st->pmap_off), cl_int(counter_off),
-                         cl_int(st->n_hblk));
+      launch_sparse(nwait, wait, ev, st->table, cl_int(st->merge_off), cl_int(st->pmap_off), cl_int(counter_off),
+                    cl_int(st->n_hblk));
     };
     if (st->sets.per_set > 0) {
       st->sets.run(q, wl, e.event, launch);
@@ -638,12 +698,7 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
     }
     launch(0, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr);
   } else {
-    st->attn_k->launch(q, 1, gws, lws, wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr, b.q_nope, b.q_pe,
-                       cl_int(st->q_dtype), ckv, kpe, page_ids, st->table, cl_int(st->work_off), b.o,
-                       cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws, cl_ulong(st->lse_off_floats), cl_int(H),
-                       cl_long(st->ckv_sp), cl_long(st->ckv_st), cl_long(st->kpe_sp), cl_long(st->kpe_st),
-                       cl_long(st->kpe_base), cl_int(st->log2_page), cl_float(st->q_scale * b.kv_scale),
-                       cl_float(b.kv_scale), cl_int(st->cache.num_pages), c.faults);
+    launch_sparse(wl.size(), wl.data(), (merge || e.event) ? &ev1 : nullptr);
   }
   if (!merge) {
     if (e.event) *e.event = ev1;
@@ -660,6 +715,15 @@ void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const
     throw;
   }
   clReleaseEvent(ev1);
+}
+}  // namespace
+
+void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, const Enqueue& e) {
+  run_plan(ctx, plan, b, nullptr, e, false);
+}
+
+void mla_sparse_run(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, cl_mem indices, const Enqueue& e) {
+  run_plan(ctx, plan, b, indices, e, true);
 }
 
 // ------------------------------------------------------------------------ append_latent
@@ -720,20 +784,23 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
 
 namespace ops {
 
-// Decode at 16 and 128 heads, extend; every latent dtype; the latent appender.
+// Decode at 16 and 128 heads (dense and sparse), extend; every latent dtype; the latent
+// appender.
 void catalog_mla(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
-  for (bool extend : {false, true})
+  for (int kind : {0, 1, 2})  // decode, sparse decode, extend
     for (DType dt : {DType::BF16, DType::FP8_E4M3, DType::F32})
       for (int heads : {16, 128}) {
+        const bool extend = kind == 2, sparse = kind == 1;
         if (extend && heads != 16) continue;
-        const std::string shape = std::string(dtype_name(dt)) + " H" + std::to_string(heads);
+        const std::string shape =
+            std::string(dtype_name(dt)) + " H" + std::to_string(heads) + (sparse ? " sparse" : "");
         catalog_add(out, extend ? "mla_extend" : "mla_decode", shape, [&] {
           MlaCache cache;
           cache.num_pages = 1024, cache.page_size = 64, cache.dtype = dt;
           MlaOptions opt;
           opt.num_heads = heads, opt.sm_scale = 0.1f;
           const Tile tile = choose_tile(t.profile, cache, opt, extend, t.preferred_float_width, t.fp32_denorms);
-          return variants(t.profile, tile, cache, extend);
+          return variants(t.profile, tile, cache, extend, sparse);
         });
       }
   catalog_add(out, "mla_append", "*", [&] { return std::vector<Variant>{append_variant(t.profile)}; });

@@ -61,6 +61,7 @@ const std::vector<Row>& rows_append_kv();
 const std::vector<Row>& rows_linear();
 const std::vector<Row>& rows_extend();
 const std::vector<Row>& rows_mla();
+const std::vector<Row>& rows_dsa_index();
 // Every built-in row (the tables above, concatenated once).
 const std::vector<Row>& builtin_rows();
 

@@ -70,6 +70,7 @@ class CLATTN_API MlaPlan {
   bool page_table = false;        // page ids from a page table (true) or CSR kv_indices
   int64_t page_ids_needed = 0;    // int32 entries the run's page_ids buffer must hold
   int num_work = 0, num_partials = 0, num_merges = 0, chunk_tokens = 0;
+  int topk = 0;                   // sparse decode plan (clattn/sparse.hpp): index entries per request; 0 = dense
   int64_t workspace_bytes = 0;    // caller's workspace for mla_run (0 = none)
   int64_t table_bytes = 0;        // bytes of the plan's work table (PlanBuffer size that fits)
   std::string variant, kernel_options;

@@ -126,9 +126,12 @@ CLATTN_API void hsa_run(const Context& ctx, const HsaPlan& plan, const HsaBuffer
 // (the caller folds its scales into w), then the topk highest positions (ties: the lower
 // position), written in ascending position order, -1 padded: indices [B, topk] int32
 // logical positions, scores [B, topk] f32 (-inf padding).
+// The most index entries per request the indexer and sparse MLA decode take (topk).
+constexpr int kDsaMaxTopk = 1 << 16;
+
 struct DsaIndexOptions {
   int num_index_heads = 0;          // Hi (64 in DeepSeek-V3.2)
-  int topk = 0;                     // >= 1 (2048 in DeepSeek-V3.2)
+  int topk = 0;                     // 1..kDsaMaxTopk (2048 in DeepSeek-V3.2)
   DType q_dtype = DType::BF16;      // f32 f16 bf16
   bool validate = true;
   std::map<std::string, int> params;

@@ -95,5 +95,36 @@ TEST(RunPath, ExtendAndMlaAllocateNothing) {
   EXPECT_EQ(news_in([&] { mla_run(ctx(), mp, mb); }), 0) << "mla";
 }
 
+// DSA: the indexer (scores, then top-k) and sparse MLA decode (split, so with the merge).
+TEST(RunPath, DsaIndexAndSparseMlaAllocateNothing) {
+  PagedKV kc;
+  kc.num_pages = 8, kc.page_size = 16, kc.num_kv_heads = 1, kc.head_dim = 64, kc.dtype = DType::BF16;
+  const PagedCsr csr = two_requests(false);
+  DsaIndexOptions io;
+  io.num_index_heads = 4, io.topk = 16, io.q_dtype = DType::F32;
+  const DsaIndexPlan ip = dsa_index_plan(ctx(), csr, kc, io);
+  DeviceBuffer k(ctx(), size_t(kc.required_bytes())), q(ctx(), 2 * 4 * 64 * 4), w(ctx(), 2 * 4 * 4);
+  DeviceBuffer idx(ctx(), 2 * 16 * 4), ids = test::upload(csr.kv_indices);
+  DeviceBuffer iws(ctx(), size_t(ip.workspace_bytes));
+  DsaIndexBuffers ib;
+  ib.q = q.get(), ib.weights = w.get(), ib.k_cache = k.get(), ib.page_ids = ids.get(), ib.indices = idx.get();
+  ib.workspace = iws.get();
+  EXPECT_EQ(news_in([&] { dsa_index_run(ctx(), ip, ib); }), 0) << "dsa_index";
+
+  MlaCache mc;
+  mc.num_pages = 8, mc.page_size = 16;
+  MlaOptions mo;
+  mo.num_heads = 8, mo.q_dtype = mo.o_dtype = DType::F32, mo.sm_scale = 0.1f, mo.max_splits = 2;
+  mo.params = {{"MIN_CHUNK", 4}, {"WGS_PER_CU", 1024}};
+  const MlaPlan mp = mla_sparse_decode_plan(ctx(), csr, mc, mo, 16);
+  DeviceBuffer ckv(ctx(), size_t(mc.ckv_required_bytes())), kpe(ctx(), size_t(mc.kpe_required_bytes()));
+  DeviceBuffer qn(ctx(), 2 * 8 * kMlaCkvDim * 4), qp(ctx(), 2 * 8 * kMlaKpeDim * 4), mo_(ctx(), 2 * 8 * kMlaCkvDim * 4);
+  DeviceBuffer mws(ctx(), size_t(std::max<int64_t>(16, mp.workspace_bytes)));
+  MlaBuffers mb;
+  mb.q_nope = qn.get(), mb.q_pe = qp.get(), mb.ckv = ckv.get(), mb.kpe = kpe.get(), mb.page_ids = ids.get();
+  mb.o = mo_.get(), mb.workspace = mws.get();
+  EXPECT_EQ(news_in([&] { mla_sparse_run(ctx(), mp, mb, idx.get()); }), 0) << "mla_sparse";
+}
+
 }  // namespace
 }  // namespace clattn

@@ -41,6 +41,7 @@ TEST(ParamNames, CoverWhatTheOpsRead) {
                {"backends/ops/extend.cpp", {"extend"}},
                {"backends/ops/mla.cpp", {"mla_decode"}},
                {"backends/ops/mla.cpp", {"mla_extend"}},
+               {"backends/ops/dsa_index.cpp", {"dsa_index"}},
                {"backends/ops/linear.cpp", {"linear_decode", "linear_prefill"}}};
   for (const auto& c : cases) {
     const std::string src = read(c.file);
