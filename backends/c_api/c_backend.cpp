@@ -124,6 +124,7 @@ void clattn_backend_config_init(clattn_backend_config* c) {
   if (!c) return;
   *c = clattn_backend_config{};
   c->act_dtype = int(clattn::DType::BF16);
+  c->hsa_fuse_window = 1;
 }
 
 clattn_status clattn_backend_create(clattn_context ctx, const char* name, clattn_kv_pool pool,
@@ -141,6 +142,12 @@ clattn_status clattn_backend_create(clattn_context ctx, const char* name, clattn
       bc.queue = cfg->queue;
       if (cfg->prefill_backend) bc.prefill_backend = cfg->prefill_backend;
       if (cfg->decode_backend) bc.decode_backend = cfg->decode_backend;
+      bc.hsa.topk = cfg->hsa_topk, bc.hsa.window_size = cfg->hsa_window_size;
+      bc.hsa.strategy = static_cast<clattn::HsaStrategy>(cfg->hsa_strategy);  // checked by the backend
+      bc.hsa.fuse_window = cfg->hsa_fuse_window != 0;
+      if (cfg->num_hsa_layers < 0) invalid("cfg->num_hsa_layers = " + std::to_string(cfg->num_hsa_layers) + " is negative");
+      if (cfg->num_hsa_layers > 0) bc.hsa.layers.assign(need(cfg->hsa_layers, "cfg->hsa_layers"),
+                                                        cfg->hsa_layers + cfg->num_hsa_layers);
     }
     auto b = std::make_unique<clattn_backend_s>();
     b->backend = clattn::create_backend(need(name, "name"), need(ctx, "ctx")->ctx, need(pool, "pool")->pool, bc);

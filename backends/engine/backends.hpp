@@ -11,6 +11,8 @@ std::unique_ptr<AttentionBackend> make_paged(const Context& ctx, const KVPool& p
                                              bool page_table);
 std::unique_ptr<AttentionBackend> make_mla(const Context& ctx, const KVPool& pool, const BackendConfig& cfg);
 std::unique_ptr<AttentionBackend> make_linear(const Context& ctx, const KVPool& pool, const BackendConfig& cfg);
+// HSA in the decode steps of cfg.hsa's layers, the paged backend (CSR) for the rest.
+std::unique_ptr<AttentionBackend> make_hsa(const Context& ctx, const KVPool& pool, const BackendConfig& cfg);
 std::unique_ptr<AttentionBackend> make_hybrid(const Context& ctx, const KVPool& pool, const BackendConfig& cfg);
 
 // Checks that `pool` holds layer `l` with the same kind and buffers set.

@@ -1,6 +1,7 @@
 // "hybrid": routes each layer to the backend for its kind (MHA -> paged/paged_table, MLA ->
 // mla, linear -> linear) and, for MHA layers, to a different backend per mode
-// (BackendConfig::prefill_backend for extend/mixed steps, decode_backend for decode).
+// (BackendConfig::prefill_backend for extend/mixed steps, decode_backend for decode; "hsa"
+// may decode).
 #include <string>
 
 #include "backends/engine/backends.hpp"
@@ -12,10 +13,12 @@ namespace {
 
 std::unique_ptr<AttentionBackend> make_full(const std::string& name, const Context& ctx, const KVPool& pool,
                                             const BackendConfig& cfg, const char* which) {
+  const bool decode = std::string(which) == "decode_backend";
   if (name == "paged") return make_paged(ctx, pool, cfg, false);
   if (name == "paged_table") return make_paged(ctx, pool, cfg, true);
+  if (name == "hsa" && decode) return make_hsa(ctx, pool, cfg);
   rt::invalid(std::string("hybrid: BackendConfig.") + which + " = \"" + name +
-              "\" is not a full-attention backend (paged, paged_table)");
+              "\" is not a full-attention backend (paged, paged_table" + (decode ? ", hsa)" : ")"));
 }
 
 class HybridBackend final : public AttentionBackend {

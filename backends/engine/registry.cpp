@@ -10,7 +10,7 @@ namespace clattn {
 
 AttentionBackend::~AttentionBackend() = default;
 
-std::vector<std::string> backend_names() { return {"paged", "paged_table", "mla", "linear", "hybrid"}; }
+std::vector<std::string> backend_names() { return {"paged", "paged_table", "mla", "linear", "hybrid", "hsa"}; }
 
 std::unique_ptr<AttentionBackend> create_backend(const std::string& name, const Context& ctx, const KVPool& pool,
                                                  const BackendConfig& cfg) {
@@ -24,6 +24,7 @@ std::unique_ptr<AttentionBackend> create_backend(const std::string& name, const 
   if (name == "mla") return engine::make_mla(ctx, pool, cfg);
   if (name == "linear") return engine::make_linear(ctx, pool, cfg);
   if (name == "hybrid") return engine::make_hybrid(ctx, pool, cfg);
+  if (name == "hsa") return engine::make_hsa(ctx, pool, cfg);
   std::string known;
   for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
   rt::invalid("create_backend: unknown backend \"" + name + "\" (known: " + known + ")");

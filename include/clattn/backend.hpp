@@ -3,7 +3,8 @@
 // init_forward_metadata (metadata built with the shared builders, planned once, uploaded
 // once), then calls forward() per layer (append the new K/V, then decode or extend: enqueue
 // only). Backends by name: "paged" (MHA/GQA/MQA, CSR metadata), "paged_table" (the same with
-// page-table metadata), "mla", "linear", "hybrid" (routes per layer kind and per mode).
+// page-table metadata), "mla", "linear", "hybrid" (routes per layer kind and per mode), "hsa"
+// (Hierarchical Sparse Attention in the decode steps of chosen MHA layers, the rest paged).
 // KVPool allocates the per-layer caches and state pools (or wraps the engine's cl_mems).
 // Decisions and semantics: docs/backend.md.
 #pragma once
@@ -17,6 +18,7 @@
 #include "clattn/linear.hpp"
 #include "clattn/mla.hpp"
 #include "clattn/paged_kv.hpp"
+#include "clattn/sparse.hpp"
 #include "clattn/types.hpp"
 
 namespace clattn {
@@ -142,6 +144,19 @@ class CLATTN_API KVPool {
 };
 
 // ----------------------------------------------------------------------- the backends
+// "hsa" (SGLang's --attention-backend hsa): decode steps of the HSA layers select topk pages
+// per list by their landmark keys and attend to those (plus the window); the other layers,
+// and every extend/mixed step, run "paged" (CSR). Semantics: clattn/sparse.hpp (HSA).
+struct HsaBackendConfig {
+  int topk = 0;                               // pages per selection list, >= 1
+  HsaStrategy strategy = HsaStrategy::Group;  // group: one list per KV head; head: per query head
+  int window_size = 0;                        // SWA->HSA: the last W tokens attended densely; 0 = none
+  bool fuse_window = true;                    // window and pages in one call; false: merged by merge_state
+  // Layer ids that use HSA (SGLang's --hsa-layers); empty = every layer without a sliding
+  // window. A listed layer must have no window_left.
+  std::vector<int> layers;
+};
+
 struct BackendConfig {
   std::vector<LayerSpec> layers;      // the model's attention layers (ids index the KVPool)
   DType act_dtype = DType::BF16;      // q / k / v / o dtype: f32 f16 bf16
@@ -149,8 +164,10 @@ struct BackendConfig {
   int max_splits = 0;                 // decode split-K cap (0 = planner's choice)
   cl_command_queue queue = nullptr;   // nullptr = the context's queue
   // "hybrid" only: backend per mode for the full-attention (MHA) layers ("paged" or
-  // "paged_table"); MLA layers go to "mla", linear layers to "linear".
+  // "paged_table", and "hsa" for decode_backend); MLA layers go to "mla", linear layers
+  // to "linear".
   std::string prefill_backend = "paged", decode_backend = "paged";
+  HsaBackendConfig hsa;  // "hsa", and "hybrid" with decode_backend "hsa"
 };
 
 class CLATTN_API AttentionBackend {

@@ -669,12 +669,19 @@ typedef struct clattn_backend_config {
   int deterministic, max_splits;
   cl_command_queue queue;       /* NULL = the context's */
   const char* prefill_backend;  /* "hybrid": MHA backend for extend/mixed (NULL = "paged") */
-  const char* decode_backend;   /* "hybrid": MHA backend for decode (NULL = "paged") */
+  const char* decode_backend;   /* "hybrid": MHA backend for decode (NULL = "paged"; "hsa" allowed) */
+  /* "hsa" (and "hybrid" decoding with "hsa"): see HsaBackendConfig in clattn/backend.hpp. */
+  int hsa_topk;                 /* pages per selection list, >= 1 */
+  int hsa_strategy;             /* 0 group (per KV head), 1 head (per query head) */
+  int hsa_window_size;          /* last W tokens attended densely, 0 = none */
+  int hsa_fuse_window;          /* 1 (init): window and pages in one call; 0: merged after */
+  const int32_t* hsa_layers;    /* layer ids using HSA; NULL / 0 = every layer without a window */
+  int num_hsa_layers;
 } clattn_backend_config;
 CLATTN_API void clattn_backend_config_init(clattn_backend_config* c);
 
 typedef struct clattn_backend_s* clattn_backend;
-/* name: "paged", "paged_table", "mla", "linear" or "hybrid". The pool must outlive the
+/* name: "paged", "paged_table", "mla", "linear", "hybrid" or "hsa". The pool must outlive the
  * backend. Builds every kernel the layers need; a device that cannot run a layer gives
  * CLATTN_UNSUPPORTED naming the layer. */
 CLATTN_API clattn_status clattn_backend_create(clattn_context ctx, const char* name, clattn_kv_pool pool,

@@ -1,7 +1,7 @@
 /* The engine backend through the C ABI, compiled as C: a KV pool and a "paged" backend for
  * one GQA layer; an extend step (6 prompt tokens) then a decode step, each checked against
- * a double-precision loop here; registry and batch errors; no allocation when a decode
- * step repeats. */
+ * a double-precision loop here; the same decode on "hsa" with every key covered; registry
+ * and batch errors; no allocation when a decode step repeats. */
 #include <math.h>
 
 #include "c_test_util.h"
@@ -114,6 +114,26 @@ int main(void) {
   CHECK(clattn_backend_forward(be, 0, &io, 0) == CLATTN_SUCCESS);
   clFinish(q);
   CHECK(clattn_device_allocation_count() == before);
+
+  /* "hsa": at 7 keys with page 4 and window 3, the one candidate page ends where the window
+   * starts, so topk 1 covers every key: the dense result. Bad fields are named. */
+  clattn_backend hb = NULL;
+  clattn_backend_config hc = bc;
+  CHECK_FAILS(clattn_backend_create(ctx, "hsa", pool, &layer, 1, &hc, &hb), CLATTN_INVALID_ARGUMENT, "hsa.topk");
+  hc.hsa_topk = 1, hc.hsa_strategy = 5;
+  CHECK_FAILS(clattn_backend_create(ctx, "hsa", pool, &layer, 1, &hc, &hb), CLATTN_INVALID_ARGUMENT, "hsa.strategy");
+  hc.hsa_strategy = 1, hc.hsa_window_size = 3, hc.num_hsa_layers = 1;
+  CHECK_FAILS(clattn_backend_create(ctx, "hsa", pool, &layer, 1, &hc, &hb), CLATTN_INVALID_ARGUMENT, "hsa_layers");
+  const int32_t hsa_ids[1] = {0};
+  hc.hsa_layers = hsa_ids;
+  CHECK(clattn_backend_create(ctx, "hsa", pool, &layer, 1, &hc, &hb) == CLATTN_SUCCESS);
+  if (hb) {
+    CHECK(clattn_backend_init_forward_metadata(hb, &fb) == CLATTN_SUCCESS);
+    CHECK(clattn_backend_forward(hb, 0, &io, 0) == CLATTN_SUCCESS);
+    read_back(q, ob, got[0], sizeof(float) * HQ * D);
+    CHECK(close_rows(got[0], want, HQ * D));
+    clattn_backend_release(hb);
+  }
 
   /* Batch errors name the field. */
   seq = 0;

@@ -27,6 +27,8 @@ SYNOPSIS_INSTANCES = [
     "clattn-serve-sim --model deepseek-v3-tp8 --kv-dtype fp8_e4m3",
     "clattn-serve-sim --model gpt-oss --kv-dtype f16",
     "clattn-serve-sim --model tiny --backend paged_table --no-mixed --no-warmup",
+    "clattn-serve-sim --model llama-8b-hsa --layers 4",
+    "clattn-serve-sim --model llama-8b --hsa-topk 64 --hsa-window 512 --hsa-strategy head --hsa-layers 0,2 --hsa-no-fuse",
     "clattn-bench --device 0 --reps 1 decode --quick",
     "clattn-bench extend --quick",
     "clattn-bench mla --quick",

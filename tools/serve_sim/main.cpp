@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--layers", cfg.num_layers, "layers (0 = the preset's full depth)")
       ->capture_default_str()
       ->check(at_least(0));
-  app.add_option("--backend", cfg.backend, "backend name (default: the preset's: paged, hybrid, mla)")
+  app.add_option("--backend", cfg.backend, "backend name (default: the preset's: paged, hybrid, mla, hsa)")
       ->check(one_of(clattn::backend_names()));
   app.add_option("--prefill-backend", cfg.prefill_backend, "hybrid: MHA backend for extend steps")
       ->capture_default_str()
@@ -86,6 +86,16 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(at_least(1));
   app.add_flag("--check-all-layers", cfg.check_all_layers, "check every layer of a checked step");
+  app.add_option("--hsa-topk", cfg.hsa_topk,
+                 "HSA in the decode steps of the full-attention layers: pages selected per list (llama-8b-hsa: 64)")
+      ->check(at_least(1));
+  app.add_option("--hsa-window", cfg.hsa_window, "HSA: last tokens attended densely, 0 = none (llama-8b-hsa: 512)")
+      ->check(at_least(0));
+  app.add_option("--hsa-strategy", cfg.hsa_strategy, "HSA: one selection per KV head (group) or per query head (head)")
+      ->check(one_of({"group", "head"}));
+  app.add_option("--hsa-layers", cfg.hsa_layers, "HSA: these layers only, e.g. 0,2 (default: every full-attention layer)")
+      ->delimiter(',');
+  app.add_flag("--hsa-no-fuse", cfg.hsa_no_fuse, "HSA: the window as its own decode, merged by LSE (default: fused)");
   app.add_flag("!--no-mixed", cfg.mixed, "prefill and decode in separate steps (default: mixed steps)");
   app.add_option("--seed", cfg.seed)->capture_default_str();
   app.add_flag("--no-progress", no_progress);
@@ -159,6 +169,18 @@ int main(int argc, char** argv) {
     if (!no_warmup)
       std::printf("  one-time cost  %.2f s: the cold pass less the warm one (program builds and first launches)\n",
                   std::max(0.0, cold_s - r.wall_s));
+    if (!r.hsa.empty()) {
+      const double mib = 1.0 / 1048576.0;
+      std::printf("  hsa            %d of %d layers, %s: decode read %.2f MiB (landmarks, selected pages, window) "
+                  "of %.2f MiB dense KV (%.1f%%)\n",
+                  r.hsa_layers, r.num_layers, r.hsa.c_str(), r.hsa_read_bytes * mib, r.hsa_dense_bytes * mib,
+                  r.hsa_dense_bytes > 0 ? 100.0 * r.hsa_read_bytes / r.hsa_dense_bytes : 0.0);
+      std::printf("  hsa decode     %.1f tokens/s in decode steps", r.decode_wall_s > 0 ? double(r.decode_tokens) / r.decode_wall_s : 0.0);
+      if (r.hsa_decode_s > 0)
+        std::printf(", HSA layers %.3f s device time, %.1f GB/s of what they read", r.hsa_decode_s,
+                    r.hsa_read_bytes / r.hsa_decode_s * 1e-9);
+      std::printf("\n");
+    }
     if (r.attention_s > 0) {
       std::printf("  attention      %.3f s device time, %.1f%% of the step time\n", r.attention_s,
                   100.0 * r.attention_s / r.wall_s);

@@ -29,7 +29,9 @@ LayerSpec gdn(int id, int hqk, int hv, int dk, int dv) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"llama-8b", "qwen3-next", "deepseek-v3-tp8", "gpt-oss", "tiny"}; }
+std::vector<std::string> preset_names() {
+  return {"llama-8b", "llama-8b-hsa", "qwen3-next", "deepseek-v3-tp8", "gpt-oss", "tiny"};
+}
 
 Model preset(const std::string& name, int num_layers) {
   Model m;
@@ -40,6 +42,12 @@ Model preset(const std::string& name, int num_layers) {
     for (int i = 0; i < n; ++i) m.layers.push_back(mha(i, 32, 8, 128));
     m.backend = "paged";
     m.page_size = 16;
+  } else if (name == "llama-8b-hsa") {  // the same heads with HSA in every layer's decode (SGLang's hsa backend)
+    n = num_layers ? num_layers : 32;
+    for (int i = 0; i < n; ++i) m.layers.push_back(mha(i, 32, 8, 128));
+    m.backend = "hsa";
+    m.page_size = 64;  // page = HSA chunk; its last slot is the landmark
+    m.hsa.topk = 64, m.hsa.window_size = 512;
   } else if (name == "qwen3-next") {  // Qwen3-Next-80B-A3B: 48 layers, 3 Gated DeltaNet : 1 gated full attention
     n = num_layers ? num_layers : 48;
     for (int i = 0; i < n; ++i)

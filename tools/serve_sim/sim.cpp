@@ -15,6 +15,7 @@
 
 #include "reference/reference.hpp"
 #include "sim.hpp"
+#include "sim_hsa.hpp"
 
 namespace clattn::sim {
 namespace {
@@ -65,6 +66,7 @@ class Engine {
   Engine(const Context& ctx, const Config& cfg) : ctx_(ctx), cfg_(cfg), rng_(cfg.seed) {
     model_ = preset(cfg.model, cfg.num_layers);
     if (cfg.page_size > 0) model_.page_size = cfg.page_size;
+    if (auto p = resolve_hsa(cfg, model_, hsa_)) throw Error(Status::InvalidArgument, "serve-sim: " + p->option + " " + p->why);
     P_ = model_.page_size;
     sys_len_ = (cfg.system_prompt + P_ - 1) / P_ * P_;
     max_ctx_ = sys_len_ + cfg.prompt_max + cfg.output_max + 1;
@@ -87,6 +89,11 @@ class Engine {
     bc.prefill_backend = cfg.prefill_backend;
     bc.decode_backend = cfg.decode_backend;
     backend_name_ = cfg.backend.empty() ? model_.backend : cfg.backend;
+    if (hsa_.on) {  // decode steps of the HSA layers on "hsa" (alone, or as hybrid's decode backend)
+      bc.hsa = hsa_.cfg;
+      backend_name_ = hsa_.backend;
+      if (backend_name_ == "hybrid") bc.decode_backend = "hsa";
+    }
     backend_ = create_backend(backend_name_, ctx, pool_, bc);
 
     make_tables();
@@ -112,6 +119,8 @@ class Engine {
     report_.shared_prefix_tokens = sys_len_;
     report_.page_size = P_;
     report_.kv_bytes_allocated = pool_.bytes_allocated();
+    report_.hsa = hsa_.describe();
+    report_.hsa_layers = int(hsa_.layers.size()), report_.num_layers = int(model_.layers.size());
   }
 
   ~Engine() {
@@ -321,6 +330,9 @@ class Engine {
   // Runs one step over `batch` (lens[i] new tokens each): metadata, every layer, checks,
   // then the next token of every request from the last layer's output.
   void forward_step(ForwardMode mode, std::vector<Request*>& batch, const std::vector<int>& lens) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double check0 = check_s_;
+    step_mode_ = mode;
     const int B = int(batch.size());
     pool_idx_.assign(size_t(B), 0), seq_.assign(size_t(B), 0), prefix_.assign(size_t(B), 0), ext_.assign(size_t(B), 0);
     int64_t T = 0;
@@ -383,9 +395,10 @@ class Engine {
         clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
         markers_.push_back(before), markers_.push_back(after);
       }
-      const bool first_of_kind = !kind_checked[int(l.kind)];
+      const int kind = int(l.kind) + (hsa_.layers.count(l.layer_id) ? 8 : 0);  // HSA layers: a kind of their own
+      const bool first_of_kind = !kind_checked[kind];
       if (check_step && (cfg_.check_all_layers || first_of_kind) && T > 0) {
-        kind_checked[int(l.kind)] = true;
+        kind_checked[kind] = true;
         check_layer(li, batch);
       }
     }
@@ -393,12 +406,14 @@ class Engine {
     // In an in-order queue a layer cannot start before the previous layer's end marker;
     // clamping to it keeps drivers that stamp markers at submission from double counting.
     cl_ulong prev_end = 0;
-    for (size_t m = 0; m + 1 < markers_.size(); m += 2) {
+    for (size_t m = 0; m + 1 < markers_.size(); m += 2) {  // marker pair m / 2: layer m / 2
       cl_ulong t0 = 0, t1 = 0;
       clGetEventProfilingInfo(markers_[m], CL_PROFILING_COMMAND_END, sizeof t0, &t0, nullptr);
       clGetEventProfilingInfo(markers_[m + 1], CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr);
       t0 = std::max(t0, prev_end);
-      if (t1 > t0) attn_s += double(t1 - t0) * 1e-9;
+      const double dt = t1 > t0 ? double(t1 - t0) * 1e-9 : 0.0;
+      attn_s += dt;
+      if (mode == ForwardMode::Decode && hsa_.layers.count(model_.layers[m / 2].layer_id)) report_.hsa_decode_s += dt;
       prev_end = std::max(prev_end, t1);
     }
     for (auto& m : markers_) clReleaseEvent(m);
@@ -410,20 +425,29 @@ class Engine {
       report_.decode_attention_s += attn_s;
       report_.decode_kv_bytes += decode_bytes(batch);
       if (finished_ * 2 >= cfg_.num_requests) report_.steady_decode_allocations += device_allocation_count() - allocs0;
+      report_.decode_tokens += B;
+      report_.decode_wall_s +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - (check_s_ - check0);
     } else {
       ++(mode == ForwardMode::Mixed ? report_.mixed_steps : report_.extend_steps);
     }
     for (int i = 0; i < B; ++i) batch[size_t(i)]->cached = seq_[size_t(i)];
   }
 
-  // Bytes one decode step's attention reads: KV (window-limited) or state read + write.
-  double decode_bytes(const std::vector<Request*>& batch) const {
+  // Bytes one decode step's attention reads: KV (window-limited; HSA: landmarks, selected
+  // pages, window) or state read + write.
+  double decode_bytes(const std::vector<Request*>& batch) {
     double bytes = 0;
     for (const auto& l : model_.layers)
       for (size_t i = 0; i < batch.size(); ++i) {
         const double len = seq_[i];
         const double keys = l.window_left >= 0 ? std::min(len, double(l.window_left + 1)) : len;
-        if (l.kind == LayerKind::MHA)
+        if (hsa_.layers.count(l.layer_id)) {
+          const double read = hsa_decode_bytes(hsa_, l, seq_[i], P_, cfg_.kv_dtype);
+          bytes += read;
+          report_.hsa_read_bytes += read;
+          report_.hsa_dense_bytes += keys * 2.0 * l.num_kv_heads * l.head_dim * double(dtype_size(cfg_.kv_dtype));
+        } else if (l.kind == LayerKind::MHA)
           bytes += keys * 2.0 * l.num_kv_heads * l.head_dim * double(dtype_size(cfg_.kv_dtype));
         else if (l.kind == LayerKind::MLA)
           bytes += keys * (kMlaCkvDim + kMlaKpeDim) * double(dtype_size(cfg_.kv_dtype));
@@ -495,8 +519,17 @@ class Engine {
       if (qn == 0) continue;
       std::vector<uint8_t> got_b(size_t(qn) * W * es);
       o_dev_.read(ctx_, got_b.data(), got_b.size(), size_t(first[size_t(i)]) * W * es);
-      std::vector<double> want(size_t(qn) * W);
-      if (l.kind == LayerKind::MHA) {
+      std::vector<double> want(size_t(qn) * W), alt;
+      if (step_mode_ == ForwardMode::Decode && hsa_.layers.count(l.layer_id)) {
+        auto qv = field_rows(li, Q, r, len - 1, len, cfg_.act_dtype);
+        auto kv = field_rows(li, K, r, 0, len, cfg_.kv_dtype);
+        auto vv = field_rows(li, V, r, 0, len, cfg_.kv_dtype);
+        std::vector<int32_t> pages(size_t((len + P_ - 1) / P_));
+        for (size_t j = 0; j < pages.size(); ++j) pages[j] = req_to_token_[size_t(r.row) * max_ctx_ + j * P_] / P_;
+        auto sk = sinks_host_.find(l.layer_id);
+        hsa_reference(hsa_, l, len, P_, num_pages_, qv.data(), kv.data(), vv.data(), pages.data(),
+                      sk != sinks_host_.end() ? sk->second.data() : nullptr, want, alt);
+      } else if (l.kind == LayerKind::MHA) {
         auto qv = field_rows(li, Q, r, len - qn, len, cfg_.act_dtype);
         auto kv = field_rows(li, K, r, 0, len, cfg_.kv_dtype);
         auto vv = field_rows(li, V, r, 0, len, cfg_.kv_dtype);
@@ -534,11 +567,21 @@ class Engine {
         }
         std::copy(all.end() - std::ptrdiff_t(want.size()), all.end(), want.begin());
       }
+      auto got_at = [&](size_t e) { return decode_value(&got_b[e * es], cfg_.act_dtype); };
+      auto within = [&](double got, double w) { return std::fabs(got - w) <= tol + tol * std::fabs(w); };
+      if (!alt.empty())  // a head whose selection list was near a tie may match either selection
+        for (size_t h = 0; h < size_t(l.num_qo_heads); ++h) {
+          const size_t D = size_t(l.head_dim);
+          bool primary = true, other = true;
+          for (size_t e = h * D; e < (h + 1) * D; ++e)
+            primary &= within(got_at(e), want[e]), other &= within(got_at(e), alt[e]);
+          if (!primary && other) std::copy_n(alt.begin() + std::ptrdiff_t(h * D), D, want.begin() + std::ptrdiff_t(h * D));
+        }
       double worst = 0, worst_want = 0, worst_got = 0;
       size_t worst_at = 0;
       bool bad = false;
       for (size_t e = 0; e < want.size(); ++e) {
-        const double got = decode_value(&got_b[e * es], cfg_.act_dtype);
+        const double got = got_at(e);
         const double err = std::fabs(got - want[e]);
         if (!(err <= tol + tol * std::fabs(want[e]))) bad = true;
         if (!(err <= worst)) worst = err, worst_at = e, worst_want = want[e], worst_got = got;
@@ -549,7 +592,8 @@ class Engine {
         ++report_.mismatches;
         if (report_.failures.size() < 5) {
           std::ostringstream m;
-          m << "step " << report_.steps << " layer " << l.layer_id << " (" << layer_kind_name(l.kind) << ") request "
+          m << "step " << report_.steps << " layer " << l.layer_id << " (" << layer_kind_name(l.kind)
+            << (step_mode_ == ForwardMode::Decode && hsa_.layers.count(l.layer_id) ? ", hsa" : "") << ") request "
             << r.id << " (" << qn << " new of " << len << " tokens): element " << worst_at << " got " << worst_got
             << " want " << worst_want;
           report_.failures.push_back(m.str());
@@ -563,6 +607,8 @@ class Engine {
   Config cfg_;
   std::mt19937_64 rng_;
   Model model_;
+  HsaSetup hsa_;
+  ForwardMode step_mode_ = ForwardMode::Decode;
   int P_ = 16, sys_len_ = 0, max_ctx_ = 0, pool_rows_ = 0, num_pages_ = 0;
   int64_t max_tokens_ = 0;
   bool has_linear_ = false, has_paged_ = false;
@@ -617,6 +663,11 @@ std::optional<ConfigProblem> check(const Config& c) {
   if (c.output_max < c.output_min)
     return ConfigProblem{"--output-max", "is " + std::to_string(c.output_max) + ", below --output-min " +
                                              std::to_string(c.output_min)};
+  if (c.hsa_topk != 0 || c.hsa_window >= 0 || !c.hsa_strategy.empty() || c.hsa_no_fuse || !c.hsa_layers.empty() ||
+      c.backend == "hsa" || c.prefill_backend == "hsa" || c.decode_backend == "hsa" || preset(c.model, 1).hsa.topk > 0) {
+    HsaSetup h;
+    if (auto p = resolve_hsa(c, preset(c.model, c.num_layers), h)) return p;
+  }
   if (c.num_pages > 0) {  // the longest request must fit: its own pages plus the shared prefix's
     const int P = c.page_size > 0 ? c.page_size : preset(c.model, 1).page_size;
     const int64_t tokens = int64_t((c.system_prompt + P - 1) / P) * P + c.prompt_max + c.output_max;

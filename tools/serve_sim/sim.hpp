@@ -17,8 +17,10 @@ struct Model {
   std::vector<LayerSpec> layers;
   std::string backend;    // registry name that serves it
   int page_size = 16;
+  HsaBackendConfig hsa;   // topk > 0: HSA presets (decode on the "hsa" backend)
 };
-// "llama-8b" (GQA 32/8, D 128), "qwen3-next" (3 Gated DeltaNet : 1 full GQA 16/2 D 256),
+// "llama-8b" (GQA 32/8, D 128), "llama-8b-hsa" (the same, HSA decode: 64 pages of 64 per
+// KV head plus a 512-token window), "qwen3-next" (3 Gated DeltaNet : 1 full GQA 16/2 D 256),
 // "deepseek-v3-tp8" (MLA, 16 heads per rank), "gpt-oss" (sliding/full alternating, sinks,
 // GQA 64/8 D 64), "tiny" (small GQA for tests). num_layers = 0 keeps the preset's depth.
 Model preset(const std::string& name, int num_layers = 0);
@@ -41,7 +43,14 @@ struct Config {
   int num_pages = 0;           // 0 = enough for every request at once
   int check_every = 3;         // check every n-th step (0 = never); step 1 always
   int check_requests = 3;      // requests checked per checked layer
-  bool check_all_layers = false;  // else the first layer of each kind
+  bool check_all_layers = false;  // else the first layer of each kind (HSA layers a kind of their own)
+  // HSA (Hierarchical Sparse Attention) in the decode steps of full-attention MHA layers:
+  // topk > 0 turns it on (or changes an -hsa preset's); the rest apply with HSA on.
+  int hsa_topk = 0;            // pages per selection list; 0 = the preset's (none outside -hsa presets)
+  int hsa_window = -1;         // dense window tokens (SWA->HSA); -1 = the preset's (0 outside them)
+  std::string hsa_strategy;    // "group" (per KV head) or "head" (per query head); "" = group
+  bool hsa_no_fuse = false;    // window as its own decode, merged by LSE (default: fused)
+  std::vector<int> hsa_layers; // layers with HSA; empty = every full-attention MHA layer
   uint64_t seed = 1;
   std::function<void(int done, int total)> progress;  // called once per step
 };
@@ -59,6 +68,15 @@ struct Report {
   int checks = 0, mismatches = 0;
   double max_abs_err = 0;
   std::vector<std::string> failures;     // first few mismatch descriptions
+  // Decode steps: wall time (reference checks excluded) and tokens generated in them.
+  double decode_wall_s = 0;
+  int64_t decode_tokens = 0;
+  // HSA: its settings ("" = off), layers, and over the decode steps of the HSA layers the
+  // bytes their attention read (landmarks, selected pages, window), the bytes dense decode
+  // would have read, and their device time.
+  std::string hsa;
+  int hsa_layers = 0, num_layers = 0;
+  double hsa_read_bytes = 0, hsa_dense_bytes = 0, hsa_decode_s = 0;
   // Device allocations during the decode steps of the run's second half (batch and
   // context sizes have settled by then; grow-only buffers stop growing).
   unsigned long long steady_decode_allocations = 0;

@@ -1,0 +1,60 @@
+// The "paged" / "paged_table" backend's class, for the backends that reuse its step (the
+// metadata built and uploaded once), its K/V append and its dense path ("hsa").
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+
+#include "backends/engine/engine_common.hpp"
+#include "clattn/decode.hpp"
+#include "clattn/extend.hpp"
+
+namespace clattn::engine {
+
+class PagedBackend final : public AttentionBackend {
+ public:
+  // name: the backend's name in messages. decode_elsewhere: layers whose decode another
+  // backend runs (a shape only they use plans and builds no dense decode).
+  PagedBackend(const Context& ctx, const KVPool& pool, const BackendConfig& cfg, bool page_table,
+               const std::string& name, const std::set<int>& decode_elsewhere = {});
+
+  std::string name() const override { return name_; }
+  void init_forward_metadata(const ForwardBatch& fb) override;
+  void forward(int layer_id, const LayerIO& io, bool save_kv_cache) override;
+  int64_t scratch_bytes() const override;
+
+  // The step's batch, metadata and slot mapping (valid after init_forward_metadata).
+  const PagedStep& step() const { return step_; }
+  // append_kv of the step's new K/V rows of a layer at the step's slots (forward's first half).
+  void save_kv(int layer_id, const LayerIO& io);
+  // The options the dense decode of a layer plans with (act dtype, scale, cap, window).
+  DecodeOptions decode_options(const LayerSpec& l) const;
+  cl_command_queue queue() const { return backend_queue(ctx_, cfg_); }
+
+ private:
+  struct Shape {
+    LayerSpec spec;
+    bool decode_here = false;  // some layer of this shape decodes on this backend
+    DecodePlan decode;
+    ExtendPlan extend;
+    GrowBuffer table;  // caller-owned plan table, reused every step
+  };
+
+  ExtendOptions extend_options(const LayerSpec& l) const;
+  void warm(Shape& s);
+
+  Context ctx_;
+  const KVPool& pool_;
+  BackendConfig cfg_;
+  bool table_;
+  std::string name_;
+  std::map<std::string, Shape> shapes_;
+  std::map<int, std::string> key_of_;
+  PagedStep step_;
+  bool ready_ = false;
+};
+
+// The key of a layer's plan: the plans of two layers with one key are interchangeable.
+std::string shape_key(const LayerSpec& l, const PagedKV& kv);
+
+}  // namespace clattn::engine
