@@ -1,5 +1,6 @@
 // clattn-bench sparse: HSA decode (landmark selection + sparse decode) against dense decode
-// at the same context length and against the same-process stream-read limit.
+// at the same context length, and DSA (indexer + sparse MLA decode) against dense MLA
+// decode, each against the same-process stream-read limit.
 //
 // Lines per case: dense decode (K+V of every key), hsa_select alone (the landmark rows it
 // reads), hsa_decode alone (bytes = K+V of the selected pages' keys and the window's, each
@@ -8,7 +9,9 @@
 // length; the cache holds one repeating pattern, so every candidate ties and each list
 // selects its first topk candidates (the bytes read do not depend on which).
 //
-//   clattn-bench sparse                       B=64 S=32k page 64 topk 64, no window and window 512
+//   clattn-bench sparse                       HSA B=64 S=32k page 64 topk 64 (no window, window
+//                                             512, head); DSA B=64 S=32k topk 2048 H=16, 128
+//   clattn-bench sparse --dsa                 the DSA cases only
 //   clattn-bench sparse --quick               small shapes for CPU devices (PoCL)
 //   clattn-bench sparse -B 8 -S 8192 --topk 32 --window 256 --strategy head
 #include <algorithm>
@@ -18,6 +21,7 @@
 
 #include "bench/bench.hpp"
 #include "clattn/decode.hpp"
+#include "clattn/mla.hpp"
 #include "clattn/sparse.hpp"
 #include "tools/cli.hpp"
 
@@ -108,6 +112,85 @@ void run_case(Harness& h, const SparseCase& c) {
   std::fflush(stdout);
 }
 
+// DSA: the indexer over a bf16 key cache of Di=128 (Hi=64 heads), then sparse MLA decode over
+// topk random distinct positions per request (sorted, as the indexer writes them) against
+// dense MLA decode of the whole request. Sparse bytes = the listed latent rows (576 wide)
+// + q + o.
+struct DsaCase {
+  int B = 64, S = 32768, H = 16, topk = 2048, P = 64;
+};
+
+void run_dsa_case(Harness& h, const DsaCase& c) {
+  Context& ctx = h.ctx();
+  const int pages_per = (c.S + c.P - 1) / c.P;
+  std::vector<int32_t> ids(size_t(c.B) * pages_per);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(11));
+  PagedCsr csr;
+  csr.page_size = c.P, csr.kv_indices = ids;
+  for (int i = 0; i <= c.B; ++i) csr.kv_indptr.push_back(i * pages_per);
+  csr.kv_last_page_len.assign(size_t(c.B), c.S - (pages_per - 1) * c.P);
+  MlaCache cache;
+  cache.num_pages = c.B * pages_per, cache.page_size = c.P, cache.dtype = DType::BF16;
+  MlaOptions mo;
+  mo.num_heads = c.H, mo.sm_scale = 0.0721688f, mo.validate = false;
+  MlaPlan dense = mla_decode_plan(ctx, csr, cache, mo);
+  MlaPlan sparse = mla_sparse_decode_plan(ctx, csr, cache, mo, c.topk);
+  PagedKV icache;
+  icache.num_pages = cache.num_pages, icache.page_size = c.P, icache.num_kv_heads = 1, icache.head_dim = 128;
+  DsaIndexOptions io;
+  io.num_index_heads = 64, io.topk = c.topk, io.validate = false;
+  DsaIndexPlan index = dsa_index_plan(ctx, csr, icache, io);
+
+  const size_t rows = size_t(c.B) * c.H;
+  DeviceBuffer ckv(ctx, size_t(cache.ckv_required_bytes())), kpe(ctx, size_t(cache.kpe_required_bytes()));
+  DeviceBuffer ik(ctx, size_t(icache.required_bytes())), iq(ctx, size_t(c.B) * 64 * 128 * 2);
+  DeviceBuffer iw(ctx, size_t(c.B) * 64 * 4);
+  DeviceBuffer qn(ctx, rows * 512 * 2), qp(ctx, rows * 64 * 2), o(ctx, rows * 512 * 2), lse(ctx, rows * 4);
+  DeviceBuffer pid(ctx, ids.size() * 4), idx(ctx, size_t(c.B) * c.topk * 4), isc(ctx, size_t(c.B) * c.topk * 4);
+  DeviceBuffer ws(ctx, size_t(std::max({dense.workspace_bytes, sparse.workspace_bytes, index.workspace_bytes,
+                                        int64_t(4)})));
+  for (DeviceBuffer* b : {&ckv, &kpe, &ik, &iq, &qn, &qp}) fill_pattern(ctx, b->get(), b->bytes(), 5);
+  iw.fill_bytes(ctx, 0x3c);
+  pid.write(ctx, ids.data(), ids.size() * 4);
+  // topk distinct random positions per request, ascending.
+  std::vector<int32_t> pos(size_t(c.B) * c.topk);
+  std::mt19937 rng(3);
+  std::vector<int32_t> all(size_t(c.S));
+  for (int b = 0; b < c.B; ++b) {
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    const int n = std::min(c.topk, c.S);
+    std::sort(all.begin(), all.begin() + n);
+    for (int j = 0; j < c.topk; ++j) pos[size_t(b) * c.topk + j] = j < n ? all[size_t(j)] : -1;
+  }
+  idx.write(ctx, pos.data(), pos.size() * 4);
+  ctx.finish();
+
+  MlaBuffers mb;
+  mb.q_nope = qn.get(), mb.q_pe = qp.get(), mb.ckv = ckv.get(), mb.kpe = kpe.get(), mb.page_ids = pid.get();
+  mb.o = o.get(), mb.lse = lse.get(), mb.workspace = ws.get();
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "B=%d S=%d H=%d P=%d bf16 topk=%d", c.B, c.S, c.H, c.P, c.topk);
+  const double qo = double(rows) * (576 + 512) * 2;
+  const double ms_dense = h.time_ms([&] { mla_run(ctx, dense, mb); });
+  h.report("mla_decode", std::string(shape) + " " + dense.variant, ms_dense, double(c.B) * c.S * 576 * 2 + qo,
+           2.0 * c.H * double(c.B) * c.S * (576 + 512));
+  const double ms_sparse = h.time_ms([&] { mla_sparse_run(ctx, sparse, mb, idx.get()); });
+  const double toks = double(c.B) * std::min(c.topk, c.S);
+  h.report("mla_sparse", std::string(shape) + " " + sparse.variant, ms_sparse, toks * 576 * 2 + qo,
+           2.0 * c.H * toks * (576 + 512));
+  DsaIndexBuffers ib;
+  ib.q = iq.get(), ib.weights = iw.get(), ib.k_cache = ik.get(), ib.page_ids = pid.get(), ib.indices = idx.get();
+  ib.scores = isc.get(), ib.workspace = ws.get();
+  const double ms_index = h.time_ms([&] { dsa_index_run(ctx, index, ib); });
+  h.report("dsa_index", std::string(shape) + " Hi=64 Di=128 " + index.variant, ms_index,
+           double(c.B) * c.S * 128 * 2, 2.0 * 64 * 128 * double(c.B) * c.S);
+  std::printf("#   indexer + sparse MLA = %.1f %% of dense MLA decode time (%.3f + %.3f ms vs %.3f ms)\n",
+              100.0 * (ms_index + ms_sparse) / ms_dense, ms_index, ms_sparse, ms_dense);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 void register_sparse(CLI::App& app, Harness& h) {
@@ -115,7 +198,7 @@ void register_sparse(CLI::App& app, Harness& h) {
   struct Opts {
     SparseCase c;
     std::string kv = "bf16", strategy = "group";
-    bool quick = false, custom = false;
+    bool quick = false, custom = false, dsa_only = false;
   };
   auto o = std::make_shared<Opts>();
   using cli::at_least;
@@ -134,6 +217,7 @@ void register_sparse(CLI::App& app, Harness& h) {
   cmd->add_option("--kv", o->kv, "KV dtype")->check(one_of({"f32", "f16", "bf16", "e4m3"}));
   cmd->add_option("--strategy", o->strategy, "selection strategy")->check(one_of({"group", "head"}));
   cmd->add_flag("--quick", o->quick, "small sweep for CPU devices");
+  cmd->add_flag("--dsa", o->dsa_only, "only the DSA cases (indexer + sparse MLA decode vs dense MLA decode)");
   cmd->callback([o, &h] {
     SparseCase base = o->c;
     base.kv = o->kv == "f32" ? DType::F32 : o->kv == "f16" ? DType::F16 : o->kv == "e4m3" ? DType::FP8_E4M3 : DType::BF16;
@@ -160,7 +244,18 @@ void register_sparse(CLI::App& app, Harness& h) {
     }
     note_variant_mode(h);
     h.get_limits();
-    for (auto& c : cases) run_case(h, c);
+    if (!o->dsa_only)
+      for (auto& c : cases) run_case(h, c);
+    if (o->custom && !o->dsa_only) return;
+    // DSA: the case (B=64, topk 2048) at H=16 and H=128; --quick: small.
+    std::vector<DsaCase> dsa;
+    if (o->quick) {
+      dsa.push_back({4, 4096, 16, 256, 64});
+    } else {
+      dsa.push_back({64, 32768, 16, 2048, 64});
+      dsa.push_back({64, 32768, 128, 2048, 64});
+    }
+    for (auto& c : dsa) run_dsa_case(h, c);
   });
 }
 
