@@ -309,44 +309,48 @@ void precheck_outputs(const HsaPlanState& st, const HsaBuffers& b) {
 }
 }  // namespace
 
-void hsa_select(const Context& ctx, const HsaPlan& plan, const HsaBuffers& b, const Enqueue& e) {
-  const HsaPlanState& st = state_of(plan, "hsa_select");
-  check_scales(b, "hsa_select");
-  cl_command_queue q = ops::queue_of(ctx, e);
-  if (st.B == 0) return ops::marker_if_needed(q, e);
+namespace {
+// A run's checks (its steps' buffers), before anything is enqueued; nullptr for an empty
+// batch, whose call a marker stands for.
+const HsaPlanState* checked(const Context& ctx, const HsaPlan& plan, const HsaBuffers& b, const Enqueue& e,
+                            const char* op, bool select, bool decode) {
+  const HsaPlanState& st = state_of(plan, op);
+  check_scales(b, op);
+  if (st.B == 0) {
+    ops::marker_if_needed(ops::queue_of(ctx, e), e);
+    return nullptr;
+  }
   check_common(st, b);
-  check_select(st, b);
-  const ops::SparseTable t = ops::sparse_table(st.decode);
-  ops::WaitList wl(e, t.upload);
-  enqueue_select(ctx, st, b, q, wl.size(), wl.data(), e.event);
+  if (select) check_select(st, b);
+  if (decode) {
+    check_decode(st, b);
+    precheck_outputs(st, b);
+  }
+  return &st;
+}
+}  // namespace
+
+void hsa_select(const Context& ctx, const HsaPlan& plan, const HsaBuffers& b, const Enqueue& e) {
+  const HsaPlanState* st = checked(ctx, plan, b, e, "hsa_select", true, false);
+  if (!st) return;
+  ops::WaitList wl(e, ops::sparse_table(st->decode).upload);
+  enqueue_select(ctx, *st, b, ops::queue_of(ctx, e), wl.size(), wl.data(), e.event);
 }
 
 void hsa_decode(const Context& ctx, const HsaPlan& plan, const HsaBuffers& b, const Enqueue& e) {
-  const HsaPlanState& st = state_of(plan, "hsa_decode");
-  check_scales(b, "hsa_decode");
-  cl_command_queue q = ops::queue_of(ctx, e);
-  if (st.B == 0) return ops::marker_if_needed(q, e);
-  check_common(st, b);
-  check_decode(st, b);
-  precheck_outputs(st, b);
-  enqueue_decode(ctx, st, b, q, e.num_wait, e.wait, e.event);
+  const HsaPlanState* st = checked(ctx, plan, b, e, "hsa_decode", false, true);
+  if (st) enqueue_decode(ctx, *st, b, ops::queue_of(ctx, e), e.num_wait, e.wait, e.event);
 }
 
 void hsa_run(const Context& ctx, const HsaPlan& plan, const HsaBuffers& b, const Enqueue& e) {
-  const HsaPlanState& st = state_of(plan, "hsa_run");
-  check_scales(b, "hsa_run");
+  const HsaPlanState* st = checked(ctx, plan, b, e, "hsa_run", true, true);
+  if (!st) return;
   cl_command_queue q = ops::queue_of(ctx, e);
-  if (st.B == 0) return ops::marker_if_needed(q, e);
-  check_common(st, b);
-  check_select(st, b);
-  check_decode(st, b);
-  precheck_outputs(st, b);
-  const ops::SparseTable t = ops::sparse_table(st.decode);
-  ops::WaitList wl(e, t.upload);
+  ops::WaitList wl(e, ops::sparse_table(st->decode).upload);
   cl_event selected = nullptr;
-  enqueue_select(ctx, st, b, q, wl.size(), wl.data(), &selected);
+  enqueue_select(ctx, *st, b, q, wl.size(), wl.data(), &selected);
   try {
-    enqueue_decode(ctx, st, b, q, 1, &selected, e.event);
+    enqueue_decode(ctx, *st, b, q, 1, &selected, e.event);
   } catch (...) {
     clReleaseEvent(selected);
     throw;

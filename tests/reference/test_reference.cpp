@@ -1,6 +1,7 @@
 // Self-test of the double-precision reference.
 #include "reference/reference.hpp"
 
+#include "ref_test_util.hpp"
 #include <gtest/gtest.h>
 #include <cmath>
 #include <cstring>
@@ -13,16 +14,8 @@ using namespace clattn::ref;
 namespace {
 const double kInf = std::numeric_limits<double>::infinity();
 float bits_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-std::vector<double> randv(size_t n, unsigned seed) {  // deterministic N(0,1) samples
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> nd;
-  std::vector<double> x(n);
-  for (double& e : x) e = nd(rng);
-  return x;
-}
-void expect_near_vec(const double* a, const double* b, size_t n, double tol = 1e-12) {
-  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(a[i], b[i], tol) << "index " << i;
-}
+using clattn::ref_test::expect_near_vec;
+using clattn::ref_test::randv;
 }  // namespace
 
 // ------------------------------------------------------------------ formats
