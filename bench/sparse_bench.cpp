@@ -189,6 +189,11 @@ void run_dsa_case(Harness& h, const DsaCase& c, const std::map<std::string, int>
   const double ms_index = h.time_ms([&] { dsa_index_run(ctx, index, ib); });
   h.report("dsa_index", std::string(shape) + " Hi=64 Di=128 " + index.variant, ms_index,
            double(c.B) * c.S * 128 * 2, 2.0 * 64 * 128 * double(c.B) * c.S);
+  {
+    const auto t = h.last_command([&](const Enqueue& e) { dsa_index_run(ctx, index, ib, e); });
+    std::printf("#   indexer top-k kernel: %.1f us of a %.1f us call (one call on an idle device)\n", t.last_us,
+                t.call_us);
+  }
   std::printf("#   indexer + sparse MLA = %.1f %% of dense MLA decode time (%.3f + %.3f ms vs %.3f ms)\n",
               100.0 * (ms_index + ms_sparse) / ms_dense, ms_index, ms_sparse, ms_dense);
   // The indexer's own positions: the pattern-filled cache ties every score, so each request
