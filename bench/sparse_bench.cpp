@@ -121,7 +121,8 @@ struct DsaCase {
   int B = 64, S = 32768, H = 16, topk = 2048, P = 64;
 };
 
-void run_dsa_case(Harness& h, const DsaCase& c, const std::map<std::string, int>& mla_params) {
+void run_dsa_case(Harness& h, const DsaCase& c, const std::map<std::string, int>& mla_params,
+                  const std::map<std::string, int>& index_params) {
   Context& ctx = h.ctx();
   const int pages_per = (c.S + c.P - 1) / c.P;
   std::vector<int32_t> ids(size_t(c.B) * pages_per);
@@ -142,7 +143,7 @@ void run_dsa_case(Harness& h, const DsaCase& c, const std::map<std::string, int>
   PagedKV icache;
   icache.num_pages = cache.num_pages, icache.page_size = c.P, icache.num_kv_heads = 1, icache.head_dim = 128;
   DsaIndexOptions io;
-  io.num_index_heads = 64, io.topk = c.topk, io.validate = false;
+  io.num_index_heads = 64, io.topk = c.topk, io.validate = false, io.params = index_params;
   DsaIndexPlan index = dsa_index_plan(ctx, csr, icache, io);
 
   const size_t rows = size_t(c.B) * c.H;
@@ -187,7 +188,7 @@ void run_dsa_case(Harness& h, const DsaCase& c, const std::map<std::string, int>
   ib.q = iq.get(), ib.weights = iw.get(), ib.k_cache = ik.get(), ib.page_ids = pid.get(), ib.indices = idx.get();
   ib.scores = isc.get(), ib.workspace = ws.get();
   const double ms_index = h.time_ms([&] { dsa_index_run(ctx, index, ib); });
-  h.report("dsa_index", std::string(shape) + " Hi=64 Di=128 " + index.variant, ms_index,
+  h.report("dsa_index", std::string(shape) + " Hi=64 Di=128 " + index.variant + param_suffix(index_params), ms_index,
            double(c.B) * c.S * 128 * 2, 2.0 * 64 * 128 * double(c.B) * c.S);
   {
     const auto t = h.last_command([&](const Enqueue& e) { dsa_index_run(ctx, index, ib, e); });
@@ -214,7 +215,7 @@ void register_sparse(CLI::App& app, Harness& h) {
     SparseCase c;
     std::string kv = "bf16", strategy = "group";
     bool quick = false, custom = false, dsa_only = false;
-    std::vector<std::string> mla_params;
+    std::vector<std::string> mla_params, index_params;
   };
   auto o = std::make_shared<Opts>();
   using cli::at_least;
@@ -234,6 +235,7 @@ void register_sparse(CLI::App& app, Harness& h) {
   cmd->add_option("--strategy", o->strategy, "selection strategy")->check(one_of({"group", "head"}));
   cmd->add_flag("--quick", o->quick, "small sweep for CPU devices");
   cmd->add_option("--mla-param", o->mla_params, "sparse MLA decode parameter override NAME=VALUE (repeatable)");
+  cmd->add_option("--index-param", o->index_params, "DSA indexer parameter override NAME=VALUE (repeatable)");
   cmd->add_flag("--dsa", o->dsa_only, "only the DSA cases (indexer + sparse MLA decode vs dense MLA decode)");
   cmd->callback([o, &h] {
     SparseCase base = o->c;
@@ -243,6 +245,7 @@ void register_sparse(CLI::App& app, Harness& h) {
       cli::bad_argument("--hkv", std::to_string(base.Hkv) + " does not divide the query heads (" +
                                      std::to_string(base.Hq) + ")");
     const std::map<std::string, int> mla_params = op_params(o->mla_params, {"mla_decode"});
+    const std::map<std::string, int> index_params = op_params(o->index_params, {"dsa_index"});
     if (check_args_only()) return;
     std::vector<SparseCase> cases;
     auto with = [&](int B, int S, int topk, int W, HsaStrategy s) {
@@ -273,7 +276,7 @@ void register_sparse(CLI::App& app, Harness& h) {
       dsa.push_back({64, 32768, 16, 2048, 64});
       dsa.push_back({64, 32768, 128, 2048, 64});
     }
-    for (auto& c : dsa) run_dsa_case(h, c, mla_params);
+    for (auto& c : dsa) run_dsa_case(h, c, mla_params, index_params);
   });
 }
 

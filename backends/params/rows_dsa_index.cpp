@@ -30,6 +30,12 @@ const std::vector<Row>& rows_dsa_index() {
       {"dsa_index", Level::Vendor, "cpu", "*",
        {{"TT", 64}, {"TM", 16}, {"TH", 16}, {"HP", 64}, {"DK", 32}, {"TOPK_WG", 64}},
        "by design for PoCL's pthread device (docs/sparse.md); not tuned"},
+      // A sweep of 8 tiles (`clattn-bench sparse --dsa --index-param ...`, B=64 S=32768 Hi=64
+      // Di=128 bf16): 2.59 ms at TT 128 x TM 4 x TH 8 against 2.87 ms at the generic row; every
+      // tile sat at 11-13 TFLOP/s (docs/results-h100.md), the FP32 scoring is not tile-bound.
+      {"dsa_index", Level::Device, "NVIDIA H100 80GB HBM3", "*",
+       {{"TT", 128}, {"TM", 4}, {"TH", 8}, {"HP", 64}, {"DK", 32}, {"TOPK_WG", 256}},
+       "clattn-bench sparse --dsa --index-param sweep, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-26"},
   };
   return rows;
 }
