@@ -1,44 +1,12 @@
 // C ABI: MLA decode/extend plans and run, append_latent, absorption GEMMs.
-#include "backends/c_api/c_api_common.hpp"
-#include "clattn/mla.hpp"
-
-struct clattn_mla_plan_s {
-  clattn::MlaPlan plan;
-};
+#include "backends/c_api/c_mla.hpp"
 
 namespace {
 
-using clattn::capi::invalid;
 using clattn::capi::need;
 using clattn::capi::to_cpp;
-
-clattn::MlaCache to_cpp_cache(const clattn_mla_cache& c) {
-  clattn::MlaCache m;
-  m.num_pages = c.num_pages;
-  m.page_size = c.page_size;
-  m.dtype = static_cast<clattn::DType>(c.dtype);
-  m.single_buffer = c.single_buffer != 0;
-  m.stride_page = c.stride_page;
-  m.stride_token = c.stride_token;
-  m.kpe_stride_page = c.kpe_stride_page;
-  m.kpe_stride_token = c.kpe_stride_token;
-  m.kpe_offset = c.kpe_offset;
-  return m;
-}
-
-clattn::MlaOptions to_cpp_opt(const clattn_mla_options* o) {
-  need(o, "opt");
-  clattn::MlaOptions m;
-  m.num_heads = o->num_heads;
-  m.q_dtype = static_cast<clattn::DType>(o->q_dtype);
-  m.o_dtype = static_cast<clattn::DType>(o->o_dtype);
-  m.sm_scale = o->sm_scale;
-  m.causal = o->causal != 0;
-  m.max_splits = o->max_splits;
-  m.validate = o->validate != 0;
-  m.params = clattn::capi::parse_params(o->params, "opt.params");
-  return m;
-}
+using clattn::capi::to_cpp_cache;
+using clattn::capi::to_cpp_opt;
 
 // One plan entry point for the four (decode/extend x CSR/page table) C functions.
 template <class Meta, class CMeta>
@@ -107,17 +75,7 @@ void clattn_mla_plan_release(clattn_mla_plan plan) { delete plan; }
 clattn_status clattn_mla_run(clattn_context ctx, clattn_mla_plan plan, const clattn_mla_buffers* b,
                              const clattn_enqueue* e) {
   return guard([&] {
-    need(b, "buffers");
-    clattn::MlaBuffers x;
-    x.q_nope = b->q_nope;
-    x.q_pe = b->q_pe;
-    x.ckv = b->ckv;
-    x.kpe = b->kpe;
-    x.page_ids = b->page_ids;
-    x.o = b->o;
-    x.lse = b->lse;
-    x.workspace = b->workspace;
-    x.kv_scale = b->kv_scale;
+    const clattn::MlaBuffers x = to_cpp(b);
     clattn::mla_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, x, to_cpp(e));
   });
 }

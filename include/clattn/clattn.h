@@ -566,6 +566,76 @@ CLATTN_API clattn_status clattn_hsa_decode(clattn_context ctx, clattn_hsa_plan p
 CLATTN_API clattn_status clattn_hsa_run(clattn_context ctx, clattn_hsa_plan plan, const clattn_hsa_buffers* b,
                                         const clattn_enqueue* e);
 
+/* ---------------------------------------------------------------- DSA (see clattn/sparse.hpp)
+ * DeepSeek sparse attention for MLA. Indexer: per request (one query row)
+ *   score(b, t) = sum_h weights[b, h] * relu(q[b, h] . k[t])   for positions t < L_b
+ * (the caller folds its scales into weights), then the topk highest positions (ties: the
+ * lower position) in ascending position order, padded with -1 / -inf: indices [B, topk]
+ * int32 logical positions, scores [B, topk] f32. The key cache is a clattn_paged_kv of one
+ * head (num_kv_heads 1, head_dim Di). Sparse MLA decode: request b's query row attends only
+ * to the latent rows at positions indices[b, 0 .. topk) (-1 and positions outside [0, L_b)
+ * add nothing; a position listed twice counts twice); the rest is clattn_mla_run's decode. */
+#define CLATTN_DSA_MAX_TOPK 65536 /* most index entries per request (clattn::kDsaMaxTopk) */
+
+typedef struct clattn_dsa_index_options {
+  int num_index_heads;  /* Hi (64 in DeepSeek-V3.2) */
+  int topk;             /* 1..CLATTN_DSA_MAX_TOPK (2048 in DeepSeek-V3.2) */
+  int q_dtype;          /* f32 f16 bf16 */
+  int validate;         /* 1 = validate metadata (default) */
+  const char* params;   /* overrides "NAME=int,..." (TT TM TH HP DK TOPK_WG), NULL = none */
+} clattn_dsa_index_options;
+CLATTN_API void clattn_dsa_index_options_init(clattn_dsa_index_options* opt);
+
+typedef struct clattn_dsa_index_plan_s* clattn_dsa_index_plan;
+/* CSR without kv_start_offset, or a page table; index_cache: one head. */
+CLATTN_API clattn_status clattn_dsa_index_plan_csr(clattn_context ctx, const clattn_csr* csr,
+                                                   const clattn_paged_kv* index_cache,
+                                                   const clattn_dsa_index_options* opt, clattn_dsa_index_plan* out);
+CLATTN_API clattn_status clattn_dsa_index_plan_page_table(clattn_context ctx, const clattn_page_table* table,
+                                                          const clattn_paged_kv* index_cache,
+                                                          const clattn_dsa_index_options* opt,
+                                                          clattn_dsa_index_plan* out);
+typedef struct clattn_dsa_index_plan_info {
+  int batch_size, num_index_heads, index_dim, page_size, topk;
+  int page_table;           /* 1: page ids from a page table, 0: CSR kv_indices */
+  int max_kv_len;           /* longest request */
+  int64_t page_ids_needed;  /* int32 entries of page_ids */
+  int64_t workspace_bytes;  /* clattn_dsa_index_buffers.workspace size */
+  char variant[32];
+} clattn_dsa_index_plan_info;
+CLATTN_API clattn_status clattn_dsa_index_plan_info_get(clattn_dsa_index_plan plan, clattn_dsa_index_plan_info* out);
+CLATTN_API clattn_status clattn_dsa_index_plan_workspace_bytes(clattn_dsa_index_plan plan, int64_t* out);
+CLATTN_API void clattn_dsa_index_plan_release(clattn_dsa_index_plan plan);
+
+typedef struct clattn_dsa_index_buffers {
+  cl_mem q;          /* [B, Hi, Di] q_dtype */
+  cl_mem weights;    /* [B, Hi] f32 */
+  cl_mem k_cache;    /* the paged index key cache */
+  cl_mem page_ids;   /* int32 kv_indices (CSR plan) or page_table */
+  cl_mem indices;    /* [B, topk] int32 out */
+  cl_mem scores;     /* [B, topk] f32 out, nullable */
+  cl_mem workspace;  /* >= workspace bytes */
+  float k_scale;     /* dequantisation scale of an fp8 cache, > 0 (1 = none) */
+} clattn_dsa_index_buffers;
+/* Scores, then the top-k: two kernels on one queue, nothing allocated. */
+CLATTN_API clattn_status clattn_dsa_index_run(clattn_context ctx, clattn_dsa_index_plan plan,
+                                              const clattn_dsa_index_buffers* b, const clattn_enqueue* e);
+
+/* Sparse MLA decode plans: an MLA plan (clattn_mla_plan_workspace_bytes, _release apply)
+ * that only clattn_mla_sparse_run runs (clattn_mla_run refuses it). csr->qo_indptr /
+ * table->cu_seqlens_q: NULL or all ones. */
+CLATTN_API clattn_status clattn_mla_sparse_decode_plan_csr(clattn_context ctx, const clattn_csr* csr,
+                                                           const clattn_mla_cache* cache,
+                                                           const clattn_mla_options* opt, int topk,
+                                                           clattn_mla_plan* out);
+CLATTN_API clattn_status clattn_mla_sparse_decode_plan_page_table(clattn_context ctx, const clattn_page_table* table,
+                                                                  const clattn_mla_cache* cache,
+                                                                  const clattn_mla_options* opt, int topk,
+                                                                  clattn_mla_plan* out);
+/* clattn_mla_run with indices [B, topk] int32 (device; e.g. clattn_dsa_index_run's output). */
+CLATTN_API clattn_status clattn_mla_sparse_run(clattn_context ctx, clattn_mla_plan plan, const clattn_mla_buffers* b,
+                                               cl_mem indices, const clattn_enqueue* e);
+
 /* ---------------------------------------------------------------- linear attention (see clattn/linear.hpp)
  * Gated DeltaNet and simple gated linear attention over a pooled state [slots, Hv, Dk, Dv].
  * state_indices / cu_seqlens come twice: host arrays (validation only) and device int32

@@ -17,13 +17,14 @@ cl_mem ints zero-copy, DLPack tensors with device type kDLOpenCL (4), or numpy a
 ``dtype="fp8_e4m3"`` / ``"fp8_e5m2"``. Errors raise :class:`clattn.Error`. See
 docs/python.md for the decisions and the differences from FlashInfer / FLA.
 """
-from ._clattn import Context, Tensor, Error, DecodePlan, ExtendPlan, MlaPlan, HsaPlan, devices, version
+from ._clattn import Context, Tensor, Error, DecodePlan, ExtendPlan, MlaPlan, HsaPlan, DsaIndexPlan, devices, version
 from ._util import (default_context, set_default_context, from_dlpack, float_to_bf16, bf16_to_float)
 from .attention import (BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper,
                         BatchPrefillWithRaggedKVCacheWrapper, merge_state, merge_state_in_place, merge_states,
                         append_kv, append_paged_kv_cache, get_batch_indices_positions)
 from .mla import BatchMLAPagedAttentionWrapper
 from .sparse import HsaDecodeWrapper
+from .dsa import DsaIndexer, MlaSparseDecodeWrapper
 from .linear import (chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, chunk_simple_gla,
                      fused_recurrent_simple_gla, fused_recurrent_gated_delta_rule_update,
                      fused_recurrent_simple_gla_update)
@@ -33,12 +34,13 @@ from .metadata import (build_csr, build_page_table, build_slot_mapping, build_bl
 __version__ = version()
 
 __all__ = [
-    "Context", "Tensor", "Error", "DecodePlan", "ExtendPlan", "MlaPlan", "HsaPlan", "devices", "version",
+    "Context", "Tensor", "Error", "DecodePlan", "ExtendPlan", "MlaPlan", "HsaPlan", "DsaIndexPlan", "devices",
+    "version",
     "default_context", "set_default_context", "from_dlpack", "float_to_bf16", "bf16_to_float",
     "BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper", "merge_state", "merge_state_in_place", "merge_states",
     "append_kv", "append_paged_kv_cache", "get_batch_indices_positions", "BatchMLAPagedAttentionWrapper",
-    "HsaDecodeWrapper",
+    "HsaDecodeWrapper", "DsaIndexer", "MlaSparseDecodeWrapper",
     "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_simple_gla",
     "fused_recurrent_simple_gla", "fused_recurrent_gated_delta_rule_update", "fused_recurrent_simple_gla_update",
     "build_csr", "build_page_table", "build_slot_mapping", "build_block_table", "csr_to_page_table",

@@ -1,6 +1,7 @@
 // Shared pieces of the clattn Python binding: the device tensor type, dtype mapping and
 // argument checks. The binding is split by topic (tensor.cpp, ops.cpp, mla.cpp,
-// linear.cpp, metadata.cpp, sparse.cpp); module.cpp ties them together. Decisions: docs/python.md.
+// linear.cpp, metadata.cpp, sparse.cpp, dsa.cpp); module.cpp ties them together.
+// Decisions: docs/python.md.
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -88,5 +89,6 @@ void init_linear(py::module_& m);
 void init_metadata(py::module_& m);
 void init_lse(py::module_& m);
 void init_sparse(py::module_& m);
+void init_dsa(py::module_& m);
 
 }  // namespace clattn_py

@@ -11,6 +11,7 @@ void init_mla(py::module_& m) {
       .def_readonly("num_tokens", &clattn::MlaPlan::num_tokens)
       .def_readonly("workspace_bytes", &clattn::MlaPlan::workspace_bytes)
       .def_readonly("num_work", &clattn::MlaPlan::num_work)
+      .def_readonly("topk", &clattn::MlaPlan::topk)
       .def_readonly("variant", &clattn::MlaPlan::variant)
       .def_readonly("kernel_options", &clattn::MlaPlan::kernel_options);
 

@@ -39,4 +39,5 @@ PYBIND11_MODULE(_clattn, m) {
   init_metadata(m);
   init_lse(m);
   init_sparse(m);
+  init_dsa(m);
 }
