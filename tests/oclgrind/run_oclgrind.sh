@@ -7,7 +7,7 @@
 # any report of Oclgrind's (invalid access, data race, API error, fatal error).
 # Not run: the --uninitialized plugin (it cannot execute LLVM's `freeze` instruction and
 # stops the kernel: dev/oclgrind_limits.c).
-# Usage: run_oclgrind.sh DETECTOR_CHECK PROBE TEST_C_PROGRAM...
+# Usage: run_oclgrind.sh DETECTOR_CHECK PROBE TEST_C_PROGRAM... [--sparse TEST_C_PROGRAM...]
 set -uo pipefail
 if ! command -v oclgrind > /dev/null; then
   echo "oclgrind not installed (apt-get install oclgrind): skipped"
@@ -15,7 +15,9 @@ if ! command -v oclgrind > /dev/null; then
 fi
 detector=$1 probe=$2
 shift 2
-tests=("$@")
+tests=() sparse=()
+while [ $# -gt 0 ] && [ "$1" != "--sparse" ]; do tests+=("$1"); shift; done
+[ $# -gt 0 ] && shift && sparse=("$@")
 # AMD's 64 KB of LDS (the simulator's default is 32 KB).
 og=(oclgrind --check-api --data-races --local-mem-size 65536)
 faults='^(Invalid (read|write)|(Read-write|Write-write) data race|Oclgrind - |OCLGRIND|Uninitiali[sz]ed|Work-group divergence|Unaligned)'
@@ -57,6 +59,16 @@ for vendor in native generic nvidia amd intel; do
   envs=()
   [ "$vendor" != native ] && envs=("CLATTN_FORCE_VENDOR=$vendor")
   for t in "${tests[@]}"; do run "$vendor" "${envs[@]}" -- "$t"; done
+done
+# The sparse tests (HSA, DSA: after --sparse) under the native rows (Oclgrind's device takes
+# the CPU ones) and the cpu rows: their plans merge window and selected ranges, and under the
+# GPU rows decode merges split-K parts in the launch (FUSE_MERGE: the last work-group reads
+# the others' partial states after an atomic count), a handoff Oclgrind reports as a race
+# between work-groups. decode.cl's SPARSE build runs in test_hsa's vendor runs on PoCL.
+for vendor in native cpu; do
+  envs=()
+  [ "$vendor" != native ] && envs=("CLATTN_FORCE_VENDOR=$vendor")
+  for t in "${sparse[@]}"; do run "$vendor" "${envs[@]}" -- "$t"; done
 done
 intel_mm=CLATTN_EMULATE=cl_intel_subgroups,cl_intel_subgroup_matrix_multiply_accumulate
 for t in "${tests[@]}"; do run "intel+$intel_mm" CLATTN_FORCE_VENDOR=intel "$intel_mm" -- "$t"; done
