@@ -109,7 +109,9 @@ KVRequests requests_from_csr(const PagedCsr& csr, const CacheShape& cache, const
   KVRequests r;
   r.kv_len.resize(size_t(B));
   if (o.validate) {
-    if (o.queries == Queries::Given) {  // the CSR's own qo_indptr is not the one that counts
+    // Given: the CSR's own qo_indptr is not the one that counts; Decode: fill_queries holds it
+    // to one row per request (an empty request included), not to extend's qo_len <= kv_len.
+    if (o.queries != Queries::Extend) {
       PagedCsr kv_only = csr;
       kv_only.qo_indptr.clear();
       validate(kv_only, cache, nullptr);

@@ -607,6 +607,23 @@ TEST(PagedDecode, RejectsBadInputsWithoutWriting) {
   for (auto x : test::download<uint8_t>(r.lse, rows * 4)) ASSERT_EQ(x, 0x7b);
 }
 
+// A decode CSR may carry qo_indptr (one row per request, FlashInfer's form): an empty
+// request's row is still one row, not an extend row past its keys.
+TEST(PagedDecode, QoIndptrWithAnEmptyRequest) {
+  Case c;
+  c.lens = {5, 0, 17};
+  Batch b = build(c, 1001);
+  b.csr.qo_indptr = {0, 1, 2, 3};
+  EXPECT_NO_THROW(decode_plan(ctx(), b.csr, b.cache, options_of(b)));
+  b.csr.qo_indptr = {0, 1, 3, 4};
+  try {
+    decode_plan(ctx(), b.csr, b.cache, options_of(b));
+    ADD_FAILURE() << "two query rows for one decode request accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qo_indptr"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PagedDecode, EmptyBatch) {
   Case c;
   c.lens = {};
