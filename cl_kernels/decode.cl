@@ -47,12 +47,13 @@
 // SPARSE (HSA sparse decode, ops/hsa.cpp): a work item with a nonzero list stride (field 7)
 // reads its own page list: one per KV head (SPARSE=1) or per head block (SPARSE=2, GMAX=1:
 // per query head) at page_base + list * stride, and a key of it counts only when its
-// offset in the page is below the page's length, stored nlists * stride entries further
-// (0 for an empty or repeated entry). Items with stride 0 (the dense window) read the
+// offset in the page lies in the entry's slot range, stored nlists * stride entries further
+// as lo << 16 | hi (empty for a void or repeated entry). Items with stride 0 read the
 // shared list as without SPARSE.
 #ifndef SPARSE
 #define SPARSE 0
 #endif
+#define SPARSE_SLOT_KEPT(off, w) ((off) >= ((w) >> 16) && (off) < ((w) & 0xffff))
 #if SPARSE && PREFETCH
 #error "SPARSE builds take PREFETCH=0"
 #endif
@@ -215,7 +216,7 @@ void paged_decode(DECODE_KERNEL_ARGS) {
   const int nlists = SPARSE == 2 ? (int)get_num_groups(1) : (int)get_num_groups(1) / n_hblk;
   const int page_base = wk[4] + list * lstride;
   const int lens_at = page_base + nlists * lstride;
-#define KEEP_KEY(ls) (lstride == 0 || ((ls) & pmask) < page_ids[lens_at + ((ls) >> log2_page)])
+#define KEEP_KEY(ls) (lstride == 0 || SPARSE_SLOT_KEPT((ls) & pmask, page_ids[lens_at + ((ls) >> log2_page)]))
 #else
   const int page_base = wk[4];
 #define KEEP_KEY(ls) 1

@@ -103,7 +103,7 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
     // Row offsets (elements) of the block's tokens; lanes past the end re-read the first
     // token's row and are masked. Page ids outside the pool are clamped (and reported).
 #if SPARSE
-    int keep[VW];  // -1: a key of the list (below its page's length)
+    int keep[VW];  // -1: a key of the list (in its entry's slot range, decode.cl SPARSE)
 #endif
     for (int t = 0; t < VW; ++t) {
       const int ls = tok_off + (t < nt ? t0 + t : begin);
@@ -111,7 +111,8 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
       bad |= (uint)pid >= (uint)num_pages;
       roff[t] = (long)POOL_PAGE(pid) * stride_page + (long)(ls & pmask) * stride_token + head_off;
 #if SPARSE
-      keep[t] = t < nt && (lstride == 0 || (ls & pmask) < page_ids[lens_at + (ls >> log2_page)]) ? -1 : 0;
+      const int w = lstride ? page_ids[lens_at + (ls >> log2_page)] : 0xffff;
+      keep[t] = t < nt && (ls & pmask) >= (w >> 16) && (ls & pmask) < (w & 0xffff) ? -1 : 0;
 #endif
     }
 #if TOUCH_AHEAD

@@ -2,9 +2,10 @@
 // (decode.cl SPARSE): landmark scoring + top-k page selection, and the per-head page lists
 // the sparse decode reads. Semantics: include/clattn/sparse.hpp; design: docs/sparse.md.
 //
-// Per-request rows (8 int32 at tab + rq_off + 8 b, the sparse decode plan's table; ops/hsa.cpp): {page_base (the request's first entry
-// in page_ids), candidates, pages, cutoff (keys before the window), lists (the request's
-// page lists, from the lists' start in the decode workspace), window pages, first window page, 0}.
+// Per-request rows (8 int32 at tab + rq_off + 8 b, the sparse decode plan's table;
+// ops/hsa.cpp): {page_base (the request's first entry in page_ids), candidates, pages,
+// cutoff (keys before the window), lists (the request's page lists, from the lists' start in
+// the decode workspace), window pages in each list, first window page, keys}.
 //
 // Build options (-D): HEAD_DIM, SELECT_WG (work-items per selection group, a power of two).
 #include "common.clh"
@@ -83,32 +84,42 @@ void hsa_select(__global const void* q, int q_dt, __global const uchar* k_cache,
   }
 }
 
-// The sparse decode's page lists of request b = get_global_id(1) (decode.cl SPARSE): its
-// window pages copied from page_ids, then nsel lists of topk page ids and their lengths:
-// P keys, fewer for a page holding keys at or past the cutoff (the window's or the
-// request's end: the page's tail pages are searched), 0 for -1, an id outside the pool
-// (CLATTN_FAULT_PAGE_ID unless -1) or an id already earlier in its list. Empty entries
-// point at page 0 (never read: length 0).
+// The sparse decode's page lists of request b = get_global_id(1) (decode.cl SPARSE): nsel
+// lists of nw + topk pages, each entry a page id and the range [lo, hi) of its slots that
+// count, packed lo << 16 | hi. First the window's nw pages (fused mode), copied from
+// page_ids: the first from the cutoff's offset, the last up to the request's end. Then the
+// list's selection: whole pages, cut at the cutoff for a page holding keys at or past it
+// (the window's start or the request's end: the request's tail pages are searched); an
+// empty range for -1, an id outside the pool (CLATTN_FAULT_PAGE_ID unless -1) or an id
+// already earlier in the selection. Empty entries point at page 0 (never read).
 __kernel void hsa_lists(__global const int* page_ids, __global const int* tab, int rq_off, __global const int* sel, int topk,
                         int nsel, __global int* lists, int lists_off, int page_size, int num_pages,
                         __global volatile int* faults) {
   const int i = (int)get_global_id(0), b = (int)get_global_id(1);
   __global const int* r = tab + rq_off + 8 * b;
   const int pbase = r[0], npages = r[2], cutoff = r[3], lbase = lists_off + r[4], nw = r[5], wfirst = r[6];
-  if (i < nw) lists[lbase + i] = page_ids[pbase + wfirst + i];
-  if (i >= nsel * topk) return;
-  const int h = i / topk, j = i % topk;
-  __global const int* row = sel + ((size_t)b * nsel + h) * topk;
-  int id = row[j], len = page_size;
-  if (!IN_POOL(id, num_pages)) {
-    if (id != -1) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
-    id = 0, len = 0;
+  const int len = r[7], stride = nw + topk;
+  if (i >= nsel * stride) return;
+  const int h = i / stride, j = i % stride;
+  int id, lo = 0, hi = page_size;
+  if (j < nw) {
+    id = page_ids[pbase + wfirst + j];
+    if (j == 0) lo = cutoff - wfirst * page_size;
+    hi = min(page_size, len - (wfirst + j) * page_size);
   } else {
-    for (int jj = 0; jj < j && len; ++jj)
-      if (row[jj] == id) len = 0;
-    for (int tp = cutoff / page_size; tp < npages && len; ++tp)
-      if (page_ids[pbase + tp] == id) len = clamp(cutoff - tp * page_size, 0, page_size);
+    __global const int* row = sel + ((size_t)b * nsel + h) * topk;
+    const int k = j - nw;
+    id = row[k];
+    if (!IN_POOL(id, num_pages)) {
+      if (id != -1) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
+      id = 0, hi = 0;
+    } else {
+      for (int kk = 0; kk < k && hi; ++kk)
+        if (row[kk] == id) hi = 0;
+      for (int tp = cutoff / page_size; tp < npages && hi; ++tp)
+        if (page_ids[pbase + tp] == id) hi = clamp(cutoff - tp * page_size, 0, page_size);
+    }
   }
-  lists[lbase + nw + i] = id;
-  lists[lbase + nw + nsel * topk + i] = len;
+  lists[lbase + i] = id;
+  lists[lbase + nsel * stride + i] = (lo << 16) | hi;
 }

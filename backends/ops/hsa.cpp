@@ -124,7 +124,6 @@ HsaPlan plan_of(const Context& ctx, const Meta& m, const PagedKV& cache, const H
   const bool head_mode = opt.strategy == HsaStrategy::Head;
   const int group = opt.num_qo_heads / cache.num_kv_heads;
   const int nsel = head_mode ? opt.num_qo_heads : cache.num_kv_heads;
-  const int64_t sel_entries = ck::mul(int64_t(nsel), int64_t(K), "selection list entries per request");
 
   HsaPlan plan;
   plan.num_candidates.resize(size_t(B));
@@ -145,13 +144,12 @@ HsaPlan plan_of(const Context& ctx, const Meta& m, const PagedKV& cache, const H
     const int32_t lbase = ck::to_i32(lists, "HSA page lists");
     int32_t* r = &sr.extra[size_t(b) * 8];
     r[0] = kv.page_base[size_t(b)], r[1] = ncand, r[2] = npages, r[3] = cutoff, r[4] = lbase, r[5] = nw, r[6] = wfirst;
-    if (window) {  // the window's keys [cutoff, L) from the first window page's offset
-      sr.owner.push_back(b), sr.len.push_back(L - cutoff), sr.page_base.push_back(lbase);
-      sr.tok_off.push_back(cutoff % P), sr.lstride.push_back(0);
-    }
-    sr.owner.push_back(b), sr.len.push_back(K * P), sr.page_base.push_back(ck::to_i32(lbase + int64_t(nw), "HSA lists"));
-    sr.tok_off.push_back(0), sr.lstride.push_back(K);
-    lists = ck::add(lists, ck::add(int64_t(nw), ck::mul(int64_t(2), sel_entries, "HSA lists"), "HSA lists"), "HSA lists");
+    r[7] = L;
+    // One key range per request: every list holds the window's pages, then its selection.
+    const int stride = nw + K;
+    sr.owner.push_back(b), sr.len.push_back(ck::to_i32(int64_t(stride) * P, "HSA list keys"));
+    sr.page_base.push_back(lbase), sr.tok_off.push_back(0), sr.lstride.push_back(stride);
+    lists = ck::add(lists, ck::mul(int64_t(2) * nsel, int64_t(stride), "HSA lists"), "HSA lists");
   }
   sr.page_ids_needed = lists;
   DecodePlan dp = ops::decode_plan_sparse(ctx, sr, cache, dopt, queue);
@@ -258,7 +256,7 @@ void enqueue_decode(const Context& ctx, const HsaPlanState& st, const HsaBuffers
   auto& c = rt::impl(ctx);
   const ops::SparseTable t = ops::sparse_table(st.decode);
   cl_mem page_ids = b.page_ids ? b.page_ids : b.workspace;
-  const int64_t n = std::max<int64_t>(int64_t(st.nsel) * st.topk, st.max_nw);
+  const int64_t n = int64_t(st.nsel) * (st.topk + st.max_nw);
   size_t gws[2] = {size_t(n), size_t(st.B)};
   ops::WaitList wl({q, nwait, wait, nullptr}, t.upload);
   cl_event lists_done = nullptr;
