@@ -69,6 +69,7 @@ void check_options(const PagedKV& c, const DsaIndexOptions& opt) {
 
 struct Tile {
   int tt = 64, tm = 4, th = 8, hp = 64, dk = 32, topk_wg = 256;
+  bool topk_chunks = false;  // TOPK_CHUNKS (topk.clh): contiguous chunks per work-item (CPUs)
   size_t wg() const { return size_t(tt / tm) * size_t(hp / th); }
   size_t local_bytes() const { return 4 * (size_t(dk) * (tt + hp) + size_t(tt) * (hp / th)); }
 };
@@ -82,6 +83,7 @@ Tile choose_tile(const DeviceProfile& prof, const PagedKV& c, const DsaIndexOpti
   Tile t;
   t.tt = ops::param(e, ov, "TT"), t.tm = ops::param(e, ov, "TM"), t.th = ops::param(e, ov, "TH");
   t.hp = ops::param(e, ov, "HP"), t.dk = ops::param(e, ov, "DK"), t.topk_wg = ops::param(e, ov, "TOPK_WG");
+  t.topk_chunks = ops::param_or(e, ov, "TOPK_CHUNKS", 0) != 0;
   auto check = [](const char* name, int v, int lo, int hi) {
     if (!is_pow2(v) || v < lo || v > hi)
       rt::invalid(std::string("dsa_index parameter ") + name + " = " + to_string(v) + " must be a power of two in " +
@@ -107,7 +109,8 @@ std::vector<ops::Variant> variants(const Tile& t, const PagedKV& c, bool topk) {
   v.kernel = topk ? "dsa_index_topk" : "dsa_index_scores";
   v.options = rt::make_options({{"DI", to_string(c.head_dim)}, {"KV_DT", to_string(int(c.dtype))},
                                 {"TT", to_string(t.tt)}, {"TM", to_string(t.tm)}, {"TH", to_string(t.th)},
-                                {"HP", to_string(t.hp)}, {"DK", to_string(t.dk)}, {"TOPK_WG", to_string(t.topk_wg)}});
+                                {"HP", to_string(t.hp)}, {"DK", to_string(t.dk)}, {"TOPK_WG", to_string(t.topk_wg)},
+                                {"TOPK_CHUNKS", t.topk_chunks ? "1" : "0"}});
   v.wg = topk ? size_t(t.topk_wg) : t.wg();
   v.local_bytes = topk ? 256 * 4 + 2 * size_t(t.topk_wg) * 4 + 16 : t.local_bytes();
   return {v};

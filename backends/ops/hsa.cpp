@@ -77,7 +77,9 @@ Variant hsa_select_variant(const DeviceProfile& prof, int head_dim, const std::m
   Variant v;
   v.name = "generic", v.file = "hsa.cl", v.kernel = "hsa_select", v.wg = size_t(wg);
   v.local_bytes = uint64_t(head_dim) * 4 + 256 * 4 + 2 * uint64_t(wg) * 4 + 16;
-  v.options = rt::make_options({{"HEAD_DIM", std::to_string(head_dim)}, {"SELECT_WG", std::to_string(wg)}});
+  v.options = rt::make_options({{"HEAD_DIM", std::to_string(head_dim)},
+                                {"SELECT_WG", std::to_string(wg)},
+                                {"TOPK_CHUNKS", param_or(e, over, "TOPK_CHUNKS", 0) ? "1" : "0"}});
   return v;
 }
 

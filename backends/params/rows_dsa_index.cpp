@@ -12,6 +12,8 @@
 // Top-k kernel (dsa_index_topk, cl_kernels/topk.clh):
 //   TOPK_WG     work-items per request (a power of two): the radix select's histogram passes
 //               and the ordered compaction stride over the request's scores by this many
+//   TOPK_CHUNKS the compaction's form (topk.clh): 0 blocks (GPUs), 1 contiguous chunks per
+//               work-item (CPUs; PoCL B=4 S=4096: top-k kernel 218 vs 328 us)
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
@@ -22,13 +24,13 @@ const std::vector<Row>& rows_dsa_index() {
       // reads 4 keys and 8 (broadcast) q values for 32 FMAs. 18 KB of local memory, inside the
       // 32 KB floor of OpenCL 1.2's full profile. Top-k: 256 work-items, one request each.
       {"dsa_index", Level::Generic, "", "*",
-       {{"TT", 64}, {"TM", 4}, {"TH", 8}, {"HP", 64}, {"DK", 32}, {"TOPK_WG", 256}},
+       {{"TT", 64}, {"TM", 4}, {"TH", 8}, {"HP", 64}, {"DK", 32}, {"TOPK_WG", 256}, {"TOPK_CHUNKS", 0}},
        "portable default (by design; not tuned)"},
       // PoCL pthread device: a work-group is one vectorised loop per core and every barrier
       // splits it, so few work-items with big micro-tiles (4 x 4 of 16 tokens x 16 heads: 16
       // work-items) and a 64-wide top-k group.
       {"dsa_index", Level::Vendor, "cpu", "*",
-       {{"TT", 64}, {"TM", 16}, {"TH", 16}, {"HP", 64}, {"DK", 32}, {"TOPK_WG", 64}},
+       {{"TT", 64}, {"TM", 16}, {"TH", 16}, {"HP", 64}, {"DK", 32}, {"TOPK_WG", 64}, {"TOPK_CHUNKS", 1}},
        "by design for PoCL's pthread device (docs/sparse.md); not tuned"},
       // A sweep of 8 tiles (`clattn-bench sparse --dsa --index-param ...`, B=64 S=32768 Hi=64
       // Di=128 bf16): 2.59 ms at TT 128 x TM 4 x TH 8 against 2.87 ms at the generic row; every
