@@ -66,6 +66,27 @@ class _Workspace:
         return self._own
 
 
+class _Wrapper:
+    """What the sparse wrappers keep: their context, their workspace and the active plan."""
+
+    def _init_wrapper(self, float_workspace_buffer, ctx):
+        self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)
+        self._ws = _Workspace(self._ctx, ws)
+        self._plan = None
+
+    @property
+    def context(self):
+        """The clattn.Context this wrapper runs on."""
+        return self._ctx
+
+    @property
+    def plan_info(self):
+        """The active plan (its read-only attributes: sizes, workspace_bytes, variants, ...)."""
+        if self._plan is None:
+            raise error("plan_info before plan()")
+        return self._plan
+
+
 class _Planned:
     """Plan bookkeeping shared by the attention wrappers. FlashInfer's ``forward`` (and
     ``run(window_left=...)``) set sm_scale, the soft cap, the window and causality at call

@@ -7,7 +7,7 @@ import numpy as np
 from . import _clattn
 from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, host_i32, is_host_array, is_raw_buffer,
                     rescale_lse, result, scale_value, _ITEMSIZE)
-from .attention import _Workspace, _arg, _outputs, _workspace_context
+from .attention import _Wrapper, _arg, _outputs
 from .mla import CKV_DIM, KPE_DIM
 
 
@@ -53,7 +53,7 @@ def _num_pages(used, num_pages):
     return int(num_pages) if num_pages is not None else least
 
 
-class DsaIndexer:
+class DsaIndexer(_Wrapper):
     r"""The DSA lightning indexer (DeepSeek-V3.2): per request (one query row) it scores every
     cached key and keeps the ``topk`` highest token positions.
 
@@ -82,22 +82,9 @@ class DsaIndexer:
             Workspace (the batch's scores; grown by the indexer when too small), a Context,
             or None (default context).
         """
-        self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)
-        self._ws = _Workspace(self._ctx, ws)
-        self._plan = None
+        self._init_wrapper(float_workspace_buffer, ctx)
 
-    @property
-    def context(self):
-        """The clattn.Context this indexer runs on."""
-        return self._ctx
 
-    @property
-    def plan_info(self):
-        """The active clattn.DsaIndexPlan (read-only attributes: max_kv_len, workspace_bytes,
-        variant, ...)."""
-        if self._plan is None:
-            raise error("plan_info before plan()")
-        return self._plan
 
     def plan(self, kv_indptr, kv_indices, kv_last_page_len, num_index_heads, index_dim, page_size, topk,
              q_data_type="bfloat16", kv_data_type=None, *, block_tables=None, seq_lens=None, num_pages=None,
@@ -202,7 +189,7 @@ class DsaIndexer:
         return wb.track(x, name, lambda: check(_arg(self._ctx, x, name, shape, dtype), name, (dtype,), shape))
 
 
-class MlaSparseDecodeWrapper:
+class MlaSparseDecodeWrapper(_Wrapper):
     r"""Sparse MLA decode (DeepSeek-V3.2 DSA, FlashMLA's sparse decode): each request's query
     row attends only to the latent rows at the token positions its index list names.
 
@@ -231,21 +218,9 @@ class MlaSparseDecodeWrapper:
             Workspace for split-K partial states (grown by the wrapper when too small), a
             Context, or None (default context).
         """
-        self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)
-        self._ws = _Workspace(self._ctx, ws)
-        self._plan = None
+        self._init_wrapper(float_workspace_buffer, ctx)
 
-    @property
-    def context(self):
-        """The clattn.Context this wrapper runs on."""
-        return self._ctx
 
-    @property
-    def plan_info(self):
-        """The active clattn.MlaPlan (read-only attributes: topk, workspace_bytes, variant, ...)."""
-        if self._plan is None:
-            raise error("plan_info before plan()")
-        return self._plan
 
     def plan(self, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size, sm_scale,
              topk, q_data_type="bfloat16", kv_data_type=None, o_data_type=None, *, block_tables=None,

@@ -6,11 +6,10 @@ import numpy as np
 
 from . import _clattn
 from ._util import LOG2E, Writeback, as_tensor, check, error, dtype_name, host_i32, rescale_lse, result, scale_value
-from .attention import (_Planned, _Workspace, _arg, _cache_arg, _check_cache, _opt_cap, _opt_scale, _outputs,
-                        _workspace_context)
+from .attention import (_Planned, _Wrapper, _arg, _cache_arg, _check_cache, _opt_cap, _opt_scale, _outputs)
 
 
-class HsaDecodeWrapper(_Planned):
+class HsaDecodeWrapper(_Planned, _Wrapper):
     r"""Decode with Hierarchical Sparse Attention over a paged KV cache (SGLang's
     ``--attention-backend hsa``).
 
@@ -48,24 +47,11 @@ class HsaDecodeWrapper(_Planned):
         """
         if kv_layout not in ("NHD", "HND"):
             raise error(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
-        self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)
-        self._ws = _Workspace(self._ctx, ws)
+        self._init_wrapper(float_workspace_buffer, ctx)
         self._kv_layout = kv_layout
-        self._plan = None
         self._sel = None
 
-    @property
-    def context(self):
-        """The clattn.Context this wrapper runs on."""
-        return self._ctx
 
-    @property
-    def plan_info(self):
-        """The active clattn.HsaPlan (read-only attributes: num_sel_heads, num_candidates,
-        workspace_bytes, select_variant, decode_variant, ...)."""
-        if self._plan is None:
-            raise error("plan_info before plan()")
-        return self._plan
 
     def plan(self, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, topk,
              selection_strategy="group", window_size=0, fuse_window=True, sm_scale=None, logits_soft_cap=None,
