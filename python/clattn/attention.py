@@ -87,6 +87,37 @@ class _Wrapper:
         return self._plan
 
 
+def _metadata(kv_indptr, kv_indices, third, third_name, block_tables, seq_lens):
+    """Host metadata of a plan: (indptr, indices, third, table_flat, seq_lens, batch, max_pages,
+    used page ids) from the CSR (third = kv_last_page_len or kv_len_arr) or block_tables."""
+    if block_tables is not None:
+        if kv_indptr is not None or kv_indices is not None or third is not None:
+            raise error(f"block_tables given with kv_indptr/kv_indices/{third_name}: pass one metadata form")
+        if seq_lens is None:
+            raise error("block_tables needs seq_lens")
+        bt = np.asarray(block_tables)
+        if bt.ndim != 2:
+            raise error(f"block_tables: shape {list(bt.shape)}, expected [batch_size, max_pages]")
+        ids = host_i32(bt, "block_tables")
+        sl = host_i32(seq_lens, "seq_lens")
+        return None, None, None, ids, sl, len(sl), int(bt.shape[1]), ids[ids >= 0]
+    if seq_lens is not None:
+        raise error("seq_lens belongs to the block_tables form")
+    if kv_indptr is None or kv_indices is None or third is None:
+        raise error(f"kv_indptr, kv_indices and {third_name} are required (or block_tables with seq_lens)")
+    ip = host_i32(kv_indptr, "kv_indptr")
+    ind = host_i32(kv_indices, "kv_indices")
+    th = host_i32(third, third_name)
+    if len(ip) != len(th) + 1:
+        raise error(f"kv_indptr ({len(ip)}) and {third_name} ({len(th)}) disagree on the batch size")
+    return ip, ind, th, None, None, len(th), 0, ind
+
+
+def _num_pages(used, num_pages):
+    least = int(used.max()) + 1 if used.size else 1
+    return int(num_pages) if num_pages is not None else least
+
+
 class _Planned:
     """Plan bookkeeping shared by the attention wrappers. FlashInfer's ``forward`` (and
     ``run(window_left=...)``) set sm_scale, the soft cap, the window and causality at call

@@ -5,36 +5,10 @@ conventions: docs/python.md."""
 import numpy as np
 
 from . import _clattn
-from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, host_i32, is_host_array, is_raw_buffer,
+from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, is_host_array, is_raw_buffer,
                     rescale_lse, result, scale_value, _ITEMSIZE)
-from .attention import _Wrapper, _arg, _outputs
+from .attention import _Wrapper, _arg, _metadata, _num_pages, _outputs
 from .mla import CKV_DIM, KPE_DIM
-
-
-def _metadata(kv_indptr, kv_indices, third, third_name, block_tables, seq_lens):
-    """Host metadata of a plan: (indptr, indices, third, table_flat, seq_lens, batch, max_pages,
-    used page ids) from the CSR (third = kv_last_page_len or kv_len_arr) or block_tables."""
-    if block_tables is not None:
-        if kv_indptr is not None or kv_indices is not None or third is not None:
-            raise error(f"block_tables given with kv_indptr/kv_indices/{third_name}: pass one metadata form")
-        if seq_lens is None:
-            raise error("block_tables needs seq_lens")
-        bt = np.asarray(block_tables)
-        if bt.ndim != 2:
-            raise error(f"block_tables: shape {list(bt.shape)}, expected [batch_size, max_pages]")
-        ids = host_i32(bt, "block_tables")
-        sl = host_i32(seq_lens, "seq_lens")
-        return None, None, None, ids, sl, len(sl), int(bt.shape[1]), ids[ids >= 0]
-    if seq_lens is not None:
-        raise error("seq_lens belongs to the block_tables form")
-    if kv_indptr is None or kv_indices is None or third is None:
-        raise error(f"kv_indptr, kv_indices and {third_name} are required (or block_tables with seq_lens)")
-    ip = host_i32(kv_indptr, "kv_indptr")
-    ind = host_i32(kv_indices, "kv_indices")
-    th = host_i32(third, third_name)
-    if len(ip) != len(th) + 1:
-        raise error(f"kv_indptr ({len(ip)}) and {third_name} ({len(th)}) disagree on the batch size")
-    return ip, ind, th, None, None, len(th), 0, ind
 
 
 def _typed(ctx, x, name, dtype, shape, kinds):
@@ -46,11 +20,6 @@ def _typed(ctx, x, name, dtype, shape, kinds):
             raise error(f"{name}: numpy {a.dtype} values, expected {dtype}")
         x = a
     return check(as_tensor(ctx, x, name, dtype, shape), name, (dtype,), shape)
-
-
-def _num_pages(used, num_pages):
-    least = int(used.max()) + 1 if used.size else 1
-    return int(num_pages) if num_pages is not None else least
 
 
 class DsaIndexer(_Wrapper):

@@ -5,8 +5,9 @@ docs/python.md."""
 import numpy as np
 
 from . import _clattn
-from ._util import LOG2E, Writeback, as_tensor, check, error, dtype_name, host_i32, rescale_lse, result, scale_value
-from .attention import (_Planned, _Wrapper, _arg, _cache_arg, _check_cache, _opt_cap, _opt_scale, _outputs)
+from ._util import LOG2E, Writeback, as_tensor, check, error, dtype_name, rescale_lse, result, scale_value
+from .attention import (_Planned, _Wrapper, _arg, _cache_arg, _check_cache, _metadata, _num_pages, _opt_cap,
+                        _opt_scale, _outputs)
 
 
 class HsaDecodeWrapper(_Planned, _Wrapper):
@@ -102,29 +103,10 @@ class HsaDecodeWrapper(_Planned, _Wrapper):
         q_dt = dtype_name(q_data_type, "q_data_type")
         kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
         o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
-        if block_tables is not None:
-            if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
-                raise error("block_tables given with kv_indptr/kv_indices/kv_last_page_len: pass one metadata form")
-            if seq_lens is None:
-                raise error("block_tables needs seq_lens")
-            bt = np.asarray(block_tables)
-            if bt.ndim != 2:
-                raise error(f"block_tables: shape {list(bt.shape)}, expected [batch_size, max_pages]")
-            ids = host_i32(bt, "block_tables")
-            sl = host_i32(seq_lens, "seq_lens")
-            batch, max_pages = len(sl), int(bt.shape[1])
-            ip = ind = last = None
-            used = ids[ids >= 0]
-        else:
-            if seq_lens is not None:
-                raise error("seq_lens belongs to the block_tables form")
-            ip = host_i32(kv_indptr, "kv_indptr")
-            ind = host_i32(kv_indices, "kv_indices")
-            last = host_i32(kv_last_page_len, "kv_last_page_len")
-            ids, sl, batch, max_pages, used = ind, None, len(last), 0, ind
-        least = int(used.max()) + 1 if used.size else 1
-        pages = int(num_pages) if num_pages is not None else least
-        bt_flat = ids if block_tables is not None else None
+        ip, ind, last, bt_flat, sl, batch, max_pages, used = _metadata(kv_indptr, kv_indices, kv_last_page_len,
+                                                                     "kv_last_page_len", block_tables, seq_lens)
+        ids = bt_flat if bt_flat is not None else ind
+        least, pages = _num_pages(used, None), _num_pages(used, num_pages)
 
         def make(o):
             return _clattn._hsa_plan(self._ctx, ip, ind, last, bt_flat, sl, max_pages, int(page_size),

@@ -7,33 +7,6 @@
 
 namespace clattn_py {
 
-namespace {
-
-// CSR (indptr, indices, last) or, when page_table is not None, a page table [B, max_pages]
-// with seq_lens [B]; `f` plans from the one given.
-template <class F>
-auto plan_from(py::object indptr, py::object indices, py::object last, py::object page_table, py::object seq_lens,
-               int max_pages, int page_size, F&& f) {
-  if (!page_table.is_none()) {
-    clattn::PageTable t;
-    t.page_size = page_size;
-    t.max_pages = max_pages;
-    t.page_table = to_i32(page_table, "block_tables");
-    t.seq_lens = to_i32(seq_lens, "seq_lens");
-    py::gil_scoped_release nogil;
-    return f(t);
-  }
-  clattn::PagedCsr csr;
-  csr.page_size = page_size;
-  csr.kv_indptr = to_i32(indptr, "kv_indptr");
-  csr.kv_indices = to_i32(indices, "kv_indices");
-  csr.kv_last_page_len = to_i32(last, "kv_last_page_len");
-  py::gil_scoped_release nogil;
-  return f(csr);
-}
-
-}  // namespace
-
 void init_dsa(py::module_& m) {
   py::class_<clattn::DsaIndexPlan>(m, "DsaIndexPlan", "A planned DSA indexer batch (opaque; see DsaIndexer).")
       .def_readonly("batch_size", &clattn::DsaIndexPlan::batch_size)

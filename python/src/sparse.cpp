@@ -41,8 +41,7 @@ void init_sparse(py::module_& m) {
       .def_readonly("decode_variant", &clattn::HsaPlan::decode_variant)
       .def_readonly("decode_options", &clattn::HsaPlan::decode_options);
 
-  // CSR (indptr, indices, last_page_len) or, when page_table is not None, a page table
-  // [B, max_pages] with seq_lens [B].
+  // CSR or page table: plan_from (binding.hpp).
   m.def("_hsa_plan", [](const clattn::Context& ctx, py::object indptr, py::object indices, py::object last,
                         py::object page_table, py::object seq_lens, int max_pages, int page_size, int num_pages,
                         int num_kv_heads, int head_dim, const std::string& layout, const std::string& kv_dtype,
@@ -69,22 +68,8 @@ void init_sparse(py::module_& m) {
     o.logits_soft_cap = soft_cap;
     o.max_splits = max_splits;
     o.validate = validate;
-    if (!page_table.is_none()) {
-      clattn::PageTable t;
-      t.page_size = page_size;
-      t.max_pages = max_pages;
-      t.page_table = to_i32(page_table, "block_tables");
-      t.seq_lens = to_i32(seq_lens, "seq_lens");
-      py::gil_scoped_release nogil;
-      return clattn::hsa_plan(ctx, t, cache, o);
-    }
-    clattn::PagedCsr csr;
-    csr.page_size = page_size;
-    csr.kv_indptr = to_i32(indptr, "kv_indptr");
-    csr.kv_indices = to_i32(indices, "kv_indices");
-    csr.kv_last_page_len = to_i32(last, "kv_last_page_len");
-    py::gil_scoped_release nogil;
-    return clattn::hsa_plan(ctx, csr, cache, o);
+    return plan_from(indptr, indices, last, page_table, seq_lens, max_pages, page_size,
+                     [&](const auto& meta) { return clattn::hsa_plan(ctx, meta, cache, o); });
   });
 
   // mode: "select", "decode" or "run" (clattn::hsa_select / hsa_decode / hsa_run).
