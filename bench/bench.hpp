@@ -35,6 +35,10 @@ std::vector<std::map<std::string, int>> op_grid(const std::string& grid, const s
 // values in every dtype (bench/fill.cpp).
 void fill_pattern(const Context& ctx, cl_mem m, size_t bytes, uint32_t seed);
 
+// B requests of S keys each in pages of P, the pages handed out in a shuffled order (as a
+// long-running allocator would): page ids 0 .. B * ceil(S / P) - 1 (bench/fill.cpp).
+PagedCsr shuffled_csr(int B, int S, int P, unsigned seed);
+
 // Prints once per process which kernel variants the context may choose ("# variants: ...":
 // CLATTN_VARIANTS=portable excludes the vendor-specific ones); each op case calls it first.
 void note_variant_mode(Harness& h);

@@ -55,33 +55,25 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D, cache.layout = c.layout,
   cache.dtype = c.kv;
   const int pages_per = (c.S + c.P - 1) / c.P;
-  cache.num_pages = c.B * pages_per;
-  // Pages handed out in random order, as a long-running allocator would.
-  std::vector<int32_t> ids(size_t(cache.num_pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+  const PagedCsr csr = shuffled_csr(c.B, c.S, c.P, 7);
+  const std::vector<int32_t>& ids = csr.kv_indices;
+  cache.num_pages = int(ids.size());
 
   DecodeOptions opt;
   opt.num_qo_heads = c.Hq, opt.q_dtype = c.q, opt.o_dtype = c.q;
   opt.deterministic = c.deterministic, opt.max_splits = c.max_splits;
   opt.validate = false;
   opt.params = params;
+  // The page table's rows are the CSR's page lists (every request has pages_per pages).
   DecodePlan plan;
-  std::vector<int32_t> page_ids;
   if (c.page_table) {
     PageTable t;
     t.page_size = c.P, t.max_pages = pages_per, t.page_table = ids, t.seq_lens.assign(size_t(c.B), c.S);
     plan = decode_plan(ctx, t, cache, opt);
-    page_ids = ids;
   } else {
-    PagedCsr csr;
-    csr.page_size = c.P;
-    csr.kv_indices = ids;
-    for (int i = 0; i <= c.B; ++i) csr.kv_indptr.push_back(i * pages_per);
-    csr.kv_last_page_len.assign(size_t(c.B), c.S - (pages_per - 1) * c.P);
     plan = decode_plan(ctx, csr, cache, opt);
-    page_ids = ids;
   }
+  const std::vector<int32_t>& page_ids = ids;
   const size_t cache_bytes = size_t(cache.required_bytes());
   const size_t qo_bytes = size_t(c.B) * c.Hq * c.D * dtype_size(c.q);
   // Back-to-back samples rotate through copies of the cache so no call reads K/V from L2.

@@ -45,15 +45,9 @@ void run_case(Harness& h, const SparseCase& c) {
   Context& ctx = h.ctx();
   PagedKV cache;
   cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D, cache.dtype = c.kv;
-  const int pages_per = (c.S + c.P - 1) / c.P;
-  cache.num_pages = c.B * pages_per;
-  std::vector<int32_t> ids(size_t(cache.num_pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
-  PagedCsr csr;
-  csr.page_size = c.P, csr.kv_indices = ids;
-  for (int i = 0; i <= c.B; ++i) csr.kv_indptr.push_back(i * pages_per);
-  csr.kv_last_page_len.assign(size_t(c.B), c.S - (pages_per - 1) * c.P);
+  const PagedCsr csr = shuffled_csr(c.B, c.S, c.P, 7);
+  const std::vector<int32_t>& ids = csr.kv_indices;
+  cache.num_pages = int(ids.size());
 
   DecodeOptions dopt;
   dopt.num_qo_heads = c.Hq, dopt.q_dtype = DType::BF16, dopt.o_dtype = DType::BF16, dopt.validate = false;
@@ -124,16 +118,10 @@ struct DsaCase {
 void run_dsa_case(Harness& h, const DsaCase& c, const std::map<std::string, int>& mla_params,
                   const std::map<std::string, int>& index_params) {
   Context& ctx = h.ctx();
-  const int pages_per = (c.S + c.P - 1) / c.P;
-  std::vector<int32_t> ids(size_t(c.B) * pages_per);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(11));
-  PagedCsr csr;
-  csr.page_size = c.P, csr.kv_indices = ids;
-  for (int i = 0; i <= c.B; ++i) csr.kv_indptr.push_back(i * pages_per);
-  csr.kv_last_page_len.assign(size_t(c.B), c.S - (pages_per - 1) * c.P);
+  const PagedCsr csr = shuffled_csr(c.B, c.S, c.P, 11);
+  const std::vector<int32_t>& ids = csr.kv_indices;
   MlaCache cache;
-  cache.num_pages = c.B * pages_per, cache.page_size = c.P, cache.dtype = DType::BF16;
+  cache.num_pages = int(ids.size()), cache.page_size = c.P, cache.dtype = DType::BF16;
   MlaOptions mo;
   mo.num_heads = c.H, mo.sm_scale = 0.0721688f, mo.validate = false;
   MlaPlan dense = mla_decode_plan(ctx, csr, cache, mo);
