@@ -42,6 +42,13 @@ struct RequestOptions {
 KVRequests requests_from_csr(const PagedCsr& csr, const CacheShape& cache, const RequestOptions& o);
 // From a FlashAttention/vLLM page table (seq_lens, optional cu_seqlens_q).
 KVRequests requests_from_table(const PageTable& t, const CacheShape& cache, const RequestOptions& o);
+// Either form, for the plans written once over both.
+inline KVRequests requests_of(const PagedCsr& m, const CacheShape& c, const RequestOptions& o) {
+  return requests_from_csr(m, c, o);
+}
+inline KVRequests requests_of(const PageTable& m, const CacheShape& c, const RequestOptions& o) {
+  return requests_from_table(m, c, o);
+}
 
 // Query rows of every request of `r` (kv_len set): one each (Decode), or from `indptr`
 // (Extend: qo_len <= kv_len; Given: any). `field` names the array in messages.

@@ -597,16 +597,14 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
 }  // namespace
 
 namespace {
-// From CSR or page-table metadata (meta::requests_from_csr / _table).
+// From CSR or page-table metadata (meta::requests_of).
 template <class Meta>
 DecodePlan plan_of(const Context& ctx, const Meta& m, const PagedKV& cache, const DecodeOptions& opt,
                    cl_command_queue queue) {
   check_options(cache, opt);
   constexpr bool table = std::is_same_v<Meta, PageTable>;
   const CacheShape shape{cache.num_pages, cache.page_size};
-  meta::KVRequests kv;
-  if constexpr (table) kv = meta::requests_from_table(m, shape, request_options(opt));
-  else kv = meta::requests_from_csr(m, shape, request_options(opt));
+  meta::KVRequests kv = meta::requests_of(m, shape, request_options(opt));
   return make_plan(ctx, key_ranges(std::move(kv), opt.window_left), table, cache, opt, queue);
 }
 }  // namespace

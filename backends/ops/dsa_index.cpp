@@ -182,9 +182,7 @@ DsaIndexPlan plan_of(const Context& ctx, const Meta& m, const PagedKV& cache, co
   meta::RequestOptions ro;
   ro.queries = meta::Queries::Decode, ro.validate = opt.validate, ro.allow_window = false;
   const CacheShape shape{cache.num_pages, cache.page_size};
-  meta::KVRequests r;
-  if constexpr (table) r = meta::requests_from_table(m, shape, ro);
-  else r = meta::requests_from_csr(m, shape, ro);
+  const meta::KVRequests r = meta::requests_of(m, shape, ro);
   return make_plan(ctx, r, table, cache, opt, queue);
 }
 

@@ -118,9 +118,7 @@ HsaPlan plan_of(const Context& ctx, const Meta& m, const PagedKV& cache, const H
   meta::RequestOptions ro;
   ro.queries = meta::Queries::Decode, ro.validate = opt.validate, ro.allow_window = false;
   const CacheShape shape{cache.num_pages, cache.page_size};
-  meta::KVRequests kv;
-  if constexpr (table) kv = meta::requests_from_table(m, shape, ro);
-  else kv = meta::requests_from_csr(m, shape, ro);
+  const meta::KVRequests kv = meta::requests_of(m, shape, ro);
 
   const int B = kv.size(), P = cache.page_size, K = opt.topk, W = opt.window_size;
   const bool head_mode = opt.strategy == HsaStrategy::Head;
