@@ -643,14 +643,21 @@ DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV
   return plan_of(ctx, table, cache, opt, queue);
 }
 
-void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers& b, const Enqueue& e) {
-  const DecodePlanState* st = plan.state_.get();
-  if (!st) rt::invalid("decode_run: empty plan (make one with decode_plan)");
+namespace {
+const DecodePlanState& run_state(const DecodePlan& plan) {
+  if (!plan.state_) rt::invalid("decode_run: empty plan (make one with decode_plan)");
+  return *plan.state_;
+}
+}  // namespace
+
+namespace ops {
+// decode_run's checks (scales, buffer sizes), before anything is enqueued.
+void decode_check(const DecodePlan& plan, const DecodeBuffers& b) {
+  const DecodePlanState* st = &run_state(plan);
   if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
     rt::invalid("decode_run: k_scale/v_scale must be finite and > 0 (got " + std::to_string(b.k_scale) + ", " +
                 std::to_string(b.v_scale) + ")");
   const int B = st->B, Hq = st->Hq, D = st->D;
-  cl_command_queue q = ops::queue_of(ctx, e);
   if (B > 0) {
     ops::require_buffer(b.q, st->q_bytes, "q", {{B, Hq, D}, dtype_name(st->q_dtype)});
     ops::require_buffer(b.o, st->o_bytes, "o", {{B, Hq, D}, dtype_name(st->o_dtype)});
@@ -669,6 +676,13 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
                           {{st->num_partials, Hq, D}, "f32 partial states and their lse"});
     if (b.sinks) ops::require_buffer(b.sinks, st->sinks_bytes, "sinks", {{Hq}, "f32"});
   }
+}
+
+// decode_run's enqueue, for buffers decode_check accepted.
+void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuffers& b, const Enqueue& e) {
+  const DecodePlanState* st = &run_state(plan);
+  const int Hq = st->Hq, D = st->D;
+  cl_command_queue q = ops::queue_of(ctx, e);
   ops::WaitList wl(e, st->upload);
   if (st->num_work == 0) {
     ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
@@ -719,6 +733,13 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
     throw;
   }
   clReleaseEvent(ev1);
+}
+
+}  // namespace ops
+
+void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers& b, const Enqueue& e) {
+  ops::decode_check(plan, b);
+  ops::decode_enqueue(ctx, plan, b, e);
 }
 
 // ---- plain-data form ----

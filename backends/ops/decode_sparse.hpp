@@ -38,4 +38,9 @@ struct SparseTable {
 };
 SparseTable sparse_table(const DecodePlan& p);
 
+// decode_run in its two steps, so a caller with kernels of its own before the decode can
+// check every buffer first: the checks (InvalidArgument naming the buffer), then the enqueue.
+void decode_check(const DecodePlan& plan, const DecodeBuffers& b);
+void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuffers& b, const Enqueue& e);
+
 }  // namespace clattn::ops

@@ -250,7 +250,15 @@ void enqueue_select(const Context& ctx, const HsaPlanState& st, const HsaBuffers
                       cl_float(st.select_scale * b.k_scale), c.faults);
 }
 
-// Lists, then the sparse decode (decode_run with the workspace as its page-id list).
+// The sparse decode's buffers: the workspace is also its page-id list.
+DecodeBuffers decode_buffers(const HsaBuffers& b) {
+  DecodeBuffers d;
+  d.q = b.q, d.k_cache = b.k_cache, d.v_cache = b.v_cache, d.page_ids = b.workspace, d.o = b.o, d.lse = b.lse;
+  d.workspace = b.workspace, d.sinks = b.sinks, d.k_scale = b.k_scale, d.v_scale = b.v_scale;
+  return d;
+}
+
+// Lists, then the sparse decode.
 void enqueue_decode(const Context& ctx, const HsaPlanState& st, const HsaBuffers& b, cl_command_queue q,
                     cl_uint nwait, const cl_event* wait, cl_event* ev) {
   auto& c = rt::impl(ctx);
@@ -263,11 +271,8 @@ void enqueue_decode(const Context& ctx, const HsaPlanState& st, const HsaBuffers
   st.lists_k->launch(q, 2, gws, nullptr, wl.size(), wl.data(), &lists_done, page_ids, t.table, cl_int(t.extra_off),
                      b.selected_page_ids, cl_int(st.topk), cl_int(st.nsel), b.workspace, cl_int(st.lists_off),
                      cl_int(st.P), cl_int(st.cache.num_pages), c.faults);
-  DecodeBuffers d;
-  d.q = b.q, d.k_cache = b.k_cache, d.v_cache = b.v_cache, d.page_ids = b.workspace, d.o = b.o, d.lse = b.lse;
-  d.workspace = b.workspace, d.sinks = b.sinks, d.k_scale = b.k_scale, d.v_scale = b.v_scale;
   try {
-    decode_run(ctx, st.decode, d, {q, 1, &lists_done, ev});
+    ops::decode_enqueue(ctx, st.decode, decode_buffers(b), {q, 1, &lists_done, ev});
   } catch (...) {
     clReleaseEvent(lists_done);
     throw;
@@ -275,13 +280,6 @@ void enqueue_decode(const Context& ctx, const HsaPlanState& st, const HsaBuffers
   clReleaseEvent(lists_done);
 }
 
-void check_decode(const HsaPlanState& st, const HsaBuffers& b) {
-  ops::require_buffer(b.q, st.q_bytes, "q", {{st.B, st.Hq, st.D}, dtype_name(st.q_dtype)});
-  ops::require_buffer(b.v_cache, st.cache.required_bytes(), "v_cache",
-                      {{st.cache.num_pages, st.P, st.Hkv, st.D}, dtype_name(st.cache.dtype), "paged cache "});
-  // o, lse and sinks: decode_run checks them before it enqueues anything (the lists kernel
-  // is enqueued only after these checks and decode_run's own, see hsa_decode).
-}
 
 }  // namespace
 
@@ -293,19 +291,6 @@ HsaPlan hsa_plan(const Context& ctx, const PageTable& table, const PagedKV& cach
                  cl_command_queue queue) {
   return plan_of(ctx, table, cache, opt, queue);
 }
-
-namespace {
-// decode_run's buffer checks without enqueueing (o, lse, sinks), so a bad one rejects the
-// whole call before the lists kernel is enqueued.
-void precheck_outputs(const HsaPlanState& st, const HsaBuffers& b) {
-  namespace ck = rt::checked;
-  const int64_t rows = ck::mul(int64_t(st.B), int64_t(st.Hq), "o rows");
-  ops::require_buffer(b.o, ck::product({rows, int64_t(st.D), int64_t(dtype_size(st.o_dtype))}, "o bytes"), "o",
-                      {{st.B, st.Hq, st.D}, dtype_name(st.o_dtype)});
-  if (b.lse) ops::require_buffer(b.lse, ck::mul(rows, int64_t(4), "lse bytes"), "lse", {{st.B, st.Hq}, "f32"});
-  if (b.sinks) ops::require_buffer(b.sinks, int64_t(st.Hq) * 4, "sinks", {{st.Hq}, "f32"});
-}
-}  // namespace
 
 namespace {
 // A run's checks (its steps' buffers), before anything is enqueued; nullptr for an empty
@@ -320,10 +305,7 @@ const HsaPlanState* checked(const Context& ctx, const HsaPlan& plan, const HsaBu
   }
   check_common(st, b);
   if (select) check_select(st, b);
-  if (decode) {
-    check_decode(st, b);
-    precheck_outputs(st, b);
-  }
+  if (decode) ops::decode_check(st.decode, decode_buffers(b));
   return &st;
 }
 }  // namespace
