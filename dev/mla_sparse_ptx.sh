@@ -26,25 +26,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/old" "$work/out"
 git archive "$BASE" cl_kernels | tar -x -C "$work/old"
 
-expand() {  # $1 dir, $2 file: the runtime's expansion (`#include "x"` replaced, each file once)
-  awk -v dir="$1" -v top="$2" '
-    function ex(f,   line, n, inc) {
-      print "#line 1 \"" f "\""
-      n = 0
-      while ((getline line < (dir "/" f)) > 0) {
-        ++n
-        if (line ~ /^[ \t]*#include "/) {
-          inc = line; sub(/^[ \t]*#include "/, "", inc); sub(/".*$/, "", inc)
-          if (!(inc in seen)) { seen[inc] = 1; ex(inc) }
-          print "#line " (n + 1) " \"" f "\""
-          continue
-        }
-        print line
-      }
-      close(dir "/" f)
-    }
-    BEGIN { seen[top] = 1; ex(top) }'
-}
+source dev/expand_kernel.sh  # expand DIR FILE: the runtime's include expansion
 expand "$work/old/cl_kernels" mla_mma_nv.cl >"$work/old.cl"
 expand cl_kernels mla_mma_nv.cl >"$work/new.cl"
 
