@@ -8,7 +8,7 @@ from . import _clattn
 from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, is_host_array, is_raw_buffer,
                     rescale_lse, result, scale_value, _ITEMSIZE)
 from .attention import _Wrapper, _arg, _metadata, _num_pages, _outputs
-from .mla import CKV_DIM, KPE_DIM
+from .mla import CKV_DIM, KPE_DIM, _plan_checks
 
 
 def _typed(ctx, x, name, dtype, shape, kinds):
@@ -223,14 +223,8 @@ class MlaSparseDecodeWrapper(_Wrapper):
         validate : bool, keyword
             Run the O(pages) metadata validation.
         """
-        if head_dim_ckv != CKV_DIM or head_dim_kpe != KPE_DIM:
-            raise error(f"head_dim_ckv/head_dim_kpe = {head_dim_ckv}/{head_dim_kpe}: only 512/64 are served",
-                        "Unsupported")
-        if sm_scale is None or not sm_scale > 0:
-            raise error("sm_scale is required (> 0) for MLA")
-        q_dt = dtype_name(q_data_type, "q_data_type")
-        kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
-        o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
+        q_dt, kv_dt, o_dt = _plan_checks(head_dim_ckv, head_dim_kpe, sm_scale, q_data_type, kv_data_type,
+                                         o_data_type)
         ip, ind, kl, bt, sl, batch, max_pages, used = _metadata(kv_indptr, kv_indices, kv_len_arr, "kv_len_arr",
                                                                 block_tables, seq_lens)
         last = None

@@ -9,6 +9,20 @@ from .attention import _Workspace, _workspace_context, _arg, _outputs, _unsuppor
 CKV_DIM, KPE_DIM = 512, 64
 
 
+def _plan_checks(head_dim_ckv, head_dim_kpe, sm_scale, q_data_type, kv_data_type, o_data_type):
+    """An MLA plan's widths and scale checked, and its (q, kv, o) dtype names (kv and o
+    default to q's): the dense and the sparse wrapper's."""
+    if head_dim_ckv != CKV_DIM or head_dim_kpe != KPE_DIM:
+        raise error(f"head_dim_ckv/head_dim_kpe = {head_dim_ckv}/{head_dim_kpe}: only 512/64 are served",
+                    "Unsupported")
+    if sm_scale is None or not sm_scale > 0:
+        raise error("sm_scale is required (> 0) for MLA")
+    q_dt = dtype_name(q_data_type, "q_data_type")
+    kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
+    o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
+    return q_dt, kv_dt, o_dt
+
+
 class BatchMLAPagedAttentionWrapper:
     r"""Wrapper class for MLA (`Multi-head Latent Attention <https://arxiv.org/abs/2405.04434>`_)
     PagedAttention on DeepSeek models, shaped like ``flashinfer.mla.BatchMLAPagedAttentionWrapper``.
@@ -83,14 +97,8 @@ class BatchMLAPagedAttentionWrapper:
         use_profiler : bool
             Ignored.
         """
-        if head_dim_ckv != CKV_DIM or head_dim_kpe != KPE_DIM:
-            raise error(f"head_dim_ckv/head_dim_kpe = {head_dim_ckv}/{head_dim_kpe}: only 512/64 are served",
-                        "Unsupported")
-        if sm_scale is None or not sm_scale > 0:
-            raise error("sm_scale is required (> 0) for MLA")
-        q_dt = dtype_name(q_data_type, "q_data_type")
-        kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
-        o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
+        q_dt, kv_dt, o_dt = _plan_checks(head_dim_ckv, head_dim_kpe, sm_scale, q_data_type, kv_data_type,
+                                         o_data_type)
         qo = host_i32(qo_indptr, "qo_indptr")
         ip = host_i32(kv_indptr, "kv_indptr")
         ind = host_i32(kv_indices, "kv_indices")
