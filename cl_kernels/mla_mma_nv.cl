@@ -46,6 +46,19 @@
 // MLA_POS(t, ke) of the request's index list (mla_sparse.clh): the loads read it and the mask
 // drops keys that add nothing; the rest of the kernel is unchanged.
 //
+// L2_AHEAD (sparse builds; 0: off): the rows are random, so the register tile (16 rows per
+// group, one tile ahead) is all a group has in flight, and each tile's loads wait behind two
+// dependent lookups (list entry, then page id). With L2_AHEAD = A, work-item tid looks up key
+// tid % KEYS of the tile A tiles ahead, prefetches every WGSZ / KEYS-th 128-byte line of its ckv
+// and kpe rows into L2 (prefetch.global.L2: no registers held) and, for tid < KEYS, writes
+// (page id, position) into a ring of A + 1 tiles in local memory. The register loads and the
+// mask then read the ring (no global lookup on the tile's path) and hit L2. The lookups are
+// pipelined over the tiles so that nothing waits on them: each tile prefetches from the page
+// id read a tile earlier, reads the page id of the next tile's prefetch from the position read
+// a tile earlier, and reads the position of the one after. Ring slots: tile i writes tile
+// i + A's (slot (i + A) mod (A + 1) = tile i - 1's, whose last reader ran before tile i's
+// barrier) while it reads tile i's (mask) and tile i + 1's (loads).
+//
 // FUSE_MERGE (decode split-K): a work-group that wrote a partial state counts it in the
 // counter of (merge entry, head block) of the run's counter set in the plan's table
 // (ops::CounterSets; left zero for the set's next run); the one that completes the count merges
@@ -64,6 +77,9 @@
 #endif
 #ifndef FUSE_MERGE
 #define FUSE_MERGE 0
+#endif
+#ifndef L2_AHEAD
+#define L2_AHEAD 0
 #endif
 
 #if KV_DT == DT_BF16
@@ -101,6 +117,9 @@
 
 #if (WARPS != 2 && WARPS != 4) || (KEYS != 16 && KEYS != 32)
 #error "mla_mma_nv.cl: WARPS must be 2 or 4 and KEYS 16 or 32"
+#endif
+#if L2_AHEAD && (!SPARSE_IDX || L2_AHEAD < 2 || L2_AHEAD > 8)
+#error "mla_mma_nv.cl: L2_AHEAD (sparse builds only) must be 0 or 2..8"
 #endif
 
 #include "mma_ptx_nv.clh"
@@ -151,6 +170,9 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
              MLA_SPARSE_ARGS) {
   __local uint4 vb[WARPS * KEYS * VCH];   // every warp's staged V (its own slice)
   __local float4 sp[2 * WARPS * NT * 32];  // partial S of every warp, C-fragment order, 2 buffers
+#if L2_AHEAD
+  __local int2 ring[(L2_AHEAD + 1) * KEYS];  // per key: (page id in the pool, position; -1: adds nothing)
+#endif
 #if FUSE_MERGE
   __local int fm_last;
 #endif
@@ -174,6 +196,22 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   // 2c + e covers dims OCOLS w + 8 CHK(c) + 16t + 4e + 0..3, kpe k-step i dims 512 + 16 (KPW
   // w + i) + 4t + 0..3.
   const float qs = q_scale * KV_RAW;
+#if L2_AHEAD
+  // Prefetch state: pf_ok / pf_id / pf_p = key pf_k of the tile L2_AHEAD ahead (adds something,
+  // page id, position), pf_raw = the unchecked list entry of key pf_t (the tile after it).
+  // PF_RAW reads in range whatever t is (clamped into the list). The list entries of the
+  // first tiles (0 .. L2_AHEAD, r_) are read here, so that they travel with q.
+#define PF_RAW(t) sidx[(size_t)row0 * (size_t)topk + (size_t)max(min((t), ke - 1), 0)]
+#define PF_OK(r, t) ((t) < ke && (r) >= 0 && (r) <= cbase)
+  const int pf_k = tid % KEYS;
+  bool pf_ok = false;
+  int pf_id = 0, pf_p = -1, pf_t = kb + (L2_AHEAD + 1) * KEYS + pf_k;
+  int r_[L2_AHEAD + 1];
+#pragma unroll
+  for (int a = 0; a <= L2_AHEAD; ++a) r_[a] = PF_RAW(kb + a * KEYS + pf_k);
+  int pf_raw = PF_RAW(pf_t);
+#endif
+
   // Every load is issued before any conversion (a group's q arrives in one round trip).
   uint qa[KSW][4];
   {
@@ -200,6 +238,26 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const long kgo = kpe_base + (long)(2 * CHW * KPW * warp) + (long)(t * CHW / 2);
   const int pmask = (1 << log2_page) - 1;
   bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
+#if L2_AHEAD
+#define RSLOT(T0) ((((T0) - kb) / KEYS) % (L2_AHEAD + 1))
+#define LOAD_TILE(KCR, KPR, T0)                                                                    \
+  _Pragma("unroll") for (int j_ = 0; j_ < NT; ++j_) {                                              \
+    const int2 e_ = ring[RSLOT(T0) * KEYS + g + 8 * j_];                                           \
+    if (e_.y >= 0) {                                                                               \
+      const long pg_ = (long)e_.x, sl_ = (long)(e_.y & pmask);                                     \
+      __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                          \
+      __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                          \
+      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
+      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = *(__global const RAWK*)(kp_ + 2 * CHW * i_); \
+    } else {                                                                                       \
+      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = (RAWC)(0u);                 \
+      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = (RAWK)(0u);                 \
+    }                                                                                              \
+  }
+// Key c (of the tile at T0) is visible to a query vector whose last visible position is lim.
+#define KEY_OK(T0, c, lim) ((lim) >= 0 && (uint)ring[RSLOT(T0) * KEYS + (c) - (T0)].y <= (uint)(lim))
+#else
+#define KEY_OK(T0, c, lim) ((c) < ke && MLA_KEY_OK(c, lim))
 #define LOAD_TILE(KCR, KPR, T0)                                                                    \
   _Pragma("unroll") for (int j_ = 0; j_ < NT; ++j_) {                                              \
     const int tk_ = (T0) + g + 8 * j_;                                                             \
@@ -217,6 +275,60 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
       _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = (RAWK)(0u);                 \
     }                                                                                              \
   }
+#endif
+
+#if L2_AHEAD
+#define PF_CKV_LINES (CKV_DIM * CHW / 2 / 128)  // whole lines of a ckv row; + its last byte, kpe's first and last
+#define PF_ROUNDS ((PF_CKV_LINES + 3 + WGSZ / KEYS - 1) / (WGSZ / KEYS))  // prefetches per work-item and key
+#define PF_LOOKUP(R, T)                                                                            \
+  {                                                                                                \
+    pf_ok = PF_OK(R, T);                                                                           \
+    pf_p = pf_ok ? (R) : -1;                                                                       \
+    pf_id = page_ids[pbase + (pf_ok ? (R) >> log2_page : 0)];                                      \
+  }
+  // Ring entry and L2 prefetch of key pf_k of the tile at TT from the state.
+#define PF_TILE(TT)                                                                                \
+  {                                                                                                \
+    bad |= pf_ok && (uint)pf_id >= (uint)num_pages;                                                \
+    const int pg_ = (int)POOL_PAGE(pf_id);                                                         \
+    if (tid < KEYS) ring[RSLOT(TT) * KEYS + pf_k] = (int2)(pg_, pf_p);                              \
+    if (pf_ok) {                                                                                   \
+      const long sl_ = (long)(pf_p & pmask);                                                       \
+      __global const uchar* cr_ = (__global const uchar*)(ckv + (long)pg_ * ckv_sp + sl_ * ckv_st);     \
+      __global const uchar* kr_ = (__global const uchar*)(kpe + kpe_base + (long)pg_ * kpe_sp + sl_ * kpe_st); \
+      _Pragma("unroll") for (int m_ = 0; m_ < PF_ROUNDS; ++m_) {                                   \
+        const int j_ = tid / KEYS + m_ * (WGSZ / KEYS);                                            \
+        if (j_ < PF_CKV_LINES + 3)                                                                 \
+          PREFETCH_L2(j_ < PF_CKV_LINES ? cr_ + 128 * j_ : j_ == PF_CKV_LINES ? cr_ + (CKV_DIM * CHW / 2 - 1) \
+                      : j_ == PF_CKV_LINES + 1 ? kr_ : kr_ + (KPE_DIM * CHW / 2 - 1));           \
+      }                                                                                            \
+    }                                                                                              \
+  }
+#define PF_STEP(T0)                                                                                \
+  {                                                                                                \
+    PF_TILE((T0) + L2_AHEAD * KEYS)                                                                \
+    PF_LOOKUP(pf_raw, pf_t)                                                                        \
+    pf_t += KEYS;                                                                                  \
+    pf_raw = PF_RAW(pf_t);                                                                         \
+  }
+  if (kb < ke) {
+    int id_[L2_AHEAD + 1];
+#pragma unroll
+    for (int a = 0; a <= L2_AHEAD; ++a) {
+      const bool ok_ = PF_OK(r_[a], kb + a * KEYS + pf_k);
+      id_[a] = page_ids[pbase + (ok_ ? r_[a] >> log2_page : 0)];
+      r_[a] = ok_ ? r_[a] : -1;
+    }
+#pragma unroll
+    for (int a = 0; a <= L2_AHEAD; ++a) {
+      pf_ok = r_[a] >= 0, pf_p = r_[a], pf_id = id_[a];
+      if (a < L2_AHEAD) PF_TILE(kb + a * KEYS)  // (tile L2_AHEAD: the state the first tile starts from)
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);  // the ring's first tiles
+#else
+#define PF_STEP(T0)
+#endif
 
   // Staging of this warp's chunks (token g + 8j, chunk CHK(c) + 2t) and the ldmatrix addresses:
   // lane l gives token (l & 15) of a 16-token k-step, chunk n + (l >> 4) (n even) at physical
@@ -268,15 +380,16 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     barrier(CLK_LOCAL_MEM_FENCE); /* partial S of every warp and this warp's V visible */          \
     /* the next tile's loads fly during the rest of this one and the next one's start */         \
     if ((T0) + KEYS < ke) { LOAD_TILE(KCN, KPN, (T0) + KEYS) }                                     \
+    PF_STEP(T0) /* L2_AHEAD: the tile L2_AHEAD ahead */                                            \
     /* Full S, summed in warp order (identical in every warp), then the mask. */                   \
     _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \
       float4 a = sp[((BUF) * WARPS * NT + j) * 32 + lane];                                         \
       _Pragma("unroll") for (int w = 1; w < WARPS; ++w) a += sp[(((BUF) * WARPS + w) * NT + j) * 32 + lane]; \
       const int c0 = (T0) + 8 * j + 2 * t;                                                         \
-      s[j][0] = (c0 < ke && MLA_KEY_OK(c0, lim_lo)) ? a.x : CLATTN_NEG_INF;                        \
-      s[j][1] = (c0 + 1 < ke && MLA_KEY_OK(c0 + 1, lim_lo)) ? a.y : CLATTN_NEG_INF;                \
-      s[j][2] = (c0 < ke && MLA_KEY_OK(c0, lim_hi)) ? a.z : CLATTN_NEG_INF;                        \
-      s[j][3] = (c0 + 1 < ke && MLA_KEY_OK(c0 + 1, lim_hi)) ? a.w : CLATTN_NEG_INF;                \
+      s[j][0] = KEY_OK(T0, c0, lim_lo) ? a.x : CLATTN_NEG_INF;                                     \
+      s[j][1] = KEY_OK(T0, c0 + 1, lim_lo) ? a.y : CLATTN_NEG_INF;                                 \
+      s[j][2] = KEY_OK(T0, c0, lim_hi) ? a.z : CLATTN_NEG_INF;                                     \
+      s[j][3] = KEY_OK(T0, c0 + 1, lim_hi) ? a.w : CLATTN_NEG_INF;                                 \
     }                                                                                              \
     float mx_lo = m_lo, mx_hi = m_hi;                                                              \
     _Pragma("unroll") for (int j = 0; j < NT; ++j) {                                               \

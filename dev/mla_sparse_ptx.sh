@@ -5,8 +5,9 @@
 #      16 / 32 x FUSE_MERGE 0 / 1; KEYS 32 at 4 warps exceeds NVIDIA's 48 KB and is halved by
 #      the host) compiles to the same PTX as the base revision's, so SPARSE_IDX's macros leave
 #      dense decode unchanged;
-#   2. every sparse build (the same with SPARSE_IDX=1) and its dense twin go through ptxas for
-#      sm_90; registers, spills and shared memory are printed side by side.
+#   2. every sparse build (the same with SPARSE_IDX=1, and with L2_AHEAD=2: the L2 prefetch and
+#      the lookup ring) and its dense twin go through ptxas for sm_90; registers, spills and
+#      shared memory are printed side by side.
 # Sources are expanded as the runtime does (each header once) and compiled by clang's NVPTX
 # backend (clang-15, LLVM 15 targets sm_80 / PTX 7.5; the PTX is relabelled sm_90 / 8.0 for
 # ptxas). The OpenCL builtins the kernel calls are linked from a small shim of NVVM builtins,
@@ -45,6 +46,8 @@ OV float log(float x) { return __nvvm_lg2_approx_f(x) * 0.6931471805599453f; }
 OV float log2(float x) { return __nvvm_lg2_approx_f(x); }
 OV float fmax(float a, float b) { return __nvvm_fmax_f(a, b); }
 OV uint min(uint a, uint b) { return a < b ? a : b; }
+OV int min(int a, int b) { return a < b ? a : b; }
+OV int max(int a, int b) { return a > b ? a : b; }
 EOF
 cflags=(-x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -finclude-default-header -Xclang -fgnu-keywords -O2)
 "$CLANG" "${cflags[@]}" -cl-std=CL2.0 -c -emit-llvm -o "$work/shim.bc" "$work/shim.cl"
@@ -68,7 +71,7 @@ assemble() {  # $1 source, $2 id, options...: "<registers, spills, smem>" or "FA
 }
 
 status=0
-printf '%-36s %-10s %-28s %s\n' config dense-ptx dense sparse
+printf '%-36s %-10s %-28s %-28s %s\n' config dense-ptx dense sparse sparse-L2_AHEAD=2
 for kv in 1 2 3 4; do
   for w in 2 4; do
     for k in 16 32; do
@@ -81,7 +84,8 @@ for kv in 1 2 3 4; do
         if cmp -s <(norm "$work/out/$id.old.ptx") <(norm "$work/out/$id.new.ptx"); then same=SAME; else same=DIFF; status=1; fi
         d="$(assemble "$work/new.cl" "$id.dense" "${o[@]}")" || status=1
         s="$(assemble "$work/new.cl" "$id.sparse" "${o[@]}" -DSPARSE_IDX=1)" || status=1
-        printf '%-36s %-10s %-28s %s\n' "${o[*]}" "$same" "$d" "$s"
+        l="$(assemble "$work/new.cl" "$id.l2" "${o[@]}" -DSPARSE_IDX=1 -DL2_AHEAD=2)" || status=1
+        printf '%-36s %-10s %-28s %-28s %s\n' "${o[*]}" "$same" "$d" "$s" "$l"
       done
     done
   done

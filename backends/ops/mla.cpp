@@ -195,6 +195,7 @@ struct Tile {
   int mma_warps = 4, mma_keys = 16;
   bool fuse_merge = true;  // decode: the last part's group merges (FUSE_MERGE) ...
   int fuse_max_parts = 8;  // ... when no merge has more parts than this (one group reads them all)
+  int l2_ahead = 0;        // sparse decode: prefetch the listed rows this many tiles ahead into L2 (0: off)
   std::string why_not_mma;
   // Register-blocked portable kernel (mla_tiled.cl) when the parameters ask for it (TILED=1)
   // and it fits: tqb query vectors, KT-token tiles; S by tqb / MS x DS work-items (MS vectors
@@ -350,6 +351,12 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
     t.cpu = true;
   }
 
+  // L2_AHEAD (the tensor-core kernel's sparse builds; read here so that a bad value is named
+  // on every device).
+  t.l2_ahead = ops::param_or(e, ov, "L2_AHEAD", 0);
+  if (t.l2_ahead < 0 || t.l2_ahead == 1 || t.l2_ahead > 8)
+    rt::invalid("mla parameter L2_AHEAD = " + to_string(t.l2_ahead) + " must be 0 or in 2..8");
+
   // Tensor-core variant: capability (inline PTX, sm_80+), a 16-bit or fp8 latent, chunk
   // loads of 8 values (16 bytes, 8 for fp8) aligned, local memory for the tile.
   if (ops::param_or(e, ov, "MMA", 0) != 0) {
@@ -397,7 +404,9 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, 
   mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
   mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
   mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
-                                 {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"}});
+                                 {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"},
+                                 {"L2_AHEAD", to_string(sparse ? tile.l2_ahead : 0)}});
+  if (sparse && tile.l2_ahead) mv.local_bytes += size_t(tile.l2_ahead + 1) * size_t(tile.mma_keys) * 8;  // the ring
   ops::Variant& cv = cands[1];
   cv.name = "cpu", cv.file = "mla_cpu.cl", cv.kernel = "mla_cpu";
   cv.why_not = !tile.cpu ? "CPU_KERNEL = 0" : params::why_unavailable(prof, cv.name);

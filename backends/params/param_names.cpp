@@ -16,9 +16,9 @@ const std::map<std::string, std::vector<std::string>>& default_only() {
   static const std::map<std::string, std::vector<std::string>> m = {
       {"decode", {"FP8_FAST", "GMAX", "MERGE_BATCH", "SUBGROUP_SHUFFLE", "TPT", "UNROLL_HINTS"}},
       {"extend", {"MMA_TMA_PAGES", "PUNROLL", "QRES", "SUB_TX", "SUNROLL"}},
-      {"mla_decode", {"FP8_FAST", "FUSE_MAX_PARTS", "FUSE_MERGE", "LOCAL_BUFS", "UNROLL_HINTS"}},
+      {"mla_decode", {"FP8_FAST", "FUSE_MAX_PARTS", "FUSE_MERGE", "L2_AHEAD", "LOCAL_BUFS", "UNROLL_HINTS"}},
       // (the extend plan reads the split-K names too, through the tile both plans share)
-      {"mla_extend", {"FP8_FAST", "FUSE_MAX_PARTS", "FUSE_MERGE", "LOCAL_BUFS", "MAX_SPLITS", "MIN_CHUNK",
+      {"mla_extend", {"FP8_FAST", "FUSE_MAX_PARTS", "FUSE_MERGE", "L2_AHEAD", "LOCAL_BUFS", "MAX_SPLITS", "MIN_CHUNK",
                       "UNROLL_HINTS", "WGS_PER_CU"}},
       {"linear_prefill", {"PF_MMA_SPLIT"}},
   };

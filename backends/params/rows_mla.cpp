@@ -37,6 +37,9 @@
 //               parts (no merge pass; deterministic: parts summed in order), 0 = merge pass
 //   FUSE_MAX_PARTS  fuse only when no request has more parts than this (the merging group
 //               reads all of them alone; B=1 at 128 parts is faster with the merge pass)
+//   L2_AHEAD    sparse decode (mla_sparse_decode_plan) only: the listed rows of the tile this
+//               many tiles ahead are prefetched into L2 and their lookups kept in a local ring
+//               (0: off, else 2..8); dense decode reads its rows in order and ignores it
 // CPU kernel (cl_kernels/mla_cpu.cl, variant "cpu"; docs/mla.md): one work-item per group.
 //   CPU_KERNEL  1: prefer it to the tiled and generic kernels (the cpu rows)
 //   VW          vector width in floats (0: the device's CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT,
@@ -151,9 +154,12 @@ const std::vector<Row>& rows_mla() {
         {"TOUCH_AHEAD", 2}},
        "vendor docs: PoCL pthread device, as mla_decode; sized for CI speed; the cpu variant's tile as mla_decode"},
       // Tuned on the machine itself with the tensor-core kernel (clattn-tune --time-budget 240,
-      // docs/tuning.md; the figures: docs/results-h100.md).
+      // docs/tuning.md; the figures: docs/results-h100.md). L2_AHEAD (sparse decode only, which
+      // the tuner does not run): clattn-bench sparse --dsa --mla-param L2_AHEAD=0,2,3,4,5 on the
+      // same machine and driver, 2026-11-26 (2 best: 0.077 ms; 0 0.089-0.090, 3 0.079-0.080, 4
+      // 0.084-0.085, 5 0.092-0.094).
       {"mla_decode", Level::Device, "NVIDIA H100 80GB HBM3", "*",
-       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 128}, {"MIN_CHUNK", 256}, {"MMA", 1}, {"MMA_KEYS", 16}, {"MMA_WARPS", 4}, {"QB", 16}, {"WGS_PER_CU", 2}},
+       {{"LANES", 16}, {"LOAD_BYTES", 16}, {"MAX_SPLITS", 128}, {"MIN_CHUNK", 256}, {"MMA", 1}, {"MMA_KEYS", 16}, {"MMA_WARPS", 4}, {"QB", 16}, {"WGS_PER_CU", 2}, {"L2_AHEAD", 2}},
        "clattn-tune, NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"},
       // Tuned on the machine itself with the tensor-core kernel (clattn-tune --time-budget 240,
       // docs/tuning.md; the figures: docs/results-h100.md).

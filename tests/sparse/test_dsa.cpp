@@ -484,6 +484,43 @@ TEST(SparseMla, VendorRowsChooseTheirVariant) {
   }
 }
 
+// The tensor-core kernel's L2 prefetch and lookup ring (L2_AHEAD, sparse builds only) over
+// prefetch distances, latent dtypes, page sizes 1 / 16 / 64, lists with -1 / past-the-end /
+// repeated positions longer and shorter than the requests, split-K on and off. Where the
+// kernel cannot run (no nv_mma_sync), the plan still names a bad distance (next test).
+TEST(SparseMla, TensorCoreL2PrefetchMatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  if (!mma_available()) GTEST_SKIP() << "nv_mma_sync is not available on this device";
+  test::Rng rng(2716);
+  const int aheads[] = {2, 3, 8, 0};
+  const DType kvs[] = {DType::BF16, DType::FP8_E4M3, DType::F16, DType::FP8_E5M2};
+  const int Ps[] = {16, 1, 64, 16};
+  for (int k = 0; k < 4; ++k) {
+    SparseCase sc;
+    sc.b = sparse_batch(rng, kvs[k], k % 2 ? DType::F32 : DType::BF16, 16, Ps[k], k == 1, k == 2, 3, 700);
+    sc.topk = k % 2 ? 900 : 160;  // longer than every request (mostly -1 / repeats), or shorter
+    sc.opt.params = {{"MMA", 1}, {"L2_AHEAD", aheads[k]}};
+    set_split(sc.opt, k % 2 == 0);
+    sc.variant = "nv_mma_sync";
+    run_sparse(sc, 1100 + k);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(SparseMla, BadL2AheadIsNamed) {
+  test::Rng rng(2717);
+  Batch b = sparse_batch(rng, DType::BF16, DType::F32, 8, 16, false, false, 2, 40);
+  Data d = test::mla::make_data(b, rng);
+  MlaOptions opt;
+  opt.num_heads = b.H, opt.q_dtype = b.qd, opt.o_dtype = b.od, opt.sm_scale = 0.1f;
+  for (int bad : {1, -1, 9}) {
+    opt.params = {{"L2_AHEAD", bad}};
+    EXPECT_TRUE(test::throws_error([&] { mla_sparse_decode_plan(ctx(), d.csr, d.cache, opt, 16); },
+                                   Status::InvalidArgument, "L2_AHEAD"))
+        << bad;
+  }
+}
+
 // The list 0 .. L-1 of every request (all of length L = topk) is dense decode: the same work
 // list, the same keys in the same order, so the same bits.
 TEST(SparseMla, IdentityListIsDenseDecodeBitwise) {
