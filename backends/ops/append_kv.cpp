@@ -40,7 +40,8 @@ void catalog_append_kv(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
 }
 }  // namespace ops
 
-void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
+namespace ops {
+AppendChecked check_append_kv(const AppendKVArgs& a) {
   ops::check_paged_kv(a.cache, "cache");
   ops::require_io_dtype(a.src_dtype, "append_kv src_dtype");
   if (a.slot_dtype != DType::I32 && a.slot_dtype != DType::I64)
@@ -50,19 +51,17 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
     rt::invalid("append_kv: k_scale/v_scale must be > 0 (got " + std::to_string(a.k_scale) + ", " +
                 std::to_string(a.v_scale) + ")");
   const int Hkv = a.cache.num_kv_heads, D = a.cache.head_dim;
-  const int64_t st = a.src_stride_token ? a.src_stride_token : int64_t(Hkv) * D;
-  const int64_t sh = a.src_stride_head ? a.src_stride_head : int64_t(D);
-  if (st < 0 || sh < 0) rt::invalid("append_kv: negative source stride");
-  cl_command_queue q = ops::queue_of(ctx, e);
-  if (a.num_tokens == 0 || a.cache.num_pages == 0) {
-    ops::marker_if_needed(q, e);
-    return;
-  }
+  AppendChecked r;
+  r.st = a.src_stride_token ? a.src_stride_token : int64_t(Hkv) * D;
+  r.sh = a.src_stride_head ? a.src_stride_head : int64_t(D);
+  if (r.st < 0 || r.sh < 0) rt::invalid("append_kv: negative source stride");
+  r.empty = a.num_tokens == 0 || a.cache.num_pages == 0;
+  if (r.empty) return r;
   const int64_t N = a.num_tokens;
   namespace ck = rt::checked;
   const char* what = "append_kv source rows ((num_tokens-1)*stride_token + (Hkv-1)*stride_head + D)";
   const size_t src_bytes = size_t(ck::mul(
-      ck::add(ck::add(ck::mul(N - 1, st, what), ck::mul(int64_t(Hkv) - 1, sh, what), what), D, what),
+      ck::add(ck::add(ck::mul(N - 1, r.st, what), ck::mul(int64_t(Hkv) - 1, r.sh, what), what), D, what),
       int64_t(dtype_size(a.src_dtype)), what));
   const ops::Shape src{{N, Hkv, D}, dtype_name(a.src_dtype)};
   ops::require_buffer(a.k, int64_t(src_bytes), "k", src);
@@ -76,6 +75,19 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
     CacheShape cs{a.cache.num_pages, a.cache.page_size};
     if (a.slot_dtype == DType::I32) validate_slot_mapping(static_cast<const int32_t*>(a.slot_mapping_host), N, cs);
     else validate_slot_mapping(static_cast<const int64_t*>(a.slot_mapping_host), N, cs);
+  }
+  return r;
+}
+}  // namespace ops
+
+void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
+  const ops::AppendChecked ch = ops::check_append_kv(a);
+  const int Hkv = a.cache.num_kv_heads, D = a.cache.head_dim;
+  const int64_t st = ch.st, sh = ch.sh, N = a.num_tokens;
+  cl_command_queue q = ops::queue_of(ctx, e);
+  if (ch.empty) {
+    ops::marker_if_needed(q, e);
+    return;
   }
 
   auto& c = rt::impl(ctx);

@@ -12,6 +12,7 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
   catalog_dsa_index(target, out);
   catalog_linear(target, out);
   catalog_append_kv(target, out);
+  catalog_rope(target, out);
   catalog_metadata(target, out);
   catalog_hsa(target, out);
   // The options as the program cache builds them (ProgramCache::get).

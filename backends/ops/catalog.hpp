@@ -38,6 +38,7 @@ void catalog_mla(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_dsa_index(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_linear(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_append_kv(const CatalogTarget& t, std::vector<CatalogEntry>& out);
+void catalog_rope(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_metadata(const CatalogTarget& t, std::vector<CatalogEntry>& out);
 void catalog_hsa(const CatalogTarget& t, std::vector<CatalogEntry>& out);  // selection (sparse decode: catalog_decode)
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/params/database.hpp"
+#include "clattn/append_kv.hpp"
 #include "clattn/context.hpp"
 #include "clattn/metadata.hpp"
 #include "clattn/paged_kv.hpp"
@@ -140,6 +141,14 @@ void require_io_dtype(DType t, const std::string& what);
 // fit) and returns nothing; `what` names the argument in messages. In paged_kv.cpp.
 void check_paged_kv(const PagedKV& c, const std::string& what);
 
+
+// append_kv's argument checks (rope_append_kv shares them): resolved source strides, and
+// whether there is nothing to write (no tokens or no pages). In append_kv.cpp.
+struct AppendChecked {
+  int64_t st = 0, sh = 0;
+  bool empty = false;
+};
+AppendChecked check_append_kv(const AppendKVArgs& a);
 
 // A page table's own shape: page size equal to the cache's, max_pages >= 0, enough
 // entries for batch_size x max_pages. Messages name page_table's fields.

@@ -258,7 +258,7 @@ const std::vector<Row>& builtin_rows() {
   static const std::vector<Row> all = [] {
     std::vector<Row> v;
     for (auto* table : {&rows_stream_read, &rows_metadata, &rows_decode, &rows_merge, &rows_append_kv, &rows_linear,
-                          &rows_extend, &rows_mla, &rows_hsa, &rows_dsa_index})
+                          &rows_extend, &rows_mla, &rows_hsa, &rows_dsa_index, &rows_rope})
       for (auto& r : table()) v.push_back(r);
     return v;
   }();

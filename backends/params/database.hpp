@@ -62,6 +62,7 @@ const std::vector<Row>& rows_linear();
 const std::vector<Row>& rows_extend();
 const std::vector<Row>& rows_mla();
 const std::vector<Row>& rows_dsa_index();
+const std::vector<Row>& rows_rope();
 // Every built-in row (the tables above, concatenated once).
 const std::vector<Row>& builtin_rows();
 

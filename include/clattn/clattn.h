@@ -65,6 +65,7 @@ CLATTN_API clattn_status clattn_self_check(clattn_context ctx);
 #define CLATTN_FAULT_SLOT 2u
 #define CLATTN_FAULT_STATE 4u
 #define CLATTN_FAULT_TOKEN_RANGE 8u
+#define CLATTN_FAULT_POSITION 16u
 CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32_t* out, int clear);
 
 

@@ -24,6 +24,7 @@ enum DeviceFault : std::uint32_t {
   FaultSlot = 2,        // an append slot outside the cache: that token was not written
   FaultStateIndex = 4,  // a linear-attention state index outside the pool: zero state, not written back
   FaultTokenRange = 8,  // a token range outside its tensors (device-side lengths): clamped
+  FaultPosition = 16,   // a RoPE position < 0 or past the cos/sin cache: that token was not written
 };
 
 // What clattn knows about one OpenCL device (the device profile, minus tuned parameters).

@@ -1,0 +1,21 @@
+// RoPE parameters (ops "rope": apply_rope and rope_append_kv, cl_kernels/rope.cl): generic and
+// vendor rows. Each says where its numbers come from.
+//
+//   ROPE_WG    work-items per group (dimension 0 = the rotated pairs of a row, D/2 of them)
+//   ROPE_ROWS  head rows per work-item: its pair's cos/sin (one sincos, or a cache read) serve
+//              that many rows; the rest of the rows go to more groups in dimension 1
+#include "backends/params/database.hpp"
+
+namespace clattn::params {
+const std::vector<Row>& rows_rope() {
+  static const std::vector<Row> rows = {
+      // 64 work-items = D/2 of a D=128 row: one AMD wavefront or two NVIDIA warps; four rows
+      // per work-item amortise the sincos and still give Hq/4 + 2Hkv/4 groups per token.
+      {"rope", Level::Generic, "", "*", {{"ROPE_WG", 64}, {"ROPE_ROWS", 4}}, "portable default (by design; not tuned)"},
+      // A CPU work-item is a loop: every row of the token in one item, one group per token row set.
+      {"rope", Level::Vendor, "cpu", "*", {{"ROPE_WG", 64}, {"ROPE_ROWS", 64}},
+       "vendor docs: PoCL pthread device (one work-group per core thread; sized, not tuned)"},
+  };
+  return rows;
+}
+}  // namespace clattn::params

@@ -1,0 +1,122 @@
+// Rotary position embedding (include/clattn/rope.hpp): apply_rope (q -> q_out, k -> k_out) and
+// rope_append_kv (q -> q_out; k rotated and v as is into the paged cache at slot_mapping[t],
+// stored = value / scale in the cache dtype, as append_kv.cl).
+//
+// Work-item (i, b, t): pair i (0 <= i < D/2) of head rows b*ROPE_ROWS .. b*ROPE_ROWS +
+// ROPE_ROWS - 1 of token t. Pair i < R/2 is rotated (NeoX dims (i, i + R/2), GPT-J (2i, 2i+1));
+// pairs from R/2 on are dims (2i, 2i+1), copied (partial rotary), and so are a v row's
+// pairs. The pair's cos/sin are computed once per work-item and serve its ROPE_ROWS rows;
+// consecutive work-items touch consecutive elements in both styles. Rows are numbered q
+// heads first, then k heads, then (rope_append_kv) v heads. Source and destination dtypes
+// are runtime arguments (one program per parameter set).
+//
+// Angles: from the cos/sin cache row of the position (has_cache), else pos * inv_scale *
+// exp2(-(2i / R) * log2(theta)) in f32 with full-precision sincos (FlashInfer's and vLLM's
+// f32 convention). A position < 0, or >= cache rows with a cache, writes nothing for the
+// token and sets CLATTN_FAULT_POSITION.
+#include "common.clh"
+
+#ifndef ROPE_WG
+#define ROPE_WG 64
+#endif
+#ifndef ROPE_ROWS
+#define ROPE_ROWS 4
+#endif
+
+// Position of token t, or -1 when outside [0, limit) (limit <= 0: no upper bound).
+inline long rope_position(__global const void* pos, int pos_i64, long t, long limit) {
+  const long p = pos_i64 ? ((__global const long*)pos)[t] : (long)((__global const int*)pos)[t];
+  return p < 0 || (limit > 0 && p >= limit) ? -1 : p;
+}
+
+// (cos, sin) of pair i (< R/2) at position p.
+inline float2 rope_cos_sin(int i, int R, long p, int has_cache, __global const float* cs, float log2_theta,
+                           float inv_scale) {
+  if (has_cache) return (float2)(cs[p * R + i], cs[p * R + R / 2 + i]);
+  const float inv_freq = exp2(-((float)(2 * i) / (float)R) * log2_theta);
+  float c;
+  const float s = sincos((float)p * inv_scale * inv_freq, &c);
+  return (float2)(c, s);
+}
+
+// Element offsets (a, b) of pair i in a row: rotated NeoX / GPT-J pairs, else (2i, 2i + 1).
+inline int2 rope_dims(int i, int R, int gptj, int rotate) {
+  if (rotate && i < R / 2 && !gptj) return (int2)(i, i + R / 2);
+  return (int2)(2 * i, 2 * i + 1);
+}
+
+__kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
+void apply_rope(__global const void* q, __global void* q_out, long q_st, long q_sh, int Hq,
+                __global const void* k, __global void* k_out, long k_st, long k_sh, int Hk, int dt, int D, int R,
+                int gptj, __global const void* pos, int pos_i64, int has_cache, __global const float* cs,
+                long cache_rows, float log2_theta, float inv_scale, __global volatile int* faults) {
+  const int i = get_global_id(0);
+  const int b = get_global_id(1);
+  const long t = get_global_id(2);
+  if (i >= D / 2) return;
+  const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
+  if (p < 0) {
+    if (i == 0 && b == 0) atomic_or(faults, CLATTN_FAULT_POSITION);
+    return;
+  }
+  const bool rot = i < R / 2;
+  const float2 cs2 = rot ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+  const int2 ab = rope_dims(i, R, gptj, 1);
+  for (int r = b * ROPE_ROWS; r < min(b * ROPE_ROWS + ROPE_ROWS, Hq + Hk); ++r) {
+    const bool isq = r < Hq;
+    const int h = isq ? r : r - Hq;
+    const size_t base = isq ? (size_t)(t * q_st + h * q_sh) : (size_t)(t * k_st + h * k_sh);
+    __global const void* src = isq ? q : k;
+    __global void* dst = isq ? q_out : k_out;
+    const float x = load_elem(src, base + ab.x, dt), y = load_elem(src, base + ab.y, dt);
+    store_elem(dst, base + ab.x, dt, rot ? x * cs2.x - y * cs2.y : x);
+    store_elem(dst, base + ab.y, dt, rot ? y * cs2.x + x * cs2.y : y);
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
+void rope_append_kv(__global const void* q, __global void* q_out, long q_st, long q_sh, int Hq, int q_out_dt,
+                    __global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
+                    __global const void* slots, int slots_i64, long num_slots, __global void* k_cache,
+                    __global void* v_cache, int kv_dt, long c_sp, long c_st, long c_sh, int page_size, int Hkv,
+                    float k_scale, float v_scale, int D, int R, int gptj, __global const void* pos, int pos_i64,
+                    int has_cache, __global const float* cs, long cache_rows, float log2_theta, float inv_scale,
+                    __global volatile int* faults) {
+  const int i = get_global_id(0);
+  const int b = get_global_id(1);
+  const long t = get_global_id(2);
+  if (i >= D / 2) return;
+  const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
+  const bool lead = i == 0 && b == 0;  // reports the token's faults once
+  if (p < 0) {
+    if (lead) atomic_or(faults, CLATTN_FAULT_POSITION);
+    return;
+  }
+  const long slot = Hkv == 0 ? -1 : slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
+  if (slot >= num_slots && lead) atomic_or(faults, CLATTN_FAULT_SLOT);
+  const bool store_kv = slot >= 0 && slot < num_slots;
+  const long page = store_kv ? slot / page_size : 0, off = store_kv ? slot - page * page_size : 0;
+  const bool rot = i < R / 2;
+  const float2 cs2 = rot ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+  for (int r = b * ROPE_ROWS; r < min(b * ROPE_ROWS + ROPE_ROWS, Hq + 2 * Hkv); ++r) {
+    const int kind = r < Hq ? 0 : r < Hq + Hkv ? 1 : 2;  // q, k, v
+    if (kind && !store_kv) break;                       // rows are ordered: the rest are k / v
+    const int h = kind == 0 ? r : kind == 1 ? r - Hq : r - Hq - Hkv;
+    const int2 ab = rope_dims(i, R, gptj, kind != 2);
+    const bool turn = rot && kind != 2;
+    const size_t sb = kind == 0 ? (size_t)(t * q_st + h * q_sh) : (size_t)(t * src_st + h * src_sh);
+    __global const void* src = kind == 0 ? q : kind == 1 ? k : v;
+    const float x = load_elem(src, sb + ab.x, src_dt), y = load_elem(src, sb + ab.y, src_dt);
+    const float xo = turn ? x * cs2.x - y * cs2.y : x, yo = turn ? y * cs2.x + x * cs2.y : y;
+    if (kind == 0) {
+      store_elem(q_out, sb + ab.x, q_out_dt, xo);
+      store_elem(q_out, sb + ab.y, q_out_dt, yo);
+    } else {
+      const size_t db = (size_t)(page * c_sp + off * c_st + h * c_sh);
+      __global void* dst = kind == 1 ? k_cache : v_cache;
+      const float sc = kind == 1 ? k_scale : v_scale;
+      store_elem(dst, db + ab.x, kv_dt, xo / sc);
+      store_elem(dst, db + ab.y, kv_dt, yo / sc);
+    }
+  }
+}

@@ -1,0 +1,326 @@
+// apply_rope and rope_append_kv against the double-precision reference (reference/rope_reference):
+// NeoX and GPT-J, full and partial rotary dims, the theta/scale form and the cos/sin cache
+// form, int32 and int64 positions, padded strides, in place and out of place, every io dtype;
+// rope_append_kv into every cache dtype (scales, NHD and HND, negative slots) with q_out in
+// another dtype. Device faults (a position outside the cache), and rejected calls that write
+// nothing.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "clattn/rope.hpp"
+#include "reference/rope_reference.hpp"
+#include "support/test_support.hpp"
+
+using namespace clattn;
+using test::ctx;
+
+namespace {
+
+constexpr uint8_t kSentinel = 0x5a;
+
+double eps_of(DType dt) {
+  switch (dt) {
+    case DType::BF16: return 1.0 / 256;
+    case DType::F16: return 1.0 / 2048;
+    case DType::FP8_E4M3: return 1.0 / 16;
+    case DType::FP8_E5M2: return 1.0 / 8;
+    default: return 1e-6;
+  }
+}
+
+struct RopeCase {
+  int T = 0, Hq = 0, Hk = 0, D = 0, R = 0;
+  bool gptj = false, with_cache = false, i64 = true;
+  double theta = 10000.0, scale = 1.0;
+  int64_t cache_rows = 0;
+  std::vector<int64_t> pos;
+  std::vector<float> cs;  // [cache_rows, R]
+  std::string describe() const {
+    return "T=" + std::to_string(T) + " Hq=" + std::to_string(Hq) + " Hk=" + std::to_string(Hk) + " D=" +
+           std::to_string(D) + " R=" + std::to_string(R) + (gptj ? " gptj" : " neox") +
+           (with_cache ? " cache" : " theta=" + std::to_string(theta) + " scale=" + std::to_string(scale)) +
+           (i64 ? " i64" : " i32");
+  }
+  // Tolerance of a rotated value: the angle in f32 (theta form) and the output rounding.
+  double angle_err() const {
+    const int64_t pmax = pos.empty() ? 0 : *std::max_element(pos.begin(), pos.end());
+    return with_cache ? 1e-6 : 3e-7 * double(pmax) / scale + 1e-6;
+  }
+};
+
+RopeCase make_case(test::Rng& rng, int T, int Hq, int Hk, int D, int R, bool gptj, bool with_cache, bool i64) {
+  RopeCase c;
+  c.T = T, c.Hq = Hq, c.Hk = Hk, c.D = D, c.R = R, c.gptj = gptj, c.with_cache = with_cache, c.i64 = i64;
+  c.theta = rng.uniform_int(0, 1) ? 10000.0 : 500000.0;
+  c.scale = rng.uniform_int(0, 2) == 0 ? 4.0 : 1.0;
+  const int pmax = 3000;
+  for (int t = 0; t < T; ++t) c.pos.push_back(rng.uniform_int(0, pmax));
+  if (with_cache) {
+    c.cache_rows = pmax + 1;
+    c.cs.resize(size_t(c.cache_rows) * R);
+    // Any numbers do (the cache form reads them as they are): angles of a scaled schedule.
+    for (int64_t p = 0; p < c.cache_rows; ++p)
+      for (int i = 0; i < R / 2; ++i) {
+        const double ang = double(p) * 0.7 * std::pow(c.theta, -2.0 * i / R) + 0.01 * i;
+        c.cs[size_t(p * R + i)] = float(std::cos(ang)), c.cs[size_t(p * R + R / 2 + i)] = float(std::sin(ang));
+      }
+  }
+  return c;
+}
+
+RopeConfig config_of(const RopeCase& c, const DeviceBuffer* cs) {
+  RopeConfig r;
+  r.style = c.gptj ? RopeStyle::GptJ : RopeStyle::NeoX;
+  r.rotary_dim = c.R == c.D ? 0 : c.R;
+  r.theta = float(c.theta), r.scale = float(c.scale);
+  if (cs) r.cos_sin_cache = cs->get(), r.cache_positions = c.cache_rows;
+  return r;
+}
+
+// Reference rotation of the rows x [T, H, D] at strides (st, sh).
+std::vector<double> rotate_rows(const RopeCase& c, std::vector<double> x, int H, int64_t st, int64_t sh) {
+  std::vector<double> row(size_t(c.D)), csd(size_t(c.R));
+  for (int t = 0; t < c.T; ++t) {
+    const double* cs = nullptr;
+    if (c.with_cache) {
+      for (int i = 0; i < c.R; ++i) csd[size_t(i)] = c.cs[size_t(c.pos[size_t(t)] * c.R + i)];
+      cs = csd.data();
+    }
+    for (int h = 0; h < H; ++h) {
+      double* r = &x[size_t(t * st + h * sh)];
+      ref::rope_row(r, c.D, c.R, c.gptj, c.pos[size_t(t)], c.theta, c.scale, cs);
+    }
+  }
+  return x;
+}
+
+// The elements of rows [T, H, D] at strides (st, sh) of a flat buffer.
+std::vector<double> gather(const std::vector<double>& flat, int T, int H, int D, int64_t st, int64_t sh) {
+  std::vector<double> out;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < H; ++h)
+      for (int d = 0; d < D; ++d) out.push_back(flat[size_t(t * st + h * sh + d)]);
+  return out;
+}
+
+DeviceBuffer upload_positions(const RopeCase& c) {
+  if (c.i64) return test::upload(c.pos);
+  std::vector<int32_t> p32(c.pos.begin(), c.pos.end());
+  return test::upload(p32);
+}
+
+}  // namespace
+
+TEST(ApplyRope, MatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2801);
+  struct S { int Hq, Hk, D, R; };
+  const S shapes[] = {{4, 2, 64, 64}, {3, 1, 128, 32}, {2, 0, 32, 16}, {0, 3, 80, 80}, {5, 5, 256, 128}};
+  const DType dts[] = {DType::BF16, DType::F32, DType::F16};
+  int k = 0;
+  for (const S& s : shapes)
+    for (int variant = 0; variant < 2; ++variant, ++k) {
+      const bool gptj = k % 2 == 1, with_cache = k % 3 == 2, i64 = k % 4 != 1, in_place = k % 3 == 0;
+      const DType dt = dts[k % 3];
+      RopeCase c = make_case(rng, rng.uniform_int(1, 9), s.Hq, s.Hk, s.D, s.R, gptj, with_cache, i64);
+      SCOPED_TRACE(c.describe() + " " + dtype_name(dt) + (in_place ? " in place" : ""));
+      const int64_t qsh = s.D + (k % 2 ? 8 : 0), qst = s.Hq * qsh + (k % 2 ? 16 : 0);
+      const int64_t ksh = s.D, kst = s.Hk * ksh;
+      const auto q = test::quantize(rng.vec(size_t(std::max<int64_t>(1, c.T * qst)), -2, 2), dt);
+      const auto kk = test::quantize(rng.vec(size_t(std::max<int64_t>(1, c.T * kst)), -2, 2), dt);
+      auto dq = test::upload(test::pack(q, dt)), dk = test::upload(test::pack(kk, dt));
+      std::vector<uint8_t> sentinel_q(test::pack(q, dt).size(), kSentinel), sentinel_k(test::pack(kk, dt).size(), kSentinel);
+      auto dqo = test::upload(sentinel_q), dko = test::upload(sentinel_k);
+      auto dpos = upload_positions(c);
+      DeviceBuffer dcs;
+      if (with_cache) dcs = test::upload(c.cs);
+      RopeArgs a;
+      a.q = dq.get(), a.q_out = in_place ? dq.get() : dqo.get(), a.k = dk.get(), a.k_out = in_place ? dk.get() : dko.get();
+      a.dtype = dt, a.num_tokens = c.T, a.num_qo_heads = s.Hq, a.num_kv_heads = s.Hk, a.head_dim = s.D;
+      a.q_stride_token = qst, a.q_stride_head = qsh, a.k_stride_token = kst, a.k_stride_head = ksh;
+      a.pos.positions = dpos.get(), a.pos.dtype = i64 ? DType::I64 : DType::I32;
+      a.rope = config_of(c, with_cache ? &dcs : nullptr);
+      apply_rope(ctx(), a);
+      ctx().finish();
+      EXPECT_EQ(ctx().device_faults(true), 0u);
+      const double tol = (eps_of(dt) + c.angle_err()) * 3.0;
+      const auto wq = gather(rotate_rows(c, q, s.Hq, qst, qsh), c.T, s.Hq, s.D, qst, qsh);
+      const auto wk = gather(rotate_rows(c, kk, s.Hk, kst, ksh), c.T, s.Hk, s.D, kst, ksh);
+      const auto gq = gather(test::unpack(test::download<uint8_t>(in_place ? dq : dqo, sentinel_q.size()), dt), c.T,
+                             s.Hq, s.D, qst, qsh);
+      const auto gk = gather(test::unpack(test::download<uint8_t>(in_place ? dk : dko, sentinel_k.size()), dt), c.T,
+                             s.Hk, s.D, kst, ksh);
+      EXPECT_TRUE(test::all_close(gq, wq, tol, eps_of(dt), "q_out"));
+      EXPECT_TRUE(test::all_close(gk, wk, tol, eps_of(dt), "k_out"));
+      if (!in_place && s.Hq && qsh > s.D) {  // the padding between head rows is untouched
+        const auto raw = test::download<uint8_t>(dqo, sentinel_q.size());
+        EXPECT_EQ(raw[size_t(s.D) * dtype_size(dt)], kSentinel);
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+
+TEST(RopeAppendKV, MatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2802);
+  const DType kvs[] = {DType::BF16, DType::FP8_E4M3, DType::F32, DType::F16, DType::FP8_E5M2};
+  const DType srcs[] = {DType::BF16, DType::F32, DType::F16};
+  for (int k = 0; k < 10; ++k) {
+    const DType kv = kvs[k % 5], src = srcs[k % 3], qo = srcs[(k + 1) % 3];
+    const int D = k % 2 ? 128 : 64, R = k % 4 == 3 ? D / 2 : D, Hkv = 1 + k % 3, Hq = Hkv * (k % 2 ? 4 : 1);
+    const int P = k % 3 == 1 ? 1 : 16;
+    RopeCase c = make_case(rng, rng.uniform_int(1, 12), Hq, Hkv, D, R, k % 2 == 0, k % 3 == 2, k % 4 != 2);
+    SCOPED_TRACE(c.describe() + " kv " + dtype_name(kv) + " src " + dtype_name(src) + " q_out " + dtype_name(qo) +
+                 " P=" + std::to_string(P));
+    PagedKV cache = test::cache_geometry(P, Hkv, D, k % 2 ? KVLayout::HND : KVLayout::NHD, kv, k % 4 == 1 ? 4 : 0);
+    cache.num_pages = (c.T + P - 1) / P + 2;
+    const double ks = (kv == DType::FP8_E4M3 || kv == DType::FP8_E5M2) ? 0.25 : 1.0, vs = ks * 2;
+    std::vector<int64_t> all(size_t(cache.num_pages) * P);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng.gen);
+    std::vector<int64_t> slots;
+    for (int t = 0; t < c.T; ++t) slots.push_back(rng.uniform_int(0, 4) == 0 ? -1 : all[size_t(t)]);
+    const int64_t row = int64_t(Hkv) * D, qrow = int64_t(Hq) * D;
+    const auto q = test::quantize(rng.vec(size_t(c.T * qrow), -2, 2), src);
+    const auto kk = test::quantize(rng.vec(size_t(c.T * row), -2, 2), src);
+    const auto vv = test::quantize(rng.vec(size_t(c.T * row), -2, 2), src);
+    auto dq = test::upload(test::pack(q, src)), dk = test::upload(test::pack(kk, src)), dv = test::upload(test::pack(vv, src));
+    const size_t qo_bytes = size_t(c.T * qrow) * dtype_size(qo);
+    auto dqo = test::upload(std::vector<uint8_t>(qo_bytes, kSentinel));
+    auto kc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
+    auto vc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
+    auto dpos = upload_positions(c);
+    std::vector<int32_t> s32(slots.begin(), slots.end());
+    DeviceBuffer dslots = k % 2 ? test::upload(slots) : test::upload(s32);
+    DeviceBuffer dcs;
+    if (c.with_cache) dcs = test::upload(c.cs);
+    RopeAppendKVArgs a;
+    a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = src;
+    a.append.slot_mapping = dslots.get(), a.append.slot_dtype = k % 2 ? DType::I64 : DType::I32;
+    a.append.num_tokens = c.T, a.append.k_cache = kc.get(), a.append.v_cache = vc.get(), a.append.cache = cache;
+    a.append.k_scale = float(ks), a.append.v_scale = float(vs);
+    a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = Hq, a.q_out_dtype = qo;
+    a.pos.positions = dpos.get(), a.pos.dtype = c.i64 ? DType::I64 : DType::I32;
+    a.rope = config_of(c, c.with_cache ? &dcs : nullptr);
+    rope_append_kv(ctx(), a);
+    ctx().finish();
+    EXPECT_EQ(ctx().device_faults(true), 0u);
+
+    const auto wq = rotate_rows(c, q, Hq, qrow, D);
+    const auto gq = test::unpack(test::download<uint8_t>(dqo, qo_bytes), qo);
+    EXPECT_TRUE(test::all_close(gq, wq, (eps_of(qo) + eps_of(src) + c.angle_err()) * 3.0, eps_of(qo), "q_out"));
+    const auto wk = rotate_rows(c, kk, Hkv, row, D);
+    const auto kb = test::download<uint8_t>(kc, size_t(cache.required_bytes()));
+    const auto vb = test::download<uint8_t>(vc, size_t(cache.required_bytes()));
+    const size_t es = dtype_size(kv);
+    std::vector<double> gk, wantk, gv, wantv;
+    std::vector<bool> written(size_t(cache.required_bytes() / int64_t(es)), false);
+    for (int t = 0; t < c.T; ++t) {
+      if (slots[size_t(t)] < 0) continue;
+      const int64_t sl = slots[size_t(t)];
+      for (int h = 0; h < Hkv; ++h)
+        for (int d = 0; d < D; ++d) {
+          const int64_t off = (sl / P) * cache.page_stride() + (sl % P) * cache.token_stride() + h * cache.head_stride() + d;
+          written[size_t(off)] = true;
+          std::vector<uint8_t> e1(kb.begin() + off * es, kb.begin() + (off + 1) * es), e2(vb.begin() + off * es, vb.begin() + (off + 1) * es);
+          gk.push_back(test::unpack(e1, kv, ks)[0]), gv.push_back(test::unpack(e2, kv, vs)[0]);
+          wantk.push_back(wk[size_t(t * row + h * D + d)]), wantv.push_back(test::quantize({vv[size_t(t * row + h * D + d)]}, kv, vs)[0]);
+        }
+    }
+    EXPECT_TRUE(test::all_close(gk, wantk, (eps_of(kv) + c.angle_err()) * 3.0 * std::max(1.0, ks), eps_of(kv), "k cache"));
+    EXPECT_TRUE(test::all_close(gv, wantv, 0.0, 0.0, "v cache (exactly append_kv's conversion)"));
+    for (size_t i = 0; i < written.size(); ++i)
+      if (!written[i]) {
+        ASSERT_EQ(kb[i * es], kSentinel) << "k cache element " << i << " written";
+        ASSERT_EQ(vb[i * es], kSentinel) << "v cache element " << i << " written";
+      }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// A device position outside [0, cache rows) leaves that token's outputs unwritten and sets
+// FaultPosition; the other tokens are rotated.
+TEST(RopeAppendKV, DevicePositionOutsideTheCacheIsAFault) {
+  test::Rng rng(2803);
+  RopeCase c = make_case(rng, 3, 2, 1, 32, 32, false, true, true);
+  c.pos[1] = c.cache_rows;  // one past the cache
+  PagedKV cache = test::cache_geometry(4, 1, 32, KVLayout::NHD, DType::F32, 0);
+  cache.num_pages = 2;
+  const auto q = rng.vec(size_t(3 * 2 * 32), -1, 1), kk = rng.vec(size_t(3 * 32), -1, 1);
+  auto dq = test::upload(test::pack(q, DType::F32)), dk = test::upload(test::pack(kk, DType::F32)), dv = test::upload(test::pack(kk, DType::F32));
+  auto dqo = test::upload(std::vector<uint8_t>(q.size() * 4, kSentinel));
+  auto kc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
+  auto vc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
+  auto dpos = upload_positions(c), dcs = test::upload(c.cs);
+  auto dslots = test::upload(std::vector<int64_t>{0, 1, 2});
+  RopeAppendKVArgs a;
+  a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = DType::F32, a.append.slot_mapping = dslots.get();
+  a.append.num_tokens = 3, a.append.k_cache = kc.get(), a.append.v_cache = vc.get(), a.append.cache = cache;
+  a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = 2, a.q_out_dtype = DType::F32;
+  a.pos.positions = dpos.get(), a.rope = config_of(c, &dcs);
+  ctx().device_faults(true);
+  rope_append_kv(ctx(), a);
+  ctx().finish();
+  EXPECT_EQ(ctx().device_faults(true), uint32_t(FaultPosition));
+  const auto go = test::download<uint8_t>(dqo, q.size() * 4);
+  const auto gk = test::download<uint8_t>(kc, size_t(cache.required_bytes()));
+  for (int i = 0; i < 64 * 4; ++i) ASSERT_EQ(go[size_t(64 * 4 + i)], kSentinel) << "q_out of token 1 written";
+  for (int i = 0; i < 32 * 4; ++i) ASSERT_EQ(gk[size_t(32 * 4 + i)], kSentinel) << "k cache slot 1 written";
+  EXPECT_NE(go[0], kSentinel);
+  EXPECT_NE(gk[0], kSentinel);
+}
+
+TEST(RopeAppendKV, RejectsBadArgumentsWritingNothing) {
+  test::Rng rng(2804);
+  RopeCase c = make_case(rng, 2, 2, 1, 32, 32, false, false, true);
+  PagedKV cache = test::cache_geometry(4, 1, 32, KVLayout::NHD, DType::BF16, 0);
+  cache.num_pages = 2;
+  auto dq = test::upload(std::vector<uint8_t>(2 * 2 * 32 * 2, 0)), dk = test::upload(std::vector<uint8_t>(2 * 32 * 2, 0));
+  auto dqo = test::upload(std::vector<uint8_t>(2 * 2 * 32 * 2, kSentinel));
+  auto kc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
+  auto dpos = upload_positions(c), dslots = test::upload(std::vector<int64_t>{0, 1});
+  RopeAppendKVArgs good;
+  good.append.k = dk.get(), good.append.v = dk.get(), good.append.slot_mapping = dslots.get();
+  good.append.num_tokens = 2, good.append.k_cache = kc.get(), good.append.v_cache = kc.get(), good.append.cache = cache;
+  good.q = dq.get(), good.q_out = dqo.get(), good.num_qo_heads = 2;
+  good.pos.positions = dpos.get();
+  const std::vector<int64_t> host_bad = {5, -1};
+  struct Bad { const char* needle; std::function<void(RopeAppendKVArgs&)> edit; };
+  const Bad bads[] = {
+      {"rotary_dim", [](RopeAppendKVArgs& a) { a.rope.rotary_dim = 31; }},
+      {"rotary_dim", [](RopeAppendKVArgs& a) { a.rope.rotary_dim = 64; }},
+      {"rope.theta", [](RopeAppendKVArgs& a) { a.rope.theta = 0.0f; }},
+      {"rope.scale", [](RopeAppendKVArgs& a) { a.rope.scale = -1.0f; }},
+      {"rope.style", [](RopeAppendKVArgs& a) { a.rope.style = RopeStyle(7); }},
+      {"cache_positions", [&](RopeAppendKVArgs& a) { a.rope.cos_sin_cache = dk.get(); }},
+      {"rope.cos_sin_cache", [&](RopeAppendKVArgs& a) { a.rope.cos_sin_cache = dk.get(), a.rope.cache_positions = 100; }},
+      {"positions[1] = -1", [&](RopeAppendKVArgs& a) { a.pos.positions_host = host_bad.data(); }},
+      {"positions dtype", [](RopeAppendKVArgs& a) { a.pos.dtype = DType::F32; }},
+      {"positions", [](RopeAppendKVArgs& a) { a.pos.positions = nullptr; }},
+      {"q_out", [](RopeAppendKVArgs& a) { a.q_out = nullptr; }},
+      {"num_qo_heads", [](RopeAppendKVArgs& a) { a.num_qo_heads = -1; }},
+      {"slot_mapping", [](RopeAppendKVArgs& a) { a.append.slot_mapping = nullptr; }},
+      {"k_scale", [](RopeAppendKVArgs& a) { a.append.k_scale = 0.0f; }},
+  };
+  for (const Bad& b : bads) {
+    RopeAppendKVArgs a = good;
+    b.edit(a);
+    EXPECT_TRUE(test::throws_error([&] { rope_append_kv(ctx(), a); }, Status::InvalidArgument, b.needle)) << b.needle;
+  }
+  RopeAppendKVArgs a = good;
+  a.q_out_dtype = DType::FP8_E4M3;
+  EXPECT_TRUE(test::throws_error([&] { rope_append_kv(ctx(), a); }, Status::Unsupported, "q_out_dtype"));
+  ctx().finish();
+  for (uint8_t x : test::download<uint8_t>(dqo, 2 * 2 * 32 * 2)) ASSERT_EQ(x, kSentinel);
+  for (uint8_t x : test::download<uint8_t>(kc, size_t(cache.required_bytes()))) ASSERT_EQ(x, kSentinel);
+  // apply_rope's own checks.
+  RopeArgs r;
+  r.q = dq.get(), r.q_out = dqo.get(), r.num_tokens = 2, r.num_qo_heads = 2, r.head_dim = 33, r.pos.positions = dpos.get();
+  EXPECT_TRUE(test::throws_error([&] { apply_rope(ctx(), r); }, Status::InvalidArgument, "head_dim"));
+  r.head_dim = 32, r.num_qo_heads = 0;
+  EXPECT_TRUE(test::throws_error([&] { apply_rope(ctx(), r); }, Status::InvalidArgument, "num_kv_heads"));
+  r.num_qo_heads = 2, r.q_out = nullptr;
+  EXPECT_TRUE(test::throws_error([&] { apply_rope(ctx(), r); }, Status::InvalidArgument, "q_out"));
+}
