@@ -21,6 +21,7 @@ void register_extend(CLI::App& app, Harness& h);
 void register_mla(CLI::App& app, Harness& h);
 void register_limits(CLI::App& app, Harness& h);
 void register_sparse(CLI::App& app, Harness& h);
+void register_rope(CLI::App& app, Harness& h);
 
 // --check-args: each op checks its options, then returns before any device work.
 bool& check_args_only();

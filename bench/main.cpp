@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   clattn::bench::register_extend(app, h);
   clattn::bench::register_mla(app, h);
   clattn::bench::register_sparse(app, h);
+  clattn::bench::register_rope(app, h);
   clattn::bench::register_limits(app, h);
   // One op. Extras are allowed here (the ops' own options are not: they were added above)
   // so that an unknown op is named as one before any op runs.

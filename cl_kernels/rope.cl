@@ -2,8 +2,8 @@
 // rope_append_kv (q -> q_out; k rotated and v as is into the paged cache at slot_mapping[t],
 // stored = value / scale in the cache dtype, as append_kv.cl).
 //
-// Work-item (i, b, t): pair i (0 <= i < D/2) of head rows b*ROPE_ROWS .. b*ROPE_ROWS +
-// ROPE_ROWS - 1 of token t. Pair i < R/2 is rotated (NeoX dims (i, i + R/2), GPT-J (2i, 2i+1));
+// Work-item (i, b, c): pair i (0 <= i < D/2) of head rows b*ROPE_ROWS .. b*ROPE_ROWS +
+// ROPE_ROWS - 1 of tokens c*ROPE_TOKENS .. c*ROPE_TOKENS + ROPE_TOKENS - 1. Pair i < R/2 is rotated (NeoX dims (i, i + R/2), GPT-J (2i, 2i+1));
 // pairs from R/2 on are dims (2i, 2i+1), copied (partial rotary), and so are a v row's
 // pairs. The pair's cos/sin are computed once per work-item and serve its ROPE_ROWS rows;
 // consecutive work-items touch consecutive elements in both styles. Rows are numbered q
@@ -21,6 +21,11 @@
 #endif
 #ifndef ROPE_ROWS
 #define ROPE_ROWS 4
+#endif
+// Tokens per work-item (dimension 2 covers ceil(T / ROPE_TOKENS)): 1 on GPUs; more on CPUs,
+// where each work-group has a fixed cost.
+#ifndef ROPE_TOKENS
+#define ROPE_TOKENS 1
 #endif
 
 // Position of token t, or -1 when outside [0, limit) (limit <= 0: no upper bound).
@@ -49,28 +54,30 @@ __kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
 void apply_rope(__global const void* q, __global void* q_out, long q_st, long q_sh, int Hq,
                 __global const void* k, __global void* k_out, long k_st, long k_sh, int Hk, int dt, int D, int R,
                 int gptj, __global const void* pos, int pos_i64, int has_cache, __global const float* cs,
-                long cache_rows, float log2_theta, float inv_scale, __global volatile int* faults) {
+                long cache_rows, float log2_theta, float inv_scale, long T, __global volatile int* faults) {
   const int i = get_global_id(0);
   const int b = get_global_id(1);
-  const long t = get_global_id(2);
   if (i >= D / 2) return;
-  const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
-  if (p < 0) {
-    if (i == 0 && b == 0) atomic_or(faults, CLATTN_FAULT_POSITION);
-    return;
-  }
-  const bool rot = i < R / 2;
-  const float2 cs2 = rot ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
-  const int2 ab = rope_dims(i, R, gptj, 1);
-  for (int r = b * ROPE_ROWS; r < min(b * ROPE_ROWS + ROPE_ROWS, Hq + Hk); ++r) {
-    const bool isq = r < Hq;
-    const int h = isq ? r : r - Hq;
-    const size_t base = isq ? (size_t)(t * q_st + h * q_sh) : (size_t)(t * k_st + h * k_sh);
-    __global const void* src = isq ? q : k;
-    __global void* dst = isq ? q_out : k_out;
-    const float x = load_elem(src, base + ab.x, dt), y = load_elem(src, base + ab.y, dt);
-    store_elem(dst, base + ab.x, dt, rot ? x * cs2.x - y * cs2.y : x);
-    store_elem(dst, base + ab.y, dt, rot ? y * cs2.x + x * cs2.y : y);
+  const long t_end = min((long)(get_global_id(2) + 1) * ROPE_TOKENS, T);
+  for (long t = (long)get_global_id(2) * ROPE_TOKENS; t < t_end; ++t) {
+    const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
+    if (p < 0) {
+      if (i == 0 && b == 0) atomic_or(faults, CLATTN_FAULT_POSITION);
+      continue;
+    }
+    const bool rot = i < R / 2;
+    const float2 cs2 = rot ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+    const int2 ab = rope_dims(i, R, gptj, 1);
+    for (int r = b * ROPE_ROWS; r < min(b * ROPE_ROWS + ROPE_ROWS, Hq + Hk); ++r) {
+      const bool isq = r < Hq;
+      const int h = isq ? r : r - Hq;
+      const size_t base = isq ? (size_t)(t * q_st + h * q_sh) : (size_t)(t * k_st + h * k_sh);
+      __global const void* src = isq ? q : k;
+      __global void* dst = isq ? q_out : k_out;
+      const float x = load_elem(src, base + ab.x, dt), y = load_elem(src, base + ab.y, dt);
+      store_elem(dst, base + ab.x, dt, rot ? x * cs2.x - y * cs2.y : x);
+      store_elem(dst, base + ab.y, dt, rot ? y * cs2.x + x * cs2.y : y);
+    }
   }
 }
 
@@ -81,42 +88,44 @@ void rope_append_kv(__global const void* q, __global void* q_out, long q_st, lon
                     __global void* v_cache, int kv_dt, long c_sp, long c_st, long c_sh, int page_size, int Hkv,
                     float k_scale, float v_scale, int D, int R, int gptj, __global const void* pos, int pos_i64,
                     int has_cache, __global const float* cs, long cache_rows, float log2_theta, float inv_scale,
-                    __global volatile int* faults) {
+                    long T, __global volatile int* faults) {
   const int i = get_global_id(0);
   const int b = get_global_id(1);
-  const long t = get_global_id(2);
   if (i >= D / 2) return;
-  const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
-  const bool lead = i == 0 && b == 0;  // reports the token's faults once
-  if (p < 0) {
-    if (lead) atomic_or(faults, CLATTN_FAULT_POSITION);
-    return;
-  }
-  const long slot = Hkv == 0 ? -1 : slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
-  if (slot >= num_slots && lead) atomic_or(faults, CLATTN_FAULT_SLOT);
-  const bool store_kv = slot >= 0 && slot < num_slots;
-  const long page = store_kv ? slot / page_size : 0, off = store_kv ? slot - page * page_size : 0;
-  const bool rot = i < R / 2;
-  const float2 cs2 = rot ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
-  for (int r = b * ROPE_ROWS; r < min(b * ROPE_ROWS + ROPE_ROWS, Hq + 2 * Hkv); ++r) {
-    const int kind = r < Hq ? 0 : r < Hq + Hkv ? 1 : 2;  // q, k, v
-    if (kind && !store_kv) break;                       // rows are ordered: the rest are k / v
-    const int h = kind == 0 ? r : kind == 1 ? r - Hq : r - Hq - Hkv;
-    const int2 ab = rope_dims(i, R, gptj, kind != 2);
-    const bool turn = rot && kind != 2;
-    const size_t sb = kind == 0 ? (size_t)(t * q_st + h * q_sh) : (size_t)(t * src_st + h * src_sh);
-    __global const void* src = kind == 0 ? q : kind == 1 ? k : v;
-    const float x = load_elem(src, sb + ab.x, src_dt), y = load_elem(src, sb + ab.y, src_dt);
-    const float xo = turn ? x * cs2.x - y * cs2.y : x, yo = turn ? y * cs2.x + x * cs2.y : y;
-    if (kind == 0) {
-      store_elem(q_out, sb + ab.x, q_out_dt, xo);
-      store_elem(q_out, sb + ab.y, q_out_dt, yo);
-    } else {
-      const size_t db = (size_t)(page * c_sp + off * c_st + h * c_sh);
-      __global void* dst = kind == 1 ? k_cache : v_cache;
-      const float sc = kind == 1 ? k_scale : v_scale;
-      store_elem(dst, db + ab.x, kv_dt, xo / sc);
-      store_elem(dst, db + ab.y, kv_dt, yo / sc);
+  const long t_end = min((long)(get_global_id(2) + 1) * ROPE_TOKENS, T);
+  for (long t = (long)get_global_id(2) * ROPE_TOKENS; t < t_end; ++t) {
+    const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
+    const bool lead = i == 0 && b == 0;  // reports the token's faults once
+    if (p < 0) {
+      if (lead) atomic_or(faults, CLATTN_FAULT_POSITION);
+      continue;
+    }
+    const long slot = Hkv == 0 ? -1 : slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
+    if (slot >= num_slots && lead) atomic_or(faults, CLATTN_FAULT_SLOT);
+    const bool store_kv = slot >= 0 && slot < num_slots;
+    const long page = store_kv ? slot / page_size : 0, off = store_kv ? slot - page * page_size : 0;
+    const bool rot = i < R / 2;
+    const float2 cs2 = rot ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+    for (int r = b * ROPE_ROWS; r < min(b * ROPE_ROWS + ROPE_ROWS, Hq + 2 * Hkv); ++r) {
+      const int kind = r < Hq ? 0 : r < Hq + Hkv ? 1 : 2;  // q, k, v
+      if (kind && !store_kv) break;                       // rows are ordered: the rest are k / v
+      const int h = kind == 0 ? r : kind == 1 ? r - Hq : r - Hq - Hkv;
+      const int2 ab = rope_dims(i, R, gptj, kind != 2);
+      const bool turn = rot && kind != 2;
+      const size_t sb = kind == 0 ? (size_t)(t * q_st + h * q_sh) : (size_t)(t * src_st + h * src_sh);
+      __global const void* src = kind == 0 ? q : kind == 1 ? k : v;
+      const float x = load_elem(src, sb + ab.x, src_dt), y = load_elem(src, sb + ab.y, src_dt);
+      const float xo = turn ? x * cs2.x - y * cs2.y : x, yo = turn ? y * cs2.x + x * cs2.y : y;
+      if (kind == 0) {
+        store_elem(q_out, sb + ab.x, q_out_dt, xo);
+        store_elem(q_out, sb + ab.y, q_out_dt, yo);
+      } else {
+        const size_t db = (size_t)(page * c_sp + off * c_st + h * c_sh);
+        __global void* dst = kind == 1 ? k_cache : v_cache;
+        const float sc = kind == 1 ? k_scale : v_scale;
+        store_elem(dst, db + ab.x, kv_dt, xo / sc);
+        store_elem(dst, db + ab.y, kv_dt, yo / sc);
+      }
     }
   }
 }

@@ -16,18 +16,23 @@ namespace {
 
 struct RopeProgram {
   ops::Variant v;
-  int rows = 4;  // head rows per work-item
+  int rows = 4;    // head rows per work-item
+  int tokens = 1;  // tokens per work-item
   std::string source;
 };
 
-RopeProgram rope_program(const DeviceProfile& prof) {
+// ROPE_WG lowered to the power of two that covers a row's D/2 pairs (no idle work-items).
+RopeProgram rope_program(const DeviceProfile& prof, int D) {
   params::Entry pe = params::lookup(prof, "rope");
   RopeProgram r;
   r.source = pe.source;
-  const size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("ROPE_WG")), prof.max_work_group_size));
+  size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("ROPE_WG")), prof.max_work_group_size));
+  while (wg > 1 && wg / 2 >= size_t(D / 2)) wg /= 2;
   r.rows = std::max(1, int(pe.get("ROPE_ROWS")));
+  r.tokens = std::max(1, int(pe.get("ROPE_TOKENS")));
   r.v.name = "generic", r.v.file = "rope.cl", r.v.kernel = "apply_rope", r.v.wg = wg;
-  r.v.options = rt::make_options({{"ROPE_WG", std::to_string(wg)}, {"ROPE_ROWS", std::to_string(r.rows)}});
+  r.v.options = rt::make_options({{"ROPE_WG", std::to_string(wg)}, {"ROPE_ROWS", std::to_string(r.rows)},
+                                  {"ROPE_TOKENS", std::to_string(r.tokens)}});
   return r;
 }
 
@@ -96,9 +101,10 @@ int64_t rows_bytes(int64_t T, int H, int D, int64_t st, int64_t sh, DType dt, co
 
 namespace ops {
 void catalog_rope(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
+  for (int d : {64, 128, 256})
   for (const char* kernel : {"apply_rope", "rope_append_kv"})
-    catalog_add(out, "rope", kernel, [&] {
-      RopeProgram a = rope_program(t.profile);
+    catalog_add(out, "rope", std::string(kernel) + " d" + std::to_string(d), [&] {
+      RopeProgram a = rope_program(t.profile, d);
       a.v.kernel = kernel;
       return std::vector<Variant>{a.v};
     });
@@ -136,18 +142,19 @@ void apply_rope(const Context& ctx, const RopeArgs& a, const Enqueue& e) {
   check_positions(a.pos, a.rope, T, fn);
 
   auto& c = rt::impl(ctx);
-  const RopeProgram rp = rope_program(c.profile);
+  const RopeProgram rp = rope_program(c.profile, D);
   auto prog = c.programs.get(rp.v.file, rp.v.options);
   rt::Kernel& k = prog->kernel("apply_rope");
   const size_t wg = rp.v.wg, rows = size_t(Hq + Hk);
-  size_t gws[3] = {(size_t(D / 2) + wg - 1) / wg * wg, (rows + rp.rows - 1) / rp.rows, size_t(T)}, lws[3] = {wg, 1, 1};
+  size_t gws[3] = {(size_t(D / 2) + wg - 1) / wg * wg, (rows + rp.rows - 1) / rp.rows,
+                    (size_t(T) + rp.tokens - 1) / rp.tokens}, lws[3] = {wg, 1, 1};
   const cl_mem none = nullptr;
   k.launch(q, 3, gws, lws, e.num_wait, e.wait, e.event, Hq ? a.q : none, Hq ? a.q_out : none, cl_long(qst),
            cl_long(qsh), cl_int(Hq), Hk ? a.k : none, Hk ? a.k_out : none, cl_long(kst), cl_long(ksh), cl_int(Hk),
            cl_int(a.dtype), cl_int(D), cl_int(rr.R), cl_int(a.rope.style == RopeStyle::GptJ), a.pos.positions,
            cl_int(a.pos.dtype == DType::I64), cl_int(a.rope.cos_sin_cache != nullptr),
            a.rope.cos_sin_cache ? a.rope.cos_sin_cache : none, cl_long(a.rope.cache_positions), rr.log2_theta,
-           rr.inv_scale, c.faults);
+           rr.inv_scale, cl_long(T), c.faults);
 }
 
 void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue& e) {
@@ -175,7 +182,7 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   check_positions(r.pos, r.rope, T, fn);
   // No pages: q_out is still written (the slots only decide the cache writes).
   auto& c = rt::impl(ctx);
-  const RopeProgram rp = rope_program(c.profile);
+  const RopeProgram rp = rope_program(c.profile, D);
   auto prog = c.programs.get(rp.v.file, rp.v.options);
   rt::Kernel& k = prog->kernel("rope_append_kv");
   const int kv_rows = ch.empty ? 0 : Hkv;  // no pages: q rows only
@@ -184,7 +191,8 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
     ops::marker_if_needed(q, e);
     return;
   }
-  size_t gws[3] = {(size_t(D / 2) + wg - 1) / wg * wg, (rows + rp.rows - 1) / rp.rows, size_t(T)}, lws[3] = {wg, 1, 1};
+  size_t gws[3] = {(size_t(D / 2) + wg - 1) / wg * wg, (rows + rp.rows - 1) / rp.rows,
+                    (size_t(T) + rp.tokens - 1) / rp.tokens}, lws[3] = {wg, 1, 1};
   const cl_mem none = nullptr;
   rt::log().debug("rope_append_kv: {} tokens, Hq {} Hkv {} D {} R {} {}, {} -> {} cache ({})", T, Hq, Hkv, D, rr.R,
                   r.rope.style == RopeStyle::GptJ ? "gptj" : "neox", dtype_name(a.src_dtype), dtype_name(a.cache.dtype),
@@ -198,7 +206,7 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
            a.k_scale, a.v_scale, cl_int(D), cl_int(rr.R), cl_int(r.rope.style == RopeStyle::GptJ), r.pos.positions,
            cl_int(r.pos.dtype == DType::I64), cl_int(r.rope.cos_sin_cache != nullptr),
            r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none, cl_long(r.rope.cache_positions), rr.log2_theta,
-           rr.inv_scale, c.faults);
+           rr.inv_scale, cl_long(T), c.faults);
 }
 
 }  // namespace clattn

@@ -11,9 +11,10 @@ const std::vector<Row>& rows_rope() {
   static const std::vector<Row> rows = {
       // 64 work-items = D/2 of a D=128 row: one AMD wavefront or two NVIDIA warps; four rows
       // per work-item amortise the sincos and still give Hq/4 + 2Hkv/4 groups per token.
-      {"rope", Level::Generic, "", "*", {{"ROPE_WG", 64}, {"ROPE_ROWS", 4}}, "portable default (by design; not tuned)"},
-      // A CPU work-item is a loop: every row of the token in one item, one group per token row set.
-      {"rope", Level::Vendor, "cpu", "*", {{"ROPE_WG", 64}, {"ROPE_ROWS", 64}},
+      {"rope", Level::Generic, "", "*", {{"ROPE_WG", 64}, {"ROPE_ROWS", 4}, {"ROPE_TOKENS", 1}}, "portable default (by design; not tuned)"},
+      // A CPU work-item is a loop: every row of 16 tokens in one item (a PoCL work-group has a
+      // fixed cost of microseconds, one per token would dominate).
+      {"rope", Level::Vendor, "cpu", "*", {{"ROPE_WG", 64}, {"ROPE_ROWS", 64}, {"ROPE_TOKENS", 16}},
        "vendor docs: PoCL pthread device (one work-group per core thread; sized, not tuned)"},
   };
   return rows;
