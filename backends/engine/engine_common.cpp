@@ -152,9 +152,10 @@ void StepBatch::load(const ForwardBatch& fb, const std::string& backend, const C
 }
 
 void PagedStep::load(const Context& ctx, cl_command_queue q, const ForwardBatch& fb, const std::string& backend,
-                     const CacheShape& cache, bool page_table) {
+                     const CacheShape& cache, bool page_table, bool positions) {
   ids_.wait();  // last step's uploads read the host vectors rebuilt below
   slots_.wait();
+  pos_.wait();
   step_.load(fb, backend, &cache);
   if (page_table) {
     build_page_table(step_.eb, cache.page_size, 0, pt_);
@@ -169,6 +170,14 @@ void PagedStep::load(const Context& ctx, cl_command_queue q, const ForwardBatch&
     slots_.upload(ctx, q, step_.slots64.data(), step_.slots64.size() * 8, "slot mapping");
   else
     slots_.upload(ctx, q, step_.slots32.data(), step_.slots32.size() * 4, "slot mapping");
+  if (positions && step_.num_tokens > 0) {
+    positions_.clear();
+    for (int b = 0; b < step_.batch_size; ++b) {
+      const int n = step_.qo_indptr[size_t(b) + 1] - step_.qo_indptr[size_t(b)];
+      for (int i = 0; i < n; ++i) positions_.push_back(step_.seq_lens[size_t(b)] - n + i);
+    }
+    pos_.upload(ctx, q, positions_.data(), positions_.size() * 4, "positions");
+  }
 }
 
 PagedCsr one_token_csr(int page_size, bool extend) {

@@ -62,23 +62,28 @@ struct StepBatch {
 // mapping of the new tokens, and the split-K workspace shared by the step's layers.
 class PagedStep {
  public:
+  // positions: also upload each new token's position (RoPE in forward).
   void load(const Context& ctx, cl_command_queue q, const ForwardBatch& fb, const std::string& backend,
-            const CacheShape& cache, bool page_table);
+            const CacheShape& cache, bool page_table, bool positions = false);
   const StepBatch& batch() const { return step_; }
   const PagedCsr& csr() const { return csr_; }
   const PageTable& table() const { return pt_; }
   cl_mem page_ids() const { return ids_.get(); }  // kv_indices or the page table
   cl_mem slots() const { return slots_.get(); }
+  // int32 [num_tokens]: seq_len - new tokens + index of the token among them (after a load
+  // with positions).
+  cl_mem positions() const { return pos_.get(); }
   DType slot_dtype() const { return step_.slots_are_64 ? DType::I64 : DType::I32; }
   void reserve_workspace(const Context& ctx, std::size_t bytes) { workspace_.reserve(ctx, bytes, "split-K workspace"); }
   cl_mem workspace() const { return workspace_.get(); }
-  int64_t bytes() const { return int64_t(ids_.bytes() + slots_.bytes() + workspace_.bytes()); }
+  int64_t bytes() const { return int64_t(ids_.bytes() + slots_.bytes() + pos_.bytes() + workspace_.bytes()); }
 
  private:
   StepBatch step_;
   PagedCsr csr_;
   PageTable pt_;
-  GrowBuffer ids_, slots_, workspace_;
+  GrowBuffer ids_, slots_, pos_, workspace_;
+  std::vector<int32_t> positions_;
 };
 
 // One request with one key: the metadata the backends plan with at creation, so every

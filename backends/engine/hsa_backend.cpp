@@ -119,7 +119,7 @@ class HsaBackend final : public AttentionBackend {
     if (!decode_ || !hsa_.count(layer_id)) return paged_->forward(layer_id, io, save_kv_cache);
     const LayerSpec& spec = find_layer(cfg_.layers, layer_id, kName);
     if (!io.q || !io.o) rt::invalid(layer_tag(kName, spec) + ": LayerIO.q and LayerIO.o are required");
-    if (save_kv_cache) paged_->save_kv(layer_id, io);
+    paged_->save_kv(layer_id, io, save_kv_cache);
     const Shape& s = shapes_.at(key_of_.at(layer_id));
     const KVPool::Layer& L = pool_.layer(layer_id);
     const Enqueue e{queue(), 0, nullptr, nullptr};

@@ -8,6 +8,7 @@
 #include "backends/engine/backends.hpp"
 #include "backends/ops/op_util.hpp"
 #include "clattn/append_kv.hpp"
+#include "clattn/rope.hpp"
 #include "runtime/error.hpp"
 
 namespace clattn::engine {
@@ -34,6 +35,10 @@ PagedBackend::PagedBackend(const Context& ctx, const KVPool& pool, const Backend
       rt::invalid(tag + ": the KVPool layer has Hkv " + std::to_string(kv.num_kv_heads) + ", D " +
                   std::to_string(kv.head_dim) + " but the spec says " + std::to_string(l.num_kv_heads) + ", " +
                   std::to_string(l.head_dim));
+    if (l.apply_rope) {
+      ops::check_rope_config(l.rope, l.head_dim, tag + ": rope");
+      rope_ = true;
+    }
     const std::string key = shape_key(l, kv);
     key_of_[l.layer_id] = key;
     if (!shapes_.count(key)) shapes_[key].spec = l;
@@ -52,7 +57,7 @@ PagedBackend::PagedBackend(const Context& ctx, const KVPool& pool, const Backend
 
 void PagedBackend::init_forward_metadata(const ForwardBatch& fb) {
   ready_ = false;
-  step_.load(ctx_, queue(), fb, name_, CacheShape{pool_.config().num_pages, pool_.config().page_size}, table_);
+  step_.load(ctx_, queue(), fb, name_, CacheShape{pool_.config().num_pages, pool_.config().page_size}, table_, rope_);
   const StepBatch& sb = step_.batch();
   std::size_t ws = 0;
   for (auto& [key, s] : shapes_) {
@@ -77,11 +82,20 @@ void PagedBackend::init_forward_metadata(const ForwardBatch& fb) {
   ready_ = true;
 }
 
-void PagedBackend::save_kv(int layer_id, const LayerIO& io) {
+void PagedBackend::save_kv(int layer_id, const LayerIO& io, bool save_kv_cache) {
   if (!ready_) rt::invalid(name_ + ": forward before a successful init_forward_metadata");
   const LayerSpec& spec = find_layer(cfg_.layers, layer_id, name_);
   const StepBatch& sb = step_.batch();
-  if (sb.num_tokens == 0) return;
+  if (sb.num_tokens == 0 || (!save_kv_cache && !spec.apply_rope)) return;
+  const Enqueue e{queue(), 0, nullptr, nullptr};
+  RopePositions pos{step_.positions(), DType::I32, nullptr};
+  if (!save_kv_cache) {  // RoPE on q alone
+    RopeArgs r;
+    r.q = r.q_out = io.q, r.dtype = cfg_.act_dtype, r.num_tokens = sb.num_tokens;
+    r.num_qo_heads = spec.num_qo_heads, r.head_dim = spec.head_dim, r.pos = pos, r.rope = spec.rope;
+    apply_rope(ctx_, r, e);
+    return;
+  }
   if (!io.k || !io.v) rt::invalid(layer_tag(name_, spec) + ": LayerIO.k and LayerIO.v are required with save_kv_cache");
   const KVPool::Layer& L = pool_.layer(layer_id);
   AppendKVArgs a;
@@ -89,7 +103,11 @@ void PagedBackend::save_kv(int layer_id, const LayerIO& io) {
   a.slot_mapping = step_.slots(), a.slot_dtype = step_.slot_dtype(), a.num_tokens = sb.num_tokens;
   a.k_cache = L.k, a.v_cache = L.v, a.cache = L.kv;
   a.k_scale = pool_.config().k_scale, a.v_scale = pool_.config().v_scale;
-  append_kv(ctx_, a, Enqueue{queue(), 0, nullptr, nullptr});
+  if (!spec.apply_rope) return append_kv(ctx_, a, e);
+  RopeAppendKVArgs r;
+  r.append = a, r.q = r.q_out = io.q, r.num_qo_heads = spec.num_qo_heads, r.q_out_dtype = cfg_.act_dtype;
+  r.pos = pos, r.rope = spec.rope;
+  rope_append_kv(ctx_, r, e);
 }
 
 void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) {
@@ -102,7 +120,7 @@ void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) 
   const StepBatch& sb = step_.batch();
   if (!sb.extend && !s.decode_here) rt::invalid(tag + ": its decode runs on another backend");
   const Enqueue e{queue(), 0, nullptr, nullptr};
-  if (save_kv_cache) save_kv(layer_id, io);
+  save_kv(layer_id, io, save_kv_cache);
   if (!sb.extend) {
     DecodeBuffers b;
     b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse;

@@ -25,8 +25,10 @@ class PagedBackend final : public AttentionBackend {
 
   // The step's batch, metadata and slot mapping (valid after init_forward_metadata).
   const PagedStep& step() const { return step_; }
-  // append_kv of the step's new K/V rows of a layer at the step's slots (forward's first half).
-  void save_kv(int layer_id, const LayerIO& io);
+  // Forward's first half: append_kv of the step's new K/V rows of a layer at the step's slots
+  // when save_kv_cache; with the layer's apply_rope, q rotated in place and k rotated into
+  // the cache (rope_append_kv), or q alone without save_kv_cache.
+  void save_kv(int layer_id, const LayerIO& io, bool save_kv_cache);
   // The options the dense decode of a layer plans with (act dtype, scale, cap, window).
   DecodeOptions decode_options(const LayerSpec& l) const;
   cl_command_queue queue() const { return backend_queue(ctx_, cfg_); }
@@ -52,6 +54,7 @@ class PagedBackend final : public AttentionBackend {
   std::map<int, std::string> key_of_;
   PagedStep step_;
   bool ready_ = false;
+  bool rope_ = false;  // some layer applies RoPE in forward (the step uploads positions)
 };
 
 // The key of a layer's plan: the plans of two layers with one key are interchangeable.

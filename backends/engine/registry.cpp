@@ -39,6 +39,8 @@ void check_pool_layer(const KVPool& pool, const LayerSpec& l, const std::string&
   const KVPool::Layer& L = pool.layer(l.layer_id);
   if (L.kind != l.kind)
     rt::invalid(tag + ": the KVPool holds a " + layer_kind_name(L.kind) + " layer at this id");
+  if (l.apply_rope && l.kind != LayerKind::MHA)
+    rt::invalid(tag + ": apply_rope is for MHA layers (MLA's q_pe / kpe rotation and linear layers' are the engine's)");
   const bool set = l.kind == LayerKind::Linear ? L.state.state != nullptr : (L.k && L.v);
   if (!set) rt::invalid(tag + ": the KVPool layer has no buffers (allocate the pool or call set_layer first)");
 }

@@ -15,6 +15,7 @@
 #include "clattn/context.hpp"
 #include "clattn/metadata.hpp"
 #include "clattn/paged_kv.hpp"
+#include "clattn/rope.hpp"
 #include "runtime/checked.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
@@ -149,6 +150,10 @@ struct AppendChecked {
   bool empty = false;
 };
 AppendChecked check_append_kv(const AppendKVArgs& a);
+
+// A RoPE configuration's checks for rows of head_dim (rotary dim, style, theta / scale or
+// the cos/sin cache's size); `what` prefixes the messages. In rope.cpp.
+void check_rope_config(const RopeConfig& r, int head_dim, const std::string& what);
 
 // A page table's own shape: page size equal to the cache's, max_pages >= 0, enough
 // entries for batch_size x max_pages. Messages name page_table's fields.

@@ -42,8 +42,7 @@ struct RopeResolved {
   float log2_theta = 0.0f, inv_scale = 1.0f;
 };
 
-RopeResolved check_rope(const RopeConfig& r, int D, const char* fn) {
-  const std::string f(fn);
+RopeResolved check_rope(const RopeConfig& r, int D, const std::string& f) {
   if (D < 2 || D % 2) rt::invalid(f + ": head_dim = " + std::to_string(D) + ", must be even and >= 2");
   if (r.style != RopeStyle::NeoX && r.style != RopeStyle::GptJ)
     rt::invalid(f + ": rope.style = " + std::to_string(int(r.style)) + ", must be NeoX (0) or GptJ (1)");
@@ -100,6 +99,8 @@ int64_t rows_bytes(int64_t T, int H, int D, int64_t st, int64_t sh, DType dt, co
 }  // namespace
 
 namespace ops {
+void check_rope_config(const RopeConfig& r, int head_dim, const std::string& what) { check_rope(r, head_dim, what); }
+
 void catalog_rope(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
   for (int d : {64, 128, 256})
   for (const char* kernel : {"apply_rope", "rope_append_kv"})

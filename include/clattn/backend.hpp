@@ -18,6 +18,7 @@
 #include "clattn/linear.hpp"
 #include "clattn/mla.hpp"
 #include "clattn/paged_kv.hpp"
+#include "clattn/rope.hpp"
 #include "clattn/sparse.hpp"
 #include "clattn/types.hpp"
 
@@ -44,6 +45,12 @@ struct LayerSpec {
   float logits_soft_cap = 0.0f;     // MHA only
   int window_left = -1;             // MHA only: sliding window (keys >= pos - window_left)
   cl_mem sinks = nullptr;           // MHA only: [Hq] f32 sink logits (gpt-oss), optional
+  // MHA only: forward takes pre-RoPE q and k. It rotates q in place (LayerIO.q) and k on its
+  // way into the cache (rope_append_kv), at each new token's position (prefix + index in
+  // the step); without save_kv_cache only q is rotated. rope's cos_sin_cache must outlive
+  // the backend. Semantics: clattn/rope.hpp.
+  bool apply_rope = false;
+  RopeConfig rope;
   // Linear layers: the recurrence and its config (config.dtype is overridden by the
   // backend's act_dtype).
   LinearKind linear_kind = LinearKind::GDN;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "reference/rope_reference.hpp"
 #include "sim.hpp"
 #include "support/test_support.hpp"
 
@@ -153,6 +154,74 @@ TEST(Backend, TreeMaskVerify) {
   // A mask in decode mode is rejected.
   fb.mode = ForwardMode::Decode, fb.prefix_lens = nullptr, fb.extend_lens = nullptr;
   EXPECT_TRUE(test::throws_error([&] { be->init_forward_metadata(fb); }, Status::InvalidArgument, "custom mask"));
+}
+
+// A layer with apply_rope: forward takes pre-RoPE q and k, rotates q in place and k into the
+// cache at each token's position (extend of 5, then two decode steps), checked against the
+// reference attention over rows rotated by the reference RoPE.
+TEST(Backend, RopeInForward) {
+  CLATTN_SEED_TRACE();
+  auto layers = sim::preset("tiny", 1).layers;
+  const int Hq = 4, Hkv = 2, D = 64, P = 4, N = 7;
+  layers[0].num_qo_heads = Hq, layers[0].num_kv_heads = Hkv, layers[0].head_dim = D, layers[0].window_left = -1;
+  layers[0].logits_soft_cap = 0.0f;
+  layers[0].apply_rope = true;
+  layers[0].rope.style = RopeStyle::NeoX, layers[0].rope.rotary_dim = 32, layers[0].rope.theta = 500.0f;
+  KVPoolConfig pc;
+  pc.num_pages = 4, pc.page_size = P, pc.kv_dtype = DType::F32;
+  KVPool pool(ctx(), pc, layers);
+  BackendConfig bc;
+  bc.layers = layers;
+  bc.act_dtype = DType::F32;
+  auto be = create_backend("paged", ctx(), pool, bc);
+  test::Rng rng(8);
+  auto q = rng.vec(size_t(N) * Hq * D), k = rng.vec(size_t(N) * Hkv * D), v = rng.vec(size_t(N) * Hkv * D);
+  for (auto* x : {&q, &k, &v}) *x = test::quantize(*x, DType::F32);
+  auto qr = q, kr = k;  // rotated by the reference at positions 0 .. N-1
+  for (int t = 0; t < N; ++t) {
+    for (int h = 0; h < Hq; ++h) ref::rope_row(&qr[size_t((t * Hq + h) * D)], D, 32, false, t, 500.0, 1.0, nullptr);
+    for (int h = 0; h < Hkv; ++h) ref::rope_row(&kr[size_t((t * Hkv + h) * D)], D, 32, false, t, 500.0, 1.0, nullptr);
+  }
+  auto f32 = [](const std::vector<double>& x, size_t from, size_t n) {
+    return std::vector<float>(x.begin() + std::ptrdiff_t(from), x.begin() + std::ptrdiff_t(from + n));
+  };
+  std::vector<int32_t> r2t(size_t(N), 0);
+  for (int t = 0; t < N; ++t) r2t[size_t(t)] = (t < 4 ? 2 * P + t : 1 * P + t - 4);  // pages 2, 1
+  int32_t row = 0, seq = 5, prefix = 0, ext = 5;
+  ForwardBatch fb;
+  fb.mode = ForwardMode::Extend, fb.batch_size = 1, fb.req_to_token = r2t.data(), fb.pool_size = 1, fb.max_ctx = N;
+  fb.req_pool_indices = &row, fb.seq_lens = &seq, fb.prefix_lens = &prefix, fb.extend_lens = &ext;
+  ref::AttnOptions o;
+  o.sm_scale = 1.0 / std::sqrt(double(D));
+  auto step = [&](int from, int n) {
+    auto qb = test::upload(f32(q, size_t(from) * Hq * D, size_t(n) * Hq * D));
+    auto kb = test::upload(f32(k, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
+    auto vb = test::upload(f32(v, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
+    DeviceBuffer ob(ctx(), size_t(n) * Hq * D * 4);
+    LayerIO io;
+    io.q = qb.get(), io.k = kb.get(), io.v = vb.get(), io.o = ob.get();
+    be->init_forward_metadata(fb);
+    be->forward(0, io);
+    const auto got = test::download<float>(ob, size_t(n) * Hq * D);
+    const auto qin = test::download<float>(qb, size_t(n) * Hq * D);
+    std::vector<double> want(size_t(n) * Hq * D);
+    ref::attention(qr.data() + size_t(from) * Hq * D, kr.data(), v.data(), n, from + n, Hq, Hkv, D, D, o, want.data(),
+                   nullptr);
+    EXPECT_TRUE(test::all_close(std::vector<double>(got.begin(), got.end()), want, 2e-5, 2e-5, "attention"));
+    const std::vector<double> wq(qr.begin() + std::ptrdiff_t(size_t(from) * Hq * D),
+                                 qr.begin() + std::ptrdiff_t(size_t(from + n) * Hq * D));
+    EXPECT_TRUE(test::all_close(std::vector<double>(qin.begin(), qin.end()), wq, 1e-5, 1e-5, "q rotated in place"));
+  };
+  step(0, 5);
+  fb.mode = ForwardMode::Decode, fb.prefix_lens = nullptr, fb.extend_lens = nullptr;
+  seq = 6;
+  step(5, 1);
+  seq = 7;
+  step(6, 1);
+  // A bad rotary dim is rejected at creation, naming it.
+  BackendConfig bad = bc;
+  bad.layers[0].rope.rotary_dim = 65;
+  EXPECT_TRUE(test::throws_error([&] { create_backend("paged", ctx(), pool, bad); }, Status::InvalidArgument, "rotary_dim"));
 }
 
 // ------------------------------------------------------------------ errors and registry
