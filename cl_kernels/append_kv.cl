@@ -64,3 +64,46 @@ void append_kv(__global const void* k, __global const void* v, int src_dt, long 
   store_elem(v_cache, dst, kv_dt, load_elem(v, src, src_dt) / v_scale);
 #endif
 }
+
+// int8 caches (PagedKV dtype I8): work-item (h, t) quantises token t's head-h K and V rows:
+// scale = max |x| / 127 (stored in the scale cache as f32, or f16 with s_f16, rounded to
+// nearest even), stored = x / scale rounded to nearest even and saturated to [-127, 127]
+// with the scale as stored (so loaded = stored * scale is what decode reads); an all-zero
+// row stores scale 0 and zeros. Slots as append_kv.
+inline void quantize_row_i8(__global const void* src, size_t s0, int src_dt, int D, __global char* dst, size_t d0,
+                            __global void* scales, size_t so, int s_f16) {
+  float amax = 0.0f;
+  for (int d = 0; d < D; ++d) amax = fmax(amax, fabs(load_elem(src, s0 + d, src_dt)));
+  float scale = amax / 127.0f;
+  if (s_f16) {
+    vstore_half_rte(scale, so, (__global half*)scales);
+    scale = vload_half(so, (__global const half*)scales);
+  } else {
+    ((__global float*)scales)[so] = scale;
+  }
+  for (int d = 0; d < D; ++d) {
+    const float x = load_elem(src, s0 + d, src_dt);
+    const float q = scale > 0.0f ? clamp(rint(x / scale), -127.0f, 127.0f) : 0.0f;
+    dst[d0 + d] = (char)(int)q;
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1))) SIMD_ATTR
+void append_kv_i8(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
+                  __global const void* slots, int slots_i64, long num_slots, __global char* k_cache,
+                  __global char* v_cache, long c_sp, long c_st, long c_sh, int page_size, int Hkv, int D,
+                  __global void* k_scales, __global void* v_scales, long s_sp, long s_st, long s_sh, int s_f16,
+                  __global volatile int* faults) {
+  const int h = get_global_id(0);
+  const long t = get_global_id(1);
+  if (h >= Hkv) return;
+  const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
+  if (slot >= num_slots && h == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
+  if (slot < 0 || slot >= num_slots) return;
+  const long page = slot / page_size, off = slot - page * page_size;
+  const size_t src = (size_t)(t * src_st + h * src_sh);
+  const size_t dst = (size_t)(page * c_sp + off * c_st + h * c_sh);
+  const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
+  quantize_row_i8(k, src, src_dt, D, k_cache, dst, k_scales, so, s_f16);
+  quantize_row_i8(v, src, src_dt, D, v_cache, dst, v_scales, so, s_f16);
+}

@@ -28,7 +28,9 @@
 // intel), SG_SHUFFLE, SG_SIZE (the sub-group size: Intel's required size where SG_REQD, the
 // emulated size), SG_REQD, UNROLL_HINTS (GPU compilers), FP8_FAST (fp8 decode through f32 denormals), FUSE_MERGE
 // (split-K: the last work-group of a request merges its partial states, no second launch),
-// SPARSE (per-head page lists with page lengths, HSA).
+// SPARSE (per-head page lists with page lengths, HSA). KV_DT = DT_I8 (int8 caches): each
+// token's score is scaled by its K row's scale and its softmax weight by its V row's before
+// they meet V (the scales: sc_* arguments; PREFETCH and SPARSE are 0 in these builds).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
 #include "kernel_args.clh"
@@ -113,8 +115,20 @@
 #define WORD_ELEM WORD_ELEM_BF16
 #elif KV_DT == DT_E4M3
 #define KV_ESIZE 1
+#elif KV_DT == DT_I8
+#define KV_ESIZE 1
+// Signed byte e of a 32-bit word, as f32 (an arithmetic shift sign-extends it).
+#define WORD_ELEM(w, e) ((float)(((int)((w) << (24 - 8 * (e)))) >> 24))
 #else
 #define KV_ESIZE 1
+#endif
+#if KV_DT == DT_I8
+#define KV_I8 1
+#if PREFETCH || SPARSE
+#error "int8 builds take PREFETCH=0 and SPARSE=0"
+#endif
+#else
+#define KV_I8 0
 #endif
 
 // fp8: with FP8_FAST the rows are read raw (common.clh: value * 2^-RAW_EXP). The
@@ -318,6 +332,9 @@ UNROLL_LOOP
 #else
     size_t roff[UNROLL];
     int pid_next[UNROLL];
+#if KV_I8
+    float ksc[UNROLL], vsc[UNROLL];  // the tokens' row scales
+#endif
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       const int tok = tbase + u * NSLOT + slot;
@@ -327,6 +344,13 @@ UNROLL_LOOP
       bad |= (uint)pid[u] >= (uint)num_pages;
       roff[u] = (size_t)((long)POOL_PAGE(pid[u]) * stride_page + (long)(ls & pmask) * stride_token + head_off) *
                 KV_ESIZE;
+#if KV_I8
+      {
+        const size_t so = (size_t)((long)POOL_PAGE(pid[u]) * sc_page + (long)(ls & pmask) * sc_token + (long)kvh * sc_head);
+        ksc[u] = sc_f16 ? vload_half(so, (__global const half*)k_scales) : ((__global const float*)k_scales)[so];
+        vsc[u] = sc_f16 ? vload_half(so, (__global const half*)v_scales) : ((__global const float*)v_scales)[so];
+      }
+#endif
       const int tok_n = tok + TILE;
       const int ls_n = tok_off + (tok_n < end ? tok_n : begin);
       pid_next[u] = page_ids[page_base + (ls_n >> log2_page)];
@@ -358,7 +382,11 @@ UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
 UNROLL_LOOP
       for (int g = 0; g < GMAX; ++g) {
+#if KV_I8
+        float x = s[u * GMAX + g] * ksc[u];
+#else
         float x = s[u * GMAX + g] * RAW_HALF;
+#endif
         if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
         s[u * GMAX + g] = valid[u] ? x : CLATTN_NEG_INF;
       }
@@ -385,7 +413,11 @@ UNROLL_LOOP
       for (int u = 0; u < UNROLL; ++u) {
         const float x = s[u * GMAX + g];
         const float p = x == CLATTN_NEG_INF ? 0.0f : exp2(x - mnew);
+#if KV_I8
+        s[u * GMAX + g] = p * vsc[u];  // the weight carries the V row's scale
+#else
         s[u * GMAX + g] = p * RAW_FULL;  // V rows are raw fp8 too (RAW_FULL = 1 otherwise)
+#endif
         lsum += p;
       }
       lrun[g] = lsum;

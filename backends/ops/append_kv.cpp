@@ -42,7 +42,10 @@ void catalog_append_kv(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
 
 namespace ops {
 AppendChecked check_append_kv(const AppendKVArgs& a) {
-  ops::check_paged_kv(a.cache, "cache");
+  ops::check_paged_kv(a.cache, "cache", true);
+  if (a.cache.dtype == DType::I8 && (a.k_scale != 1.0f || a.v_scale != 1.0f))
+    rt::invalid("append_kv: k_scale/v_scale must be 1 for an int8 cache (each row carries its own scale; got " +
+                std::to_string(a.k_scale) + ", " + std::to_string(a.v_scale) + ")");
   ops::require_io_dtype(a.src_dtype, "append_kv src_dtype");
   if (a.slot_dtype != DType::I32 && a.slot_dtype != DType::I64)
     rt::invalid("slot_mapping: dtype " + std::string(dtype_name(a.slot_dtype)) + ", must be i32 or i64");
@@ -71,6 +74,11 @@ AppendChecked check_append_kv(const AppendKVArgs& a) {
   const ops::Shape cache{{a.cache.num_pages, a.cache.page_size, Hkv, D}, dtype_name(a.cache.dtype), "paged cache "};
   ops::require_buffer(a.k_cache, a.cache.required_bytes(), "k_cache", cache);
   ops::require_buffer(a.v_cache, a.cache.required_bytes(), "v_cache", cache);
+  if (a.cache.dtype == DType::I8) {
+    const ops::Shape sc{{a.cache.num_pages, a.cache.page_size, Hkv}, dtype_name(a.cache.scale_dtype), "scale cache "};
+    ops::require_buffer(a.k_scale_cache, a.cache.scale_required_bytes(), "k_scale_cache", sc);
+    ops::require_buffer(a.v_scale_cache, a.cache.scale_required_bytes(), "v_scale_cache", sc);
+  }
   if (a.slot_mapping_host) {
     CacheShape cs{a.cache.num_pages, a.cache.page_size};
     if (a.slot_dtype == DType::I32) validate_slot_mapping(static_cast<const int32_t*>(a.slot_mapping_host), N, cs);
@@ -95,6 +103,17 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   const size_t wg = ap.v.wg;
   const int items = ap.items;
   auto prog = c.programs.get(ap.v.file, ap.v.options);
+  if (a.cache.dtype == DType::I8) {  // one work-item per (token, head) row: the row's max sets its scale
+    rt::Kernel& k8 = prog->kernel("append_kv_i8");
+    size_t g8[2] = {(size_t(Hkv) + wg - 1) / wg * wg, size_t(N)}, l8[2] = {wg, 1};
+    k8.launch(q, 2, g8, l8, e.num_wait, e.wait, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(st), cl_long(sh),
+              a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
+              a.k_cache, a.v_cache, cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),
+              cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), cl_int(D), a.k_scale_cache,
+              a.v_scale_cache, cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
+              cl_long(a.cache.scale_head_stride()), cl_int(a.cache.scale_dtype == DType::F16), c.faults);
+    return;
+  }
   rt::Kernel& k = prog->kernel("append_kv");
   const size_t items_per_token = size_t(Hkv) * D / size_t(items);
   size_t gws[2] = {(items_per_token + wg - 1) / wg * wg, size_t(N)}, lws[2] = {wg, 1};

@@ -49,6 +49,7 @@ struct DecodePlanState : ops::PlanTable {
   int num_work = 0, num_merges = 0, num_partials = 0;
   // Buffer sizes in bytes (checked arithmetic; 0 = not needed).
   int64_t q_bytes = 0, o_bytes = 0, lse_bytes = 0, sinks_bytes = 0, kv_bytes = 0, page_id_bytes = 0;
+  int64_t scale_bytes = 0;  // int8: each scale cache
   int64_t workspace_bytes = 0;
 
   void freeze(const DecodePlan& p) {
@@ -61,6 +62,7 @@ struct DecodePlanState : ops::PlanTable {
     q_bytes = rb.q, o_bytes = rb.o, lse_bytes = rb.lse, page_id_bytes = rb.page_ids;
     sinks_bytes = ck::mul(Hq, 4, "sinks bytes");
     kv_bytes = cache.required_bytes();
+    scale_bytes = cache.scale_required_bytes();
     workspace_bytes = p.workspace_bytes;
   }
 };
@@ -321,7 +323,7 @@ meta::RequestOptions request_options(const DecodeOptions& opt) {
 }
 
 void check_options(const PagedKV& cache, const DecodeOptions& opt) {
-  ops::check_paged_kv(cache, "cache");
+  ops::check_paged_kv(cache, "cache", true);
   ops::check_attention_options({opt.num_qo_heads, cache.num_kv_heads, cache.head_dim, opt.q_dtype, opt.o_dtype,
                                 opt.sm_scale, opt.logits_soft_cap, opt.window_left});
   if (!is_pow2(cache.page_size) || cache.page_size > 256)
@@ -410,6 +412,7 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     x.file = "decode_cpu.cl", x.kernel = "paged_decode_cpu";
     x.wg = 1, x.local_bytes = 0;
     if (!tile.cpu) x.why_not = "CPU_KERNEL = 0";
+    else if (cache.dtype == DType::I8) x.why_not = "int8 KV: the cpu kernel does not read the scale caches yet";
     else x.why_not = params::why_unavailable(prof, x.name);
     if (x.why_not.empty()) x.options = cpu_build_options(prof, tile, cache, denorms);
     v.push_back(std::move(x));
@@ -513,7 +516,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   // PREFETCH doubles the K/V registers: it pays where the planner sized a split grid to
   // one wave (each work-group's latency is the time), not for big unsplit batches, which
   // need the occupancy (docs/results-h100.md).
-  if (sk.merges.empty() || r.sparse) tile.prefetch = 0;
+  if (sk.merges.empty() || r.sparse || cache.dtype == DType::I8) tile.prefetch = 0;  // (int8: the scales ride the plain path)
   planner::WorkspaceLayout ws = planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim);
   // Sparse: the page lists follow the partial states in the workspace (sparse_lists_offset),
   // which is also the run's page_ids buffer.
@@ -657,6 +660,9 @@ void decode_check(const DecodePlan& plan, const DecodeBuffers& b) {
   if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
     rt::invalid("decode_run: k_scale/v_scale must be finite and > 0 (got " + std::to_string(b.k_scale) + ", " +
                 std::to_string(b.v_scale) + ")");
+  if (st->cache.dtype == DType::I8 && (b.k_scale != 1.0f || b.v_scale != 1.0f))
+    rt::invalid("decode_run: k_scale/v_scale must be 1 for an int8 cache (each row carries its own scale; got " +
+                std::to_string(b.k_scale) + ", " + std::to_string(b.v_scale) + ")");
   const int B = st->B, Hq = st->Hq, D = st->D;
   if (B > 0) {
     ops::require_buffer(b.q, st->q_bytes, "q", {{B, Hq, D}, dtype_name(st->q_dtype)});
@@ -667,6 +673,12 @@ void decode_check(const DecodePlan& plan, const DecodeBuffers& b) {
     if (st->cache.num_pages > 0) {
       ops::require_buffer(b.k_cache, st->kv_bytes, "k_cache", cache);
       ops::require_buffer(b.v_cache, st->kv_bytes, "v_cache", cache);
+      if (st->scale_bytes > 0) {
+        const ops::Shape sc{{st->cache.num_pages, st->cache.page_size, st->Hkv}, dtype_name(st->cache.scale_dtype),
+                            "scale cache "};
+        ops::require_buffer(b.k_scale_cache, st->scale_bytes, "k_scale_cache", sc);
+        ops::require_buffer(b.v_scale_cache, st->scale_bytes, "v_scale_cache", sc);
+      }
     }
     if (st->page_id_bytes > 0)
       ops::require_buffer(b.page_ids, st->page_id_bytes, "page_ids",
@@ -693,6 +705,8 @@ void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuff
   cl_mem k_cache = b.k_cache ? b.k_cache : dummy, v_cache = b.v_cache ? b.v_cache : dummy;
   cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
   cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
+  const bool i8 = st->cache.dtype == DType::I8;
+  cl_mem k_sc = i8 && b.k_scale_cache ? b.k_scale_cache : dummy, v_sc = i8 && b.v_scale_cache ? b.v_scale_cache : dummy;
   cl_mem ws = st->workspace_bytes > 0 ? b.workspace : dummy;
   const bool merge = st->num_merges > 0;
   auto& c = rt::impl(ctx);
@@ -710,7 +724,9 @@ void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuff
                          cl_long(st->cache.token_stride()), cl_long(st->cache.head_stride()), cl_int(st->log2_page),
                          cl_int(st->cache.num_pages), cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2),
                          cl_float(st->inv_cap), cl_float(b.v_scale), st->table, cl_int(st->merge_off),
-                         cl_int(counter_off), c.faults);
+                         cl_int(counter_off), c.faults, k_sc, v_sc, cl_long(i8 ? st->cache.scale_page_stride() : 0),
+                         cl_long(i8 ? st->cache.scale_token_stride() : 0), cl_long(i8 ? st->cache.scale_head_stride() : 0),
+                         cl_int(i8 && st->cache.scale_dtype == DType::F16));
   };
   cl_event ev1 = nullptr;
   if (st->sets.per_set > 0) {
@@ -891,7 +907,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   const int64_t counter_base = v[i++];
   const int64_t n = v[i++];
   if (i != kHeader || n < 0 || v.size() - kHeader != uint64_t(n)) bad_vector("table length does not match the vector");
-  ops::check_paged_kv(p.cache, "plan cache");
+  ops::check_paged_kv(p.cache, "plan cache", true);
   check_vector_tile(p, t, *st);
   // The workspace layout and the counter sets are recomputed, not trusted.
   planner::WorkspaceLayout ws = planner::workspace_layout(p.num_partials, p.num_qo_heads, p.head_dim);
@@ -958,6 +974,17 @@ void catalog_decode(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
       KTile tile = choose_tile(t.profile, cache, sparse == 2 ? 1 : 4, {}, &sp, t.preferred_float_width);
       if (sparse == 2) tile.gmax = 1, tile.n_hblk = 4;
       tile.sparse = sparse, tile.prefetch = 0;
+      return variants(t.profile, tile, cache, t.fp32_denorms);
+    });
+  // int8 KV (row scales), split and not.
+  for (bool split : {false, true})
+    catalog_add(out, "decode", std::string("int8 d128 group 4") + (split ? " split" : ""), [&] {
+      PagedKV cache;
+      cache.num_pages = 1024, cache.page_size = 16, cache.num_kv_heads = 8, cache.head_dim = 128, cache.dtype = DType::I8;
+      SplitParams sp;
+      KTile tile = choose_tile(t.profile, cache, 4, {}, &sp, t.preferred_float_width);
+      tile.prefetch = 0;
+      if (!split) tile.fuse_merge = 0;
       return variants(t.profile, tile, cache, t.fp32_denorms);
     });
   catalog_add(out, "merge", "*", [&] { return std::vector<Variant>{merge_variant(t.profile)}; });

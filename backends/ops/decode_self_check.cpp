@@ -29,6 +29,7 @@ Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const
   PagedKV cache = k.cache;
   cache.num_pages = pp.pages, cache.num_kv_heads = Hkv;
   cache.stride_page = cache.stride_token = cache.stride_head = 0;
+  cache.scale_stride_page = cache.scale_stride_token = cache.scale_stride_head = 0;
   std::mt19937 rng(0xdec0de57u);
   std::vector<uint8_t> kbuf, vbuf;
   fill_kv(cache, pp, rng, kbuf, vbuf);
@@ -37,7 +38,14 @@ Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const
 
   Queue queue;
   make(queue, c);
-  Mem qb, kb, vb, ids, o[2], lse[2], ws[2];
+  Mem qb, kb, vb, ids, o[2], lse[2], ws[2], ksc, vsc;
+  if (cache.dtype == DType::I8) {  // row scales 1/8 and 1/4 (f32) or their f16 bits
+    const size_t n = size_t(cache.scale_required_bytes()) / dtype_size(cache.scale_dtype);
+    std::vector<uint8_t> a, bv;
+    for (size_t i = 0; i < n; ++i) put(a, cache.scale_dtype, false, -3, 0), put(bv, cache.scale_dtype, false, -2, 0);
+    make(ksc, c.ctx, a.size(), a.data());
+    make(vsc, c.ctx, bv.size(), bv.data());
+  }
   make(qb, c.ctx, q.size(), q.data());
   make(kb, c.ctx, kbuf.size(), kbuf.data());
   make(vb, c.ctx, vbuf.size(), vbuf.data());
@@ -59,7 +67,7 @@ Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const
     if (plan.workspace_bytes > 0) make(ws[i], c.ctx, size_t(plan.workspace_bytes));
     DecodeBuffers b;
     b.q = qb.m, b.k_cache = kb.m, b.v_cache = vb.m, b.page_ids = ids.m, b.o = o[i].m, b.lse = lse[i].m;
-    b.workspace = ws[i].m;
+    b.workspace = ws[i].m, b.k_scale_cache = ksc.m, b.v_scale_cache = vsc.m;
     decode_run(ctx, plan, b, Enqueue{queue.q});
     got[i] = read_outputs(queue.q, o[i], lse[i], rows, D, od);
   }

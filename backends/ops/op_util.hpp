@@ -140,7 +140,8 @@ void require_io_dtype(DType t, const std::string& what);
 
 // Checks a cache descriptor (positive shapes, supported page size and dtype, strides that
 // fit) and returns nothing; `what` names the argument in messages. In paged_kv.cpp.
-void check_paged_kv(const PagedKV& c, const std::string& what);
+// allow_int8: the op reads int8 caches (decode, append_kv); elsewhere int8 is Unsupported.
+void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8 = false);
 
 
 // append_kv's argument checks (rope_append_kv shares them): resolved source strides, and

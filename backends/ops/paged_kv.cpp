@@ -30,16 +30,55 @@ int64_t PagedKV::required_bytes() const {
   return ck::mul(last, int64_t(dtype_size(dtype)), what);
 }
 
+// ---- int8 scale caches ----
+int64_t PagedKV::scale_head_stride() const {
+  if (scale_stride_head) return scale_stride_head;
+  return layout == KVLayout::NHD ? 1 : int64_t(page_size);
+}
+int64_t PagedKV::scale_token_stride() const {
+  if (scale_stride_token) return scale_stride_token;
+  return layout == KVLayout::NHD ? int64_t(num_kv_heads) : 1;
+}
+int64_t PagedKV::scale_page_stride() const {
+  if (scale_stride_page) return scale_stride_page;
+  return rt::checked::mul(page_size, num_kv_heads, "scale cache page stride");
+}
+int64_t PagedKV::scale_required_bytes() const {
+  if (dtype != DType::I8 || num_pages <= 0 || page_size <= 0 || num_kv_heads <= 0) return 0;
+  namespace ck = rt::checked;
+  const char* what = "scale cache size";
+  int64_t last = ck::mul(int64_t(num_pages) - 1, scale_page_stride(), what);
+  last = ck::add(last, ck::mul(int64_t(page_size) - 1, scale_token_stride(), what), what);
+  last = ck::add(last, ck::mul(int64_t(num_kv_heads) - 1, scale_head_stride(), what), what);
+  return ck::mul(ck::add(last, 1, what), int64_t(dtype_size(scale_dtype)), what);
+}
+
 namespace ops {
 
-void check_paged_kv(const PagedKV& c, const std::string& what) {
+void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8) {
   if (c.num_pages < 0) rt::invalid(what + ".num_pages = " + std::to_string(c.num_pages) + ", must be >= 0");
   if (c.page_size < 1) rt::invalid(what + ".page_size = " + std::to_string(c.page_size) + ", must be >= 1");
   if (c.num_kv_heads < 1) rt::invalid(what + ".num_kv_heads = " + std::to_string(c.num_kv_heads) + ", must be >= 1");
   if (c.head_dim < 1) rt::invalid(what + ".head_dim = " + std::to_string(c.head_dim) + ", must be >= 1");
-  if (!is_kv_dtype(c.dtype))
+  if (c.dtype == DType::I8 && !allow_int8)
+    throw Error(Status::Unsupported, what + ".dtype int8: this op does not read int8 caches yet (decode and "
+                                            "append_kv do; docs/kv_formats.md)");
+  if (!is_kv_dtype(c.dtype) && c.dtype != DType::I8)
     throw Error(Status::Unsupported, what + ".dtype " + std::string(dtype_name(c.dtype)) +
-                                         " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)");
+                                         " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8)");
+  if (c.dtype == DType::I8) {
+    if (c.scale_dtype != DType::F32 && c.scale_dtype != DType::F16)
+      throw Error(Status::Unsupported, what + ".scale_dtype " + std::string(dtype_name(c.scale_dtype)) +
+                                           " unsupported (f32, f16)");
+    if (c.scale_stride_page < 0 || c.scale_stride_token < 0 || c.scale_stride_head < 0)
+      rt::invalid(what + ": negative scale stride");
+    try {
+      (void)c.scale_required_bytes();
+    } catch (const Error& e) {
+      rt::invalid(what + ": " + e.what());
+    }
+    if (c.scale_head_stride() < 1 && c.num_kv_heads > 1) rt::invalid(what + ".scale_stride_head must be >= 1");
+  }
   if (c.stride_page < 0 || c.stride_token < 0 || c.stride_head < 0)
     rt::invalid(what + ": negative stride");
   try {

@@ -31,6 +31,7 @@ inline void put(std::vector<uint8_t>& out, DType dt, bool neg, int e, int m) {
     }
     case DType::FP8_E4M3: out.push_back(uint8_t(s << 7 | uint32_t(e + 7) << 3 | uint32_t(m) << 1)); return;
     case DType::FP8_E5M2: out.push_back(uint8_t(s << 7 | uint32_t(e + 15) << 2 | uint32_t(m))); return;
+    case DType::I8: out.push_back(uint8_t(int8_t((neg ? -1 : 1) * (4 + m) << (-e % 3)))); return;  // |x| <= 28
     default: rt::invalid("self-check: no values for dtype " + std::string(dtype_name(dt)));
   }
 }
@@ -42,6 +43,7 @@ inline void put_nan(std::vector<uint8_t>& out, DType dt) {
     case DType::F16: out.push_back(0x00), out.push_back(0x7e); return;
     case DType::BF16: out.push_back(0xc0), out.push_back(0x7f); return;
     case DType::FP8_E4M3: out.push_back(0x7f); return;
+    case DType::I8: out.push_back(0x7f); return;  // no NaN: the largest value, which moves any result it enters
     default: out.push_back(0x7e); return;  // e5m2
   }
 }

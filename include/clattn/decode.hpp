@@ -92,7 +92,8 @@ struct DecodeBuffers {
   cl_mem lse = nullptr;        // [B, Hq] f32, optional
   cl_mem workspace = nullptr;  // >= plan.workspace_bytes (when nonzero)
   cl_mem sinks = nullptr;      // [Hq] f32 sink logits, optional
-  float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale
+  float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale (int8 caches: must be 1)
+  cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;  // int8 caches: the row scales (PagedKV)
 };
 
 // Enqueues the plan's kernels (decode, then the merge pass when the plan splits). Only

@@ -12,20 +12,36 @@ namespace clattn {
 // head*stride_head + d (elements of `dtype`); zero strides take the contiguous layout's:
 // NHD [num_pages, page_size, num_kv_heads, head_dim], HND [num_pages, num_kv_heads,
 // page_size, head_dim]. Strides must keep rows 4-byte aligned (16 for the fastest loads).
+//
+// int8 (dtype I8; decode and append_kv): symmetric, one scale per (token, KV head):
+// loaded = stored * scale, scale = max |row| / 127 computed by append_kv. The scales live in
+// scale caches beside K and V (k_scale_cache / v_scale_cache buffers, the same page ids) of
+// scale_dtype (f32 or f16), element (page, token-in-page, head) at page*scale_stride_page +
+// token*scale_stride_token + head*scale_stride_head; zero strides take the cache layout's
+// order: NHD [num_pages, page_size, num_kv_heads], HND [num_pages, num_kv_heads, page_size].
+// Layout and reasoning: docs/kv_formats.md.
 struct PagedKV {
   int num_pages = 0;
   int page_size = 16;
   int num_kv_heads = 0;
   int head_dim = 0;
   KVLayout layout = KVLayout::NHD;
-  DType dtype = DType::BF16;  // f32 f16 bf16 fp8_e4m3 fp8_e5m2
+  DType dtype = DType::BF16;  // f32 f16 bf16 fp8_e4m3 fp8_e5m2 int8
   int64_t stride_page = 0, stride_token = 0, stride_head = 0;
+  DType scale_dtype = DType::F32;  // int8: the scale caches' dtype, f32 or f16
+  int64_t scale_stride_page = 0, scale_stride_token = 0, scale_stride_head = 0;  // elements
 
   CLATTN_API int64_t page_stride() const;   // resolved strides (elements)
   CLATTN_API int64_t token_stride() const;
   CLATTN_API int64_t head_stride() const;
   // Bytes a buffer must hold: one past the last element the strides can address.
   CLATTN_API int64_t required_bytes() const;
+  // int8: the scale caches' resolved strides (elements) and the bytes each must hold (0 for
+  // other dtypes).
+  CLATTN_API int64_t scale_page_stride() const;
+  CLATTN_API int64_t scale_token_stride() const;
+  CLATTN_API int64_t scale_head_stride() const;
+  CLATTN_API int64_t scale_required_bytes() const;
 };
 
 }  // namespace clattn

@@ -34,7 +34,8 @@ class CLATTN_API Error : public std::runtime_error {
   int cl_error_;
 };
 
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, FP8_E4M3 = 3, FP8_E5M2 = 4, I32 = 5, I64 = 6 };
+// I8: the int8 KV cache format (PagedKV, with a scale per (token, KV head); docs/kv_formats.md).
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, FP8_E4M3 = 3, FP8_E5M2 = 4, I32 = 5, I64 = 6, I8 = 7 };
 CLATTN_API const char* dtype_name(DType t) noexcept;
 CLATTN_API std::size_t dtype_size(DType t) noexcept;
 

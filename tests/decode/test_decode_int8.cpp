@@ -1,0 +1,196 @@
+// int8 KV caches (symmetric, one scale per (token, KV head) in scale caches): append_kv
+// quantises f32/bf16 rows bit for bit as reference/kv_formats_reference says (f32 and f16
+// scales, NHD and HND, padded scale strides, negative slots), and paged decode over them
+// matches ref::attention over the dequantised rows: GQA 1/4/8, head dims 64/128, page sizes
+// 1/16, split-K on and off, q/o dtypes. Rejected calls name the argument.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "reference/kv_formats_reference.hpp"
+#include "reference/reference.hpp"
+#include "support/test_support.hpp"
+
+using namespace clattn;
+using test::ctx;
+
+namespace {
+
+struct I8Case {
+  int B, Hq, Hkv, D, P;
+  KVLayout layout;
+  DType scale_dt, io;
+  bool split, pad_scales;
+  std::string describe() const {
+    return "B=" + std::to_string(B) + " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" +
+           std::to_string(D) + " P=" + std::to_string(P) + (layout == KVLayout::HND ? " HND" : " NHD") + " scales " +
+           dtype_name(scale_dt) + " io " + dtype_name(io) + (split ? " split" : "") + (pad_scales ? " padded" : "");
+  }
+};
+
+double o_tol(DType t) { return t == DType::F32 ? 5e-5 : t == DType::F16 ? 2e-3 : 1e-2; }
+
+void run_case(const I8Case& c, test::Rng& rng) {
+  SCOPED_TRACE(c.describe());
+  std::vector<int> lens;
+  for (int b = 0; b < c.B; ++b) lens.push_back(rng.uniform_int(1, 90));
+  if (c.B > 1) lens[1] = c.P;  // a full page
+  int pages_needed = 0;
+  for (int L : lens) pages_needed += (L + c.P - 1) / c.P;
+  PagedKV cache;
+  cache.num_pages = pages_needed + 2, cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D;
+  cache.layout = c.layout, cache.dtype = DType::I8, cache.scale_dtype = c.scale_dt;
+  if (c.pad_scales) {  // [pages, Hkv, P + 3] with a page gap
+    cache.scale_stride_token = 1, cache.scale_stride_head = c.P + 3, cache.scale_stride_page = int64_t(c.Hkv) * (c.P + 3) + 5;
+  }
+  // Pages handed out shuffled; CSR metadata.
+  std::vector<int32_t> perm(size_t(cache.num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng.gen);
+  PagedCsr csr;
+  csr.page_size = c.P;
+  csr.kv_indptr = {0};
+  std::vector<int64_t> slots;  // every token of every request
+  int next = 0;
+  for (int L : lens) {
+    const int np = (L + c.P - 1) / c.P;
+    for (int i = 0; i < np; ++i) csr.kv_indices.push_back(perm[size_t(next + i)]);
+    for (int t = 0; t < L; ++t) slots.push_back(int64_t(perm[size_t(next + t / c.P)]) * c.P + t % c.P);
+    next += np;
+    csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
+    csr.kv_last_page_len.push_back(L - (np - 1) * c.P);
+  }
+  const int N = int(slots.size()), row = c.Hkv * c.D;
+  // Source rows (f32, some all-zero rows and a wide range per row).
+  std::vector<double> k = rng.vec(size_t(N) * row, -3, 3), v = rng.vec(size_t(N) * row, -3, 3);
+  for (int d = 0; d < c.D; ++d) k[size_t(d)] = 0.0, v[size_t(row + d)] = 0.0;
+  k[size_t(c.D)] = 40.0;
+  k = test::quantize(k, DType::F32), v = test::quantize(v, DType::F32);
+  auto dk = test::upload(test::pack(k, DType::F32)), dv = test::upload(test::pack(v, DType::F32));
+  auto dslots = test::upload(slots);
+  const size_t cbytes = size_t(cache.required_bytes()), sbytes = size_t(cache.scale_required_bytes());
+  auto kc = test::upload(std::vector<uint8_t>(cbytes, 0x55)), vc = test::upload(std::vector<uint8_t>(cbytes, 0x55));
+  auto ks = test::upload(std::vector<uint8_t>(sbytes, 0x7f)), vs = test::upload(std::vector<uint8_t>(sbytes, 0x7f));
+  AppendKVArgs a;
+  a.k = dk.get(), a.v = dv.get(), a.src_dtype = DType::F32, a.slot_mapping = dslots.get(), a.slot_dtype = DType::I64;
+  a.num_tokens = N, a.k_cache = kc.get(), a.v_cache = vc.get(), a.cache = cache;
+  a.k_scale_cache = ks.get(), a.v_scale_cache = vs.get();
+  append_kv(ctx(), a);
+  ctx().finish();
+
+  // Stored bytes and scales against the reference quantiser, and the dequantised rows.
+  const auto kb = test::download<uint8_t>(kc, cbytes), vb = test::download<uint8_t>(vc, cbytes);
+  const auto ksb = test::download<uint8_t>(ks, sbytes), vsb = test::download<uint8_t>(vs, sbytes);
+  const size_t ses = dtype_size(c.scale_dt);
+  auto scale_at = [&](const std::vector<uint8_t>& sb, size_t off) {
+    return test::unpack(std::vector<uint8_t>(sb.begin() + off * ses, sb.begin() + (off + 1) * ses), c.scale_dt)[0];
+  };
+  std::vector<double> kd(size_t(N) * row), vd(size_t(N) * row);
+  int mismatched = 0;
+  for (int t = 0; t < N; ++t)
+    for (int h = 0; h < c.Hkv; ++h) {
+      const int64_t s = slots[size_t(t)], page = s / c.P, off = s % c.P;
+      const size_t co = size_t(page * cache.page_stride() + off * cache.token_stride() + h * cache.head_stride());
+      const size_t so = size_t(page * cache.scale_page_stride() + off * cache.scale_token_stride() + h * cache.scale_head_stride());
+      for (int kv = 0; kv < 2; ++kv) {
+        const std::vector<double>& src = kv ? v : k;
+        std::vector<float> x(size_t(c.D));
+        for (int d = 0; d < c.D; ++d) x[size_t(d)] = float(src[size_t(t * row + h * c.D + d)]);
+        std::vector<int8_t> q(size_t(c.D));
+        float want_scale;
+        ref::int8_quantize_row(x.data(), c.D, c.scale_dt == DType::F16, q.data(), &want_scale);
+        const auto& cb = kv ? vb : kb;
+        const double got_scale = scale_at(kv ? vsb : ksb, so);
+        if (got_scale != double(want_scale)) ++mismatched;
+        if (std::memcmp(&cb[co], q.data(), size_t(c.D)) != 0) ++mismatched;
+        ref::int8_dequantize_row(reinterpret_cast<const int8_t*>(&cb[co]), c.D, float(got_scale),
+                                 &(kv ? vd : kd)[size_t(t * row + h * c.D)]);
+      }
+    }
+  EXPECT_EQ(mismatched, 0) << "stored rows or scales differ from the reference quantiser";
+
+  // Decode.
+  const auto q = test::quantize(rng.vec(size_t(c.B) * c.Hq * c.D, -1, 1), c.io);
+  auto dq = test::upload(test::pack(q, c.io));
+  DecodeOptions opt;
+  opt.num_qo_heads = c.Hq, opt.q_dtype = c.io, opt.o_dtype = c.io;
+  if (c.split) opt.params = {{"MIN_CHUNK", 16}, {"WGS_PER_CU", 4096}};
+  else opt.max_splits = 1;
+  DecodePlan plan = decode_plan(ctx(), csr, cache, opt);
+  if (c.split) EXPECT_GT(plan.num_merges, 0);
+  EXPECT_EQ(plan.variant.find("cpu"), std::string::npos) << "int8 runs the lanes kernel: " << plan.variant;
+  auto ids = test::upload(csr.kv_indices);
+  const size_t ob = size_t(c.B) * c.Hq * c.D * dtype_size(c.io);
+  auto o = test::upload(std::vector<uint8_t>(ob, 0));
+  DeviceBuffer ws(ctx(), size_t(std::max<int64_t>(plan.workspace_bytes, 4)));
+  DecodeBuffers b;
+  b.q = dq.get(), b.k_cache = kc.get(), b.v_cache = vc.get(), b.page_ids = ids.get(), b.o = o.get();
+  b.workspace = ws.get(), b.k_scale_cache = ks.get(), b.v_scale_cache = vs.get();
+  decode_run(ctx(), plan, b);
+  ctx().finish();
+  const auto got = test::unpack(test::download<uint8_t>(o, ob), c.io);
+  std::vector<double> want(size_t(c.B) * c.Hq * c.D);
+  ref::AttnOptions ro;
+  ro.sm_scale = 1.0 / std::sqrt(double(c.D));
+  int t0 = 0;
+  for (int r = 0; r < c.B; ++r) {
+    const int L = lens[size_t(r)];
+    ref::attention(&q[size_t(r) * c.Hq * c.D], &kd[size_t(t0) * row], &vd[size_t(t0) * row], 1, L, c.Hq, c.Hkv, c.D,
+                   c.D, ro, &want[size_t(r) * c.Hq * c.D], nullptr);
+    t0 += L;
+  }
+  EXPECT_TRUE(test::all_close(got, want, o_tol(c.io), o_tol(c.io), "int8 decode"));
+}
+
+}  // namespace
+
+TEST(Int8KV, AppendAndDecodeMatchTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2810);
+  const I8Case cases[] = {
+      {3, 8, 2, 128, 16, KVLayout::NHD, DType::F32, DType::BF16, false, false},
+      {2, 4, 4, 64, 1, KVLayout::HND, DType::F16, DType::F32, true, false},
+      {4, 8, 1, 64, 16, KVLayout::HND, DType::F32, DType::F32, true, true},
+      {2, 16, 2, 128, 16, KVLayout::NHD, DType::F16, DType::BF16, true, false},
+  };
+  for (const I8Case& c : cases) {
+    run_case(c, rng);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(Int8KV, RejectsMissingScalesAndScaleFactors) {
+  PagedKV cache;
+  cache.num_pages = 2, cache.page_size = 4, cache.num_kv_heads = 1, cache.head_dim = 64, cache.dtype = DType::I8;
+  auto src = test::upload(std::vector<float>(64, 1.0f));
+  auto slots = test::upload(std::vector<int64_t>{0});
+  auto kc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), 0x11));
+  auto sc = test::upload(std::vector<uint8_t>(size_t(cache.scale_required_bytes()), 0x11));
+  AppendKVArgs a;
+  a.k = a.v = src.get(), a.src_dtype = DType::F32, a.slot_mapping = slots.get(), a.num_tokens = 1;
+  a.k_cache = a.v_cache = kc.get(), a.cache = cache, a.k_scale_cache = sc.get();
+  EXPECT_TRUE(test::throws_error([&] { append_kv(ctx(), a); }, Status::InvalidArgument, "v_scale_cache"));
+  a.v_scale_cache = sc.get(), a.k_scale = 2.0f;
+  EXPECT_TRUE(test::throws_error([&] { append_kv(ctx(), a); }, Status::InvalidArgument, "k_scale/v_scale must be 1"));
+  a.k_scale = 1.0f, a.cache.scale_dtype = DType::BF16;
+  EXPECT_TRUE(test::throws_error([&] { append_kv(ctx(), a); }, Status::Unsupported, "scale_dtype"));
+  ctx().finish();
+  for (uint8_t x : test::download<uint8_t>(kc, size_t(cache.required_bytes()))) ASSERT_EQ(x, 0x11);
+  // Ops that do not read int8 caches yet say so.
+  ExtendOptions eo;
+  eo.num_qo_heads = 1;
+  PagedCsr csr;
+  csr.page_size = 4, csr.kv_indptr = {0, 1}, csr.kv_indices = {0}, csr.kv_last_page_len = {1}, csr.qo_indptr = {0, 1};
+  EXPECT_TRUE(test::throws_error([&] { extend_plan(ctx(), csr, cache, eo); }, Status::Unsupported, "int8"));
+  // Decode: the scale caches are required.
+  DecodeOptions opt;
+  opt.num_qo_heads = 1, opt.q_dtype = opt.o_dtype = DType::F32;
+  csr.qo_indptr.clear();
+  DecodePlan plan = decode_plan(ctx(), csr, cache, opt);
+  auto q = test::upload(std::vector<float>(64, 0.5f)), o = test::upload(std::vector<float>(64, 0.0f));
+  auto ids = test::upload(csr.kv_indices);
+  DecodeBuffers b;
+  b.q = q.get(), b.o = o.get(), b.k_cache = b.v_cache = kc.get(), b.page_ids = ids.get(), b.k_scale_cache = sc.get();
+  EXPECT_TRUE(test::throws_error([&] { decode_run(ctx(), plan, b); }, Status::InvalidArgument, "v_scale_cache"));
+}
