@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "clattn/append_kv.hpp"
 #include "clattn/clattn.h"
 #include "clattn/context.hpp"
 #include "clattn/linear.hpp"
@@ -73,6 +74,26 @@ inline PagedKV to_cpp(const clattn_paged_kv& c) {
   k.stride_token = c.stride_token;
   k.stride_head = c.stride_head;
   return k;
+}
+
+// KV append arguments (clattn_append_kv, and the append part of clattn_rope_append_kv).
+inline AppendKVArgs to_cpp(const clattn_append_kv_args& a) {
+  AppendKVArgs x;
+  x.k = a.k;
+  x.v = a.v;
+  x.src_dtype = static_cast<DType>(a.src_dtype);
+  x.src_stride_token = a.src_stride_token;
+  x.src_stride_head = a.src_stride_head;
+  x.slot_mapping = a.slot_mapping;
+  x.slot_dtype = static_cast<DType>(a.slot_dtype);
+  x.num_tokens = a.num_tokens;
+  x.slot_mapping_host = a.slot_mapping_host;
+  x.k_cache = a.k_cache;
+  x.v_cache = a.v_cache;
+  x.cache = to_cpp(a.cache);
+  x.k_scale = a.k_scale;
+  x.v_scale = a.v_scale;
+  return x;
 }
 
 // Linear-attention config (linear ops and backend layer specs).

@@ -69,7 +69,7 @@ CLATTN_API clattn_status clattn_self_check(clattn_context ctx);
 CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32_t* out, int clear);
 
 
-/* ------------------------ ops (see clattn/paged_kv.hpp, decode.hpp, append_kv.hpp, merge_state.hpp)
+/* ------------------------ ops (see clattn/paged_kv.hpp, decode.hpp, append_kv.hpp, rope.hpp, merge_state.hpp)
  * dtype codes match clattn::DType: 0 f32, 1 f16, 2 bf16, 3 fp8 e4m3, 4 fp8 e5m2, 5 i32, 6 i64.
  * layout: 0 NHD [pages, P, Hkv, D], 1 HND [pages, Hkv, P, D]. Strides in elements, 0 = the
  * layout's contiguous stride. Every op only enqueues on `queue` (NULL = the context's
@@ -153,6 +153,57 @@ typedef struct clattn_append_kv_args {
   float k_scale, v_scale;
 } clattn_append_kv_args;
 CLATTN_API clattn_status clattn_append_kv(clattn_context ctx, const clattn_append_kv_args* a, const clattn_enqueue* e);
+
+/* Rotary position embedding (see clattn/rope.hpp, docs/rope.md). Pair i < R/2 is dims
+ * (i, i + R/2) (NeoX, rotate_half) or (2i, 2i + 1) (GPT-J, interleaved), rotated by
+ * (x, y) -> (x cos - y sin, y cos + x sin); dims R .. D-1 pass through. */
+typedef struct clattn_rope_config {
+  int style;                 /* 0 NeoX, 1 GPT-J */
+  int rotary_dim;            /* R: even, 2 <= R <= head_dim; 0 = head_dim */
+  float theta;               /* > 0 (no cache): angle_i = pos / scale * theta^(-2i/R), in f32 */
+  float scale;               /* > 0 (no cache): positions are divided by it */
+  cl_mem cos_sin_cache;      /* optional [cache_positions, R] f32: row p = R/2 cosines, R/2 sines */
+  int64_t cache_positions;   /* rows of cos_sin_cache (> 0 when it is set) */
+} clattn_rope_config;
+/* NeoX, full rotary (R = head_dim), theta 10000, scale 1, no cache. */
+CLATTN_API void clattn_rope_config_init(clattn_rope_config* c);
+
+/* q [num_tokens, Hq, D] -> q_out and k [num_tokens, Hk, D] -> k_out (Hq or Hk may be 0:
+ * that pair is not touched), in place when the output is the input. One position per
+ * token, >= 0 (and < cache_positions with a cache): a device position outside that range
+ * leaves the token's outputs unwritten and sets CLATTN_FAULT_POSITION. */
+typedef struct clattn_rope_args {
+  cl_mem q, q_out;           /* [num_tokens, Hq, D] */
+  cl_mem k, k_out;           /* [num_tokens, Hk, D] */
+  int dtype;                 /* q, k and their outputs: f32 f16 bf16 (outputs rounded to nearest even) */
+  int64_t num_tokens;
+  int num_qo_heads, num_kv_heads, head_dim;  /* Hq, Hk >= 0, not both 0 */
+  int64_t q_stride_token, q_stride_head;     /* q and q_out */
+  int64_t k_stride_token, k_stride_head;     /* k and k_out */
+  cl_mem positions;          /* [num_tokens] */
+  int positions_dtype;       /* 5 i32 or 6 i64 */
+  const void* positions_host; /* optional host copy (same dtype), validated before enqueue */
+  clattn_rope_config rope;
+} clattn_rope_args;
+CLATTN_API clattn_status clattn_apply_rope(clattn_context ctx, const clattn_rope_args* a, const clattn_enqueue* e);
+
+/* clattn_append_kv with RoPE on the way, in one kernel: append.k is rotated, then stored as
+ * clattn_append_kv stores it; append.v is stored unchanged; q is rotated into q_out. The
+ * slot decides only the cache writes: a token with a negative slot still gets its q_out row.
+ * clattn_append_kv's checks apply to `append` unchanged. */
+typedef struct clattn_rope_append_kv_args {
+  clattn_append_kv_args append; /* k, v, slot_mapping, caches, scales */
+  cl_mem q, q_out;           /* [append.num_tokens, Hq, D]: q in append.src_dtype */
+  int num_qo_heads;          /* Hq >= 0 (0: no q) */
+  int64_t q_stride_token, q_stride_head;     /* q and q_out */
+  int q_out_dtype;           /* f32 f16 bf16 */
+  cl_mem positions;          /* [append.num_tokens] */
+  int positions_dtype;       /* 5 i32 or 6 i64 */
+  const void* positions_host; /* optional host copy (same dtype), validated before enqueue */
+  clattn_rope_config rope;
+} clattn_rope_append_kv_args;
+CLATTN_API clattn_status clattn_rope_append_kv(clattn_context ctx, const clattn_rope_append_kv_args* a,
+                                               const clattn_enqueue* e);
 
 /* (v_a, s_a) + (v_b, s_b) -> (v_out, s_out); s_out nullable; in place allowed. */
 CLATTN_API clattn_status clattn_merge_state(clattn_context ctx, cl_mem v_a, cl_mem s_a, cl_mem v_b, cl_mem s_b,

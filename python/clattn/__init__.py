@@ -25,6 +25,8 @@ from .attention import (BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPage
 from .mla import BatchMLAPagedAttentionWrapper
 from .sparse import HsaDecodeWrapper
 from .dsa import DsaIndexer, MlaSparseDecodeWrapper
+from .rope import (apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache,
+                   apply_rope_with_cos_sin_cache_inplace, rope_append_paged_kv_cache)
 from .linear import (chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, chunk_simple_gla,
                      fused_recurrent_simple_gla, fused_recurrent_gated_delta_rule_update,
                      fused_recurrent_simple_gla_update)
@@ -41,6 +43,8 @@ __all__ = [
     "BatchPrefillWithRaggedKVCacheWrapper", "merge_state", "merge_state_in_place", "merge_states",
     "append_kv", "append_paged_kv_cache", "get_batch_indices_positions", "BatchMLAPagedAttentionWrapper",
     "HsaDecodeWrapper", "DsaIndexer", "MlaSparseDecodeWrapper",
+    "apply_rope_pos_ids", "apply_rope_pos_ids_inplace", "apply_rope_with_cos_sin_cache",
+    "apply_rope_with_cos_sin_cache_inplace", "rope_append_paged_kv_cache",
     "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_simple_gla",
     "fused_recurrent_simple_gla", "fused_recurrent_gated_delta_rule_update", "fused_recurrent_simple_gla_update",
     "build_csr", "build_page_table", "build_slot_mapping", "build_block_table", "csr_to_page_table",

@@ -14,7 +14,8 @@ _KV_DTYPES = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
 def _check_pos_encoding(mode):
     if mode not in (None, "NONE"):
         raise error(f"pos_encoding_mode={mode!r}: clattn applies no RoPE inside attention; "
-                    "apply it to q/k before the call and pass 'NONE'", "Unsupported")
+                    "apply it to q/k before the call (clattn.apply_rope_pos_ids, or "
+                    "rope_append_paged_kv_cache with the append) and pass 'NONE'", "Unsupported")
 
 
 def _split_kv_cache(paged_kv_cache, name="paged_kv_cache"):
@@ -1138,6 +1139,13 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     """
     k_cache, v_cache = _split_kv_cache(paged_kv_cache)
     c = context_of(append_key, append_value, k_cache, v_cache, ctx=ctx)
+    slots = _append_slots(c, k_cache, kv_layout, batch_indices, positions, kv_indices, kv_indptr)
+    append_kv(append_key, append_value, slots, k_cache, v_cache, kv_layout, dtype=dtype, ctx=c)
+
+
+def _append_slots(c, k_cache, kv_layout, batch_indices, positions, kv_indices, kv_indptr):
+    """int64 cache slots of appended tokens from FlashInfer's append metadata (on the host:
+    device arrays are copied back); a position outside its request's pages is an error."""
     shape = tuple(k_cache.shape) if hasattr(k_cache, "shape") else tuple(as_tensor(c, k_cache, "k_cache").shape)
     if len(shape) not in (3, 4):
         raise error(f"k_cache: shape {list(shape)}, expected 4 dims ({kv_layout}) or 3 (page size 1)")
@@ -1156,5 +1164,4 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     if bad.size:
         i = int(bad[0])
         raise error(f"positions[{i}] = {int(pos[i])} is outside request {int(bi[i])}'s pages")
-    slots = ind[ip[bi] + page_in_req].astype(np.int64) * page_size + pos % page_size
-    append_kv(append_key, append_value, slots, k_cache, v_cache, kv_layout, dtype=dtype, ctx=c)
+    return ind[ip[bi] + page_in_req].astype(np.int64) * page_size + pos % page_size

@@ -1,6 +1,6 @@
 // Shared pieces of the clattn Python binding: the device tensor type, dtype mapping and
 // argument checks. The binding is split by topic (tensor.cpp, ops.cpp, mla.cpp,
-// linear.cpp, metadata.cpp, sparse.cpp, dsa.cpp); module.cpp ties them together.
+// linear.cpp, metadata.cpp, sparse.cpp, dsa.cpp, rope.cpp); module.cpp ties them together.
 // Decisions: docs/python.md.
 #pragma once
 #include <pybind11/numpy.h>
@@ -106,6 +106,16 @@ auto plan_from(py::object indptr, py::object indices, py::object last, py::objec
   return f(csr);
 }
 
+// append_kv's arguments from the Python ones (shared by _append_kv and _rope_append_kv):
+// shapes and dtypes checked, the host slot copy (when not None) validated against the cache.
+struct AppendKV {
+  clattn::AppendKVArgs args;
+  std::vector<TensorPtr> hold;  // the tensors behind args' buffers, alive for the call
+};
+AppendKV append_kv_args(const clattn::Context& ctx, py::handle k, py::handle v, py::handle slot_mapping,
+                        py::handle k_cache, py::handle v_cache, const std::string& layout, float k_scale,
+                        float v_scale, py::object slot_mapping_host);
+
 void init_tensor(py::module_& m);
 void init_ops(py::module_& m);
 void init_mla(py::module_& m);
@@ -114,5 +124,6 @@ void init_metadata(py::module_& m);
 void init_lse(py::module_& m);
 void init_sparse(py::module_& m);
 void init_dsa(py::module_& m);
+void init_rope(py::module_& m);
 
 }  // namespace clattn_py

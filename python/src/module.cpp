@@ -40,4 +40,5 @@ PYBIND11_MODULE(_clattn, m) {
   init_lse(m);
   init_sparse(m);
   init_dsa(m);
+  init_rope(m);
 }

@@ -26,43 +26,49 @@ std::vector<int32_t> opt_i32(const py::object& o, const char* name) {
 
 }  // namespace
 
+AppendKV append_kv_args(const clattn::Context& ctx, py::handle k_, py::handle v_, py::handle slots_,
+                        py::handle k_cache_, py::handle v_cache_, const std::string& layout, float k_scale,
+                        float v_scale, py::object slots_host) {
+  AppendKV r;
+  const TensorPtr k = tensor_arg(k_, "append_key"), v = tensor_arg(v_, "append_value");
+  const TensorPtr slots = tensor_arg(slots_, "slot_mapping");
+  const TensorPtr k_cache = tensor_arg(k_cache_, "k_cache"), v_cache = tensor_arg(v_cache_, "v_cache");
+  r.hold = {k, v, slots, k_cache, v_cache};
+  const std::initializer_list<PDType> src = {PDType::F32, PDType::F16, PDType::BF16};
+  const std::initializer_list<PDType> kv = {PDType::F32, PDType::F16, PDType::BF16, PDType::FP8_E4M3, PDType::FP8_E5M2};
+  clattn::AppendKVArgs& a = r.args;
+  a.k = check_tensor(ctx, k, "append_key", src);
+  if (k->shape.size() != 3) invalid("append_key: shape " + shape_str(k->shape) + ", expected [num_tokens, num_kv_heads, head_dim]");
+  a.v = check_tensor(ctx, v, "append_value", {k->dtype}, k->shape);
+  a.src_dtype = to_lib(k->dtype, "append_key");
+  a.num_tokens = k->shape[0];
+  a.slot_mapping = check_tensor(ctx, slots, "slot_mapping", {PDType::I32, PDType::I64}, {a.num_tokens});
+  a.slot_dtype = to_lib(slots->dtype, "slot_mapping");
+  a.k_cache = check_tensor(ctx, k_cache, "k_cache", kv);
+  if (k_cache->shape.size() != 4) invalid("k_cache: shape " + shape_str(k_cache->shape) + ", expected 4 dimensions");
+  a.v_cache = check_tensor(ctx, v_cache, "v_cache", {k_cache->dtype}, k_cache->shape);
+  bool nhd = parse_layout(layout) == clattn::KVLayout::NHD;
+  const auto& cs = k_cache->shape;
+  a.cache = paged_kv(int(cs[0]), int(nhd ? cs[1] : cs[2]), int(nhd ? cs[2] : cs[1]), int(cs[3]), layout, dtype_str(k_cache->dtype));
+  if (k->shape[1] != a.cache.num_kv_heads || k->shape[2] != a.cache.head_dim)
+    invalid("append_key: shape " + shape_str(k->shape) + " does not match the cache's heads/head_dim " + shape_str(cs));
+  a.k_scale = k_scale;
+  a.v_scale = v_scale;
+  if (!slots_host.is_none()) {
+    auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(slots_host);
+    if (!arr || arr.size() != a.num_tokens) invalid("slot_mapping host copy: expected " + std::to_string(a.num_tokens) + " integers");
+    clattn::validate_slot_mapping(arr.data(), int64_t(arr.size()), clattn::CacheShape{a.cache.num_pages, a.cache.page_size});
+  }
+  return r;
+}
+
 void init_ops(py::module_& m) {
   // ---------------------------------------------------------------- append
   m.def("_append_kv", [](const clattn::Context& ctx, py::handle k_, py::handle v_, py::handle slots_,
                          py::handle k_cache_, py::handle v_cache_, const std::string& layout,
                          float k_scale, float v_scale, py::object slots_host) {
-    const TensorPtr k = tensor_arg(k_, "append_key"), v = tensor_arg(v_, "append_value");
-    const TensorPtr slots = tensor_arg(slots_, "slot_mapping");
-    const TensorPtr k_cache = tensor_arg(k_cache_, "k_cache"), v_cache = tensor_arg(v_cache_, "v_cache");
-    const std::initializer_list<PDType> src = {PDType::F32, PDType::F16, PDType::BF16};
-    const std::initializer_list<PDType> kv = {PDType::F32, PDType::F16, PDType::BF16, PDType::FP8_E4M3, PDType::FP8_E5M2};
-    clattn::AppendKVArgs a;
-    a.k = check_tensor(ctx, k, "append_key", src);
-    if (k->shape.size() != 3) invalid("append_key: shape " + shape_str(k->shape) + ", expected [num_tokens, num_kv_heads, head_dim]");
-    a.v = check_tensor(ctx, v, "append_value", {k->dtype}, k->shape);
-    a.src_dtype = to_lib(k->dtype, "append_key");
-    a.num_tokens = k->shape[0];
-    a.slot_mapping = check_tensor(ctx, slots, "slot_mapping", {PDType::I32, PDType::I64}, {a.num_tokens});
-    a.slot_dtype = to_lib(slots->dtype, "slot_mapping");
-    a.k_cache = check_tensor(ctx, k_cache, "k_cache", kv);
-    if (k_cache->shape.size() != 4) invalid("k_cache: shape " + shape_str(k_cache->shape) + ", expected 4 dimensions");
-    a.v_cache = check_tensor(ctx, v_cache, "v_cache", {k_cache->dtype}, k_cache->shape);
-    bool nhd = parse_layout(layout) == clattn::KVLayout::NHD;
-    const auto& cs = k_cache->shape;
-    a.cache = paged_kv(int(cs[0]), int(nhd ? cs[1] : cs[2]), int(nhd ? cs[2] : cs[1]), int(cs[3]), layout, dtype_str(k_cache->dtype));
-    if (k->shape[1] != a.cache.num_kv_heads || k->shape[2] != a.cache.head_dim)
-      invalid("append_key: shape " + shape_str(k->shape) + " does not match the cache's heads/head_dim " + shape_str(cs));
-    a.k_scale = k_scale;
-    a.v_scale = v_scale;
-    std::vector<int64_t> host;
-    if (!slots_host.is_none()) {
-      auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(slots_host);
-      if (!arr || arr.size() != a.num_tokens) invalid("slot_mapping host copy: expected " + std::to_string(a.num_tokens) + " integers");
-      host.assign(arr.data(), arr.data() + arr.size());
-      clattn::validate_slot_mapping(host.data(), int64_t(host.size()),
-                                    clattn::CacheShape{a.cache.num_pages, a.cache.page_size});
-    }
-    clattn::append_kv(ctx, a);
+    const AppendKV a = append_kv_args(ctx, k_, v_, slots_, k_cache_, v_cache_, layout, k_scale, v_scale, slots_host);
+    clattn::append_kv(ctx, a.args);
   }, py::arg("ctx"), py::arg("k"), py::arg("v"), py::arg("slot_mapping"), py::arg("k_cache"), py::arg("v_cache"),
      py::arg("kv_layout"), py::arg("k_scale"), py::arg("v_scale"), py::arg("slot_mapping_host") = py::none());
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every kernel family on Oclgrind (a strict OpenCL 1.2 simulator) under --check-api and
 # --data-races: the C API tests (decode with append_kv, extend with merge, MLA with the
-# CLBlast absorb, GDN/GLA decode and prefill, metadata) under each vendor's parameters, and
-# the variants that need sub-groups or matrix engines through their emulation headers
+# CLBlast absorb, GDN/GLA decode and prefill, metadata, RoPE and its fused append) under each
+# vendor's parameters, and the variants that need sub-groups or matrix engines through their
+# emulation headers
 # (clattn-probe --self-check runs each on a small case). A run fails on a non-zero exit or on
 # any report of Oclgrind's (invalid access, data race, API error, fatal error).
 # Not run: the --uninitialized plugin (it cannot execute LLVM's `freeze` instruction and
