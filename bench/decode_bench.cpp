@@ -38,6 +38,7 @@ DType parse_dtype(const std::string& s) {
   if (s == "f16") return DType::F16;
   if (s == "bf16") return DType::BF16;
   if (s == "e4m3" || s == "fp8" || s == "fp8_e4m3") return DType::FP8_E4M3;
+  if (s == "int8") return DType::I8;
   return DType::FP8_E5M2;
 }
 
@@ -75,14 +76,20 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   }
   const std::vector<int32_t>& page_ids = ids;
   const size_t cache_bytes = size_t(cache.required_bytes());
+  const size_t scale_bytes = size_t(cache.scale_required_bytes());  // int8: f32 row scales
   const size_t qo_bytes = size_t(c.B) * c.Hq * c.D * dtype_size(c.q);
   // Back-to-back samples rotate through copies of the cache so no call reads K/V from L2.
   const int copies = h.rotation_copies(2.0 * double(cache_bytes));
-  std::vector<DeviceBuffer> ks, vs;
+  std::vector<DeviceBuffer> ks, vs, kss, vss;
   for (int i = 0; i < copies; ++i) {
     ks.emplace_back(ctx, cache_bytes), vs.emplace_back(ctx, cache_bytes);
     fill_pattern(ctx, ks.back().get(), cache_bytes, 1);
     fill_pattern(ctx, vs.back().get(), cache_bytes, 2);
+    if (scale_bytes) {
+      kss.emplace_back(ctx, scale_bytes), vss.emplace_back(ctx, scale_bytes);
+      fill_pattern(ctx, kss.back().get(), scale_bytes, 4);
+      fill_pattern(ctx, vss.back().get(), scale_bytes, 5);
+    }
   }
   DeviceBuffer q(ctx, qo_bytes), o(ctx, qo_bytes);
   DeviceBuffer lse(ctx, size_t(c.B) * c.Hq * 4), pid(ctx, page_ids.size() * 4);
@@ -98,7 +105,10 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   auto next_copy = [&] {
     const int i = call++ % copies;
     b.k_cache = ks[size_t(i)].get(), b.v_cache = vs[size_t(i)].get();
+    if (scale_bytes) b.k_scale_cache = kss[size_t(i)].get(), b.v_scale_cache = vss[size_t(i)].get();
   };
+  next_copy();
+  call = 0;
   const double ms = h.time_ms([&] {
     next_copy();
     decode_run(ctx, plan, b);
@@ -115,7 +125,8 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
                 t.last_us, t.call_us);
   }
   if (verbose_build) h.print_build_log("decode.cl", plan.kernel_options);
-  const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * c.D * double(dtype_size(c.kv));
+  // int8: the row scales are read too (one f32 per token and head, K and V).
+  const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * (c.D * double(dtype_size(c.kv)) + (scale_bytes ? 4.0 : 0.0));
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
   h.report("decode", shape_of(c) + " " + plan.variant + param_suffix(params), ms, bytes, flops);
@@ -149,7 +160,7 @@ void register_decode(CLI::App& app, Harness& h) {
   shape_opt("-D,--dim", o->c.D, "one case: head dim");
   shape_opt("--page", o->c.P, "one case: page size");
   cmd->add_option("--kv", o->kv, "KV dtype")
-      ->check(one_of({"f32", "f16", "bf16", "e4m3", "e5m2", "fp8", "fp8_e4m3", "fp8_e5m2"}));
+      ->check(one_of({"f32", "f16", "bf16", "e4m3", "e5m2", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"}));
   cmd->add_option("--q", o->q, "q/o dtype")->check(one_of({"f32", "f16", "bf16"}));
   cmd->add_option("--layout", o->layout, "KV layout")->check(one_of({"nhd", "hnd"}));
   cmd->add_option("--meta", o->meta, "metadata form")->check(one_of({"csr", "table"}));
@@ -185,6 +196,7 @@ void register_decode(CLI::App& app, Harness& h) {
       with(1, 8192, 16, DType::BF16);
       with(32, 256, 1, DType::BF16);
       with(8, 1024, 16, DType::FP8_E4M3);
+      with(8, 1024, 16, DType::I8);
     } else {
       with(64, 4096, 16, DType::BF16);
       with(1, 32768, 16, DType::BF16);
@@ -192,6 +204,8 @@ void register_decode(CLI::App& app, Harness& h) {
       with(64, 4096, 16, DType::FP8_E4M3);
       with(1, 32768, 16, DType::FP8_E4M3);
       with(256, 1024, 1, DType::FP8_E4M3);
+      with(64, 4096, 16, DType::I8);
+      with(1, 32768, 16, DType::I8);
     }
     note_variant_mode(h);
     h.get_limits();
