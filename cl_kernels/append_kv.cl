@@ -66,15 +66,31 @@ void append_kv(__global const void* k, __global const void* v, int src_dt, long 
 }
 
 // int8 caches (PagedKV dtype I8): work-item (h, t) quantises token t's head-h K and V rows:
-// scale = max |x| / 127 (stored in the scale cache as f32, or f16 with s_f16, rounded to
-// nearest even), stored = x / scale rounded to nearest even and saturated to [-127, 127]
-// with the scale as stored (so loaded = stored * scale is what decode reads); an all-zero
-// row stores scale 0 and zeros. Slots as append_kv.
+// scale = max |x| * fl(1/127) (a multiplication, so every device rounds it alike; stored in
+// the scale cache as f32, or f16 with s_f16, rounded to nearest even), stored = the integer
+// nearest to x / scale (the exact quotient, ties to even; OpenCL's division may be off by
+// ulps, so the quotient is corrected with two fmas) saturated to [-127, 127], with the scale
+// as stored (so loaded = stored * scale is what decode reads); an all-zero row stores scale 0
+// and zeros. Slots as append_kv.
+
+// The integer nearest to x / s (s > 0, the exact quotient), ties to even. The quotient's
+// rounding error is far below 1/2, so one step from rint(x / s) reaches it; fma(h, s, -x)
+// has the sign of h * s - x exactly (one rounding cannot cross zero).
+inline float nearest_quotient(float x, float s) {
+  float n = rint(x / s);
+  const float dh = fma(n + 0.5f, s, -x), dl = fma(n - 0.5f, s, -x);
+  if (dh < 0.0f) n += 1.0f;
+  else if (dh == 0.0f) n += (((int)n) & 1) ? 1.0f : 0.0f;  // x / s = n + 1/2: the even one
+  else if (dl > 0.0f) n -= 1.0f;
+  else if (dl == 0.0f) n -= (((int)n) & 1) ? 1.0f : 0.0f;  // x / s = n - 1/2
+  return n;
+}
+
 inline void quantize_row_i8(__global const void* src, size_t s0, int src_dt, int D, __global char* dst, size_t d0,
                             __global void* scales, size_t so, int s_f16) {
   float amax = 0.0f;
   for (int d = 0; d < D; ++d) amax = fmax(amax, fabs(load_elem(src, s0 + d, src_dt)));
-  float scale = amax / 127.0f;
+  float scale = amax * (1.0f / 127.0f);
   if (s_f16) {
     vstore_half_rte(scale, so, (__global half*)scales);
     scale = vload_half(so, (__global const half*)scales);
@@ -83,7 +99,7 @@ inline void quantize_row_i8(__global const void* src, size_t s0, int src_dt, int
   }
   for (int d = 0; d < D; ++d) {
     const float x = load_elem(src, s0 + d, src_dt);
-    const float q = scale > 0.0f ? clamp(rint(x / scale), -127.0f, 127.0f) : 0.0f;
+    const float q = scale > 0.0f ? clamp(nearest_quotient(x, scale), -127.0f, 127.0f) : 0.0f;
     dst[d0 + d] = (char)(int)q;
   }
 }

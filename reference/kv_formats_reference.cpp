@@ -20,12 +20,14 @@ float round_to_f16(float x) {
 void int8_quantize_row(const float* x, int D, bool f16_scale, int8_t* q, float* scale) {
   float amax = 0.0f;
   for (int d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
-  float s = amax / 127.0f;
+  float s = amax * (1.0f / 127.0f);
   if (f16_scale) s = round_to_f16(s);
   *scale = s;
   for (int d = 0; d < D; ++d) {
-    const float r = s > 0.0f ? std::nearbyint(x[d] / s) : 0.0f;
-    q[d] = int8_t(std::clamp(r, -127.0f, 127.0f));
+    // The exact quotient of two f32 is never within 2^-40 of a half-integer unless it is one,
+    // so the double quotient rounds as the exact one does.
+    const double r = s > 0.0f ? std::nearbyint(double(x[d]) / double(s)) : 0.0;
+    q[d] = int8_t(std::clamp(r, -127.0, 127.0));
   }
 }
 

@@ -6,9 +6,10 @@
 
 namespace clattn::ref {
 
-// int8, one (token, head) row of D values: scale = max |x| / 127 in f32, rounded to f16 when
-// f16_scale; q = x / scale (f32 division by the stored scale) rounded to nearest even and
-// saturated to [-127, 127]; an all-zero row has scale 0 and q = 0.
+// int8, one (token, head) row of D values: scale = max |x| * fl(1/127) (one f32
+// multiplication), rounded to f16 when f16_scale; q = the integer nearest to x / scale (the
+// exact quotient by the stored scale, ties to even) saturated to [-127, 127]; an all-zero row
+// has scale 0 and q = 0.
 void int8_quantize_row(const float* x, int D, bool f16_scale, int8_t* q, float* scale);
 
 // The values a kernel computes with: q * scale, in double.

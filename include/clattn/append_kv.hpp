@@ -13,9 +13,10 @@ namespace clattn {
 // Writes new K/V rows into the paged cache at slot_mapping (slot s -> page s / P, offset
 // s % P); negative slots are skipped (vLLM padding). Converts the source dtype to the
 // cache's: stored = value / scale, round-to-nearest-even, fp8 saturating to its max. int8
-// caches: each (token, head) row gets scale = max |row| / 127 in k/v_scale_cache (the
-// cache's scale_dtype) and stored = row / scale, round-to-nearest-even, saturated to
-// [-127, 127]; k_scale and v_scale must then be 1 (PagedKV, docs/kv_formats.md).
+// caches: each (token, head) row gets scale = max |row| * fl(1/127) in k/v_scale_cache (the
+// cache's scale_dtype) and stored = the integer nearest to row / scale (exact quotient by
+// the stored scale, ties to even), saturated to [-127, 127]; k_scale and v_scale must then
+// be 1 (PagedKV, docs/kv_formats.md).
 struct AppendKVArgs {
   cl_mem k = nullptr, v = nullptr;   // new rows [num_tokens, Hkv, D] (strides below)
   DType src_dtype = DType::BF16;     // f32 f16 bf16

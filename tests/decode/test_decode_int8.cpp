@@ -66,6 +66,12 @@ void run_case(const I8Case& c, test::Rng& rng) {
   std::vector<double> k = rng.vec(size_t(N) * row, -3, 3), v = rng.vec(size_t(N) * row, -3, 3);
   for (int d = 0; d < c.D; ++d) k[size_t(d)] = 0.0, v[size_t(row + d)] = 0.0;
   k[size_t(c.D)] = 40.0;
+  if (N > 2) {  // a row of exact and near ties: x = fl((n + 1/2) * scale), its max 3
+    const float sc = c.scale_dt == DType::F16 ? ref::round_to_f16(3.0f * (1.0f / 127.0f)) : 3.0f * (1.0f / 127.0f);
+    const size_t r0 = size_t(2 * row);
+    v[r0] = 3.0;
+    for (int d = 1; d < c.D; ++d) v[r0 + size_t(d)] = double(float((d % 120 - 60 + 0.5f) * sc));
+  }
   k = test::quantize(k, DType::F32), v = test::quantize(v, DType::F32);
   auto dk = test::upload(test::pack(k, DType::F32)), dv = test::upload(test::pack(v, DType::F32));
   auto dslots = test::upload(slots);
