@@ -73,6 +73,10 @@ inline PagedKV to_cpp(const clattn_paged_kv& c) {
   k.stride_page = c.stride_page;
   k.stride_token = c.stride_token;
   k.stride_head = c.stride_head;
+  k.scale_dtype = static_cast<DType>(c.scale_dtype);
+  k.scale_stride_page = c.scale_stride_page;
+  k.scale_stride_token = c.scale_stride_token;
+  k.scale_stride_head = c.scale_stride_head;
   return k;
 }
 
@@ -93,6 +97,8 @@ inline AppendKVArgs to_cpp(const clattn_append_kv_args& a) {
   x.cache = to_cpp(a.cache);
   x.k_scale = a.k_scale;
   x.v_scale = a.v_scale;
+  x.k_scale_cache = a.k_scale_cache;
+  x.v_scale_cache = a.v_scale_cache;
   return x;
 }
 

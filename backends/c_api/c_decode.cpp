@@ -90,6 +90,8 @@ clattn_status clattn_decode_run(clattn_context ctx, clattn_decode_plan plan, con
     d.sinks = b->sinks;
     d.k_scale = b->k_scale;
     d.v_scale = b->v_scale;
+    d.k_scale_cache = b->k_scale_cache;
+    d.v_scale_cache = b->v_scale_cache;
     clattn::decode_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, d, to_cpp(e));
   });
 }

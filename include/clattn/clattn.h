@@ -76,8 +76,12 @@ CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32
  * queue) after `num_wait` events; `event` (nullable) receives its last command. */
 typedef struct clattn_paged_kv {
   int num_pages, page_size, num_kv_heads, head_dim;
-  int layout, dtype;
+  int layout, dtype;                       /* dtype 7 = int8 (decode and append_kv) */
   int64_t stride_page, stride_token, stride_head;
+  /* int8: the scale caches' dtype (0 f32, 1 f16) and strides (elements; 0 = the layout's
+   * order, clattn/paged_kv.hpp). Zero-initialised: f32, contiguous. */
+  int scale_dtype;
+  int64_t scale_stride_page, scale_stride_token, scale_stride_head;
 } clattn_paged_kv;
 
 typedef struct clattn_enqueue {
@@ -136,6 +140,7 @@ typedef struct clattn_decode_buffers {
   cl_mem workspace;  /* >= workspace bytes */
   cl_mem sinks;      /* [Hq] f32, nullable */
   float k_scale, v_scale;
+  cl_mem k_scale_cache, v_scale_cache;  /* int8 caches: the row scales; NULL otherwise */
 } clattn_decode_buffers;
 CLATTN_API clattn_status clattn_decode_run(clattn_context ctx, clattn_decode_plan plan, const clattn_decode_buffers* b,
                                            const clattn_enqueue* e);
@@ -151,6 +156,7 @@ typedef struct clattn_append_kv_args {
   cl_mem k_cache, v_cache;
   clattn_paged_kv cache;
   float k_scale, v_scale;
+  cl_mem k_scale_cache, v_scale_cache;  /* int8 caches: the row scales written; NULL otherwise */
 } clattn_append_kv_args;
 CLATTN_API clattn_status clattn_append_kv(clattn_context ctx, const clattn_append_kv_args* a, const clattn_enqueue* e);
 
