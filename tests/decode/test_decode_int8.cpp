@@ -36,7 +36,7 @@ void run_case(const I8Case& c, test::Rng& rng) {
   std::vector<int> lens;
   for (int b = 0; b < c.B; ++b) lens.push_back(rng.uniform_int(1, 90));
   if (c.B > 1) lens[1] = c.P;  // a full page
-  if (c.split) lens[0] = std::max(lens[0], 200);  // long enough to split on every device's rows
+  if (c.split) lens[0] = 1500;  // long enough to split under every vendor's rows
   int pages_needed = 0;
   for (int L : lens) pages_needed += (L + c.P - 1) / c.P;
   PagedKV cache;
