@@ -25,6 +25,9 @@ void check_config(const KVPoolConfig& cfg, const std::vector<LayerSpec>& layers)
   if (paged && (cfg.num_pages <= 0 || cfg.page_size <= 0))
     rt::invalid("KVPool: num_pages and page_size must be > 0 for full-attention/MLA layers (got " +
                 std::to_string(cfg.num_pages) + ", " + std::to_string(cfg.page_size) + ")");
+  if (paged && cfg.kv_dtype == DType::I8)
+    throw Error(Status::Unsupported, "KVPool: kv_dtype int8: the engine backends do not serve int8 caches yet "
+                                     "(decode and append_kv do; docs/kv_formats.md)");
   if (linear && cfg.num_state_slots <= 0)
     rt::invalid("KVPool: num_state_slots must be > 0 for linear layers");
   if (cfg.state_dtype != DType::F32 && cfg.state_dtype != DType::F16 && cfg.state_dtype != DType::BF16)

@@ -92,6 +92,13 @@ TEST(KVPoolLimits, OverflowingGeometryIsInvalid) {
                                  "paged cache size"));
 }
 
+// int8 caches are decode / append_kv only: a pool of them says so at creation.
+TEST(KVPoolLimits, Int8PoolIsUnsupportedNamingIt) {
+  KVPoolConfig c = pages(4);
+  c.kv_dtype = DType::I8;
+  EXPECT_TRUE(test::throws_error([&] { KVPool(ctx(), c, {mha(0)}); }, Status::Unsupported, "kv_dtype int8"));
+}
+
 TEST(KVPoolLimits, NewPoolIsZeroedAndCountsItsBytes) {
   KVPool pool(ctx(), pages(3), {mha(0)});
   EXPECT_EQ(pool.bytes_allocated(), 3 * 2 * kPageBytes);
