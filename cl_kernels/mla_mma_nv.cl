@@ -238,6 +238,19 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
   const long kgo = kpe_base + (long)(2 * CHW * KPW * warp) + (long)(t * CHW / 2);
   const int pmask = (1 << log2_page) - 1;
   bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
+// Token g + 8 j_ of the tile from page pg_, slot sl_ (LOAD_ROW), or zeros (ZERO_ROW).
+#define LOAD_ROW(KCR, KPR)                                                                         \
+  {                                                                                                \
+    __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                            \
+    __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                            \
+    _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
+    _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = *(__global const RAWK*)(kp_ + 2 * CHW * i_); \
+  }
+#define ZERO_ROW(KCR, KPR)                                                                         \
+  {                                                                                                \
+    _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = (RAWC)(0u);                   \
+    _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = (RAWK)(0u);                   \
+  }
 #if L2_AHEAD
 #define RSLOT(T0) ((((T0) - kb) / KEYS) % (L2_AHEAD + 1))
 #define LOAD_TILE(KCR, KPR, T0)                                                                    \
@@ -245,13 +258,9 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
     const int2 e_ = ring[RSLOT(T0) * KEYS + g + 8 * j_];                                           \
     if (e_.y >= 0) {                                                                               \
       const long pg_ = (long)e_.x, sl_ = (long)(e_.y & pmask);                                     \
-      __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                          \
-      __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                          \
-      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
-      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = *(__global const RAWK*)(kp_ + 2 * CHW * i_); \
+      LOAD_ROW(KCR, KPR)                                                                           \
     } else {                                                                                       \
-      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = (RAWC)(0u);                 \
-      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = (RAWK)(0u);                 \
+      ZERO_ROW(KCR, KPR)                                                                           \
     }                                                                                              \
   }
 // Key c (of the tile at T0) is visible to a query vector whose last visible position is lim.
@@ -266,13 +275,9 @@ void mla_mma(__global const void* q_nope, __global const void* q_pe, int q_dt,
       const int id_ = page_ids[pbase + (p_ >> log2_page)];                                         \
       bad |= (uint)id_ >= (uint)num_pages;                                                         \
       const long pg_ = (long)POOL_PAGE(id_), sl_ = (long)(p_ & pmask);                             \
-      __global const uint* cp_ = ckv + pg_ * ckv_sp + sl_ * ckv_st + cgo;                          \
-      __global const uint* kp_ = kpe + pg_ * kpe_sp + sl_ * kpe_st + kgo;                          \
-      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = *(__global const RAWC*)(cp_ + CHW * CHK(c_)); \
-      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = *(__global const RAWK*)(kp_ + 2 * CHW * i_); \
+      LOAD_ROW(KCR, KPR)                                                                           \
     } else {                                                                                       \
-      _Pragma("unroll") for (int c_ = 0; c_ < NCG; ++c_) KCR[j_][c_] = (RAWC)(0u);                 \
-      _Pragma("unroll") for (int i_ = 0; i_ < KPW; ++i_) KPR[j_][i_] = (RAWK)(0u);                 \
+      ZERO_ROW(KCR, KPR)                                                                           \
     }                                                                                              \
   }
 #endif

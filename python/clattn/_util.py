@@ -290,8 +290,9 @@ def check(t, name, dtypes=None, shape=None):
     return t
 
 
-def host_i32(x, name):
-    """A host int32 numpy copy of an index array (numpy, list, clattn Tensor, pyopencl Array)."""
+def host_ints(x, name, dtype=np.int64):
+    """A flat host numpy copy (``dtype``) of an integer array (numpy, list, clattn Tensor,
+    pyopencl Array: device arrays are copied back)."""
     if x is None:
         return None
     if isinstance(x, Tensor):
@@ -301,9 +302,15 @@ def host_i32(x, name):
     a = np.asarray(x)
     if a.size and a.dtype.kind not in "iu":
         raise error(f"{name}: expected integers, got {a.dtype}")
-    if a.size and (a.max() > 2**31 - 1 or a.min() < -2**31):
-        raise error(f"{name}: values do not fit int32")
-    return np.ascontiguousarray(a.reshape(-1), dtype=np.int32)
+    info = np.iinfo(dtype)
+    if a.size and (a.max() > info.max or a.min() < info.min):
+        raise error(f"{name}: values do not fit {np.dtype(dtype).name}")
+    return np.ascontiguousarray(a.reshape(-1), dtype=dtype)
+
+
+def host_i32(x, name):
+    """A host int32 numpy copy of an index array (numpy, list, clattn Tensor, pyopencl Array)."""
+    return host_ints(x, name, np.int32)
 
 
 # ------------------------------------------------------------------------ bf16 / fp8

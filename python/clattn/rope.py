@@ -5,24 +5,14 @@ Semantics: docs/rope.md; differences from FlashInfer: docs/python.md."""
 import numpy as np
 
 from . import _clattn
-from ._clattn import Tensor
-from ._util import Writeback, _is_pyopencl_array, as_tensor, check, context_of, error, host_i32, result, scale_value
+from ._util import Writeback, as_tensor, check, context_of, error, host_i32, host_ints, result, scale_value
 from .attention import _FLOAT_IO, _append_cache, _append_slots, _split_kv_cache
 
 
 def _host_positions(x, validate):
     """The host int64 copy of the positions the library checks before enqueueing (device
     arrays are copied back), or None when not validating."""
-    if not validate:
-        return None
-    if isinstance(x, Tensor):
-        x = x.numpy()
-    elif _is_pyopencl_array(x):
-        x = x.get()
-    a = np.asarray(x)
-    if a.size and a.dtype.kind not in "iu":
-        raise error(f"pos_ids: expected integers, got {a.dtype}")
-    return np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
+    return host_ints(x, "pos_ids") if validate else None
 
 
 def _rotary_dim(rotary_dim):
