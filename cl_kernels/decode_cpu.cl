@@ -20,7 +20,8 @@
 // by sm_scale * k_scale * log2(e)).
 //
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,
-// TOUCH_AHEAD, SPARSE (per-head page lists, decode.cl).
+// TOUCH_AHEAD, SPARSE (per-head page lists, decode.cl). KV_DT = DT_I8 (int8 caches): the
+// block's K row scales multiply its score vector and its V row scales the weights (decode.cl).
 #include "kernel_args.clh"
 #include "cpu_vec.clh"  // floatV, KV dtype decoding, q/o row loads/stores, fold_scores, hmax, hsum
 
@@ -98,6 +99,9 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
   bool bad = false;
   uint touch = 0;
   long roff[VW];
+#if KV_DT == DT_I8
+  float ksc[VW], vsc[VW];  // the block's row scales (lanes past the end: the first token's)
+#endif
   for (int t0 = begin; t0 < end; t0 += VW) {
     const int nt = min(VW, end - t0);
     // Row offsets (elements) of the block's tokens; lanes past the end re-read the first
@@ -110,6 +114,13 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
       const int pid = page_ids[page_base + (ls >> log2_page)];
       bad |= (uint)pid >= (uint)num_pages;
       roff[t] = (long)POOL_PAGE(pid) * stride_page + (long)(ls & pmask) * stride_token + head_off;
+#if KV_DT == DT_I8
+      {
+        const size_t so = (size_t)((long)POOL_PAGE(pid) * sc_page + (long)(ls & pmask) * sc_token + (long)kvh * sc_head);
+        ksc[t] = sc_f16 ? vload_half(so, (__global const half*)k_scales) : ((__global const float*)k_scales)[so];
+        vsc[t] = sc_f16 ? vload_half(so, (__global const half*)v_scales) : ((__global const float*)v_scales)[so];
+      }
+#endif
 #if SPARSE
       const int w = lstride ? page_ids[lens_at + (ls >> log2_page)] : 0xffff;
       keep[t] = t < nt && (ls & pmask) >= (w >> 16) && (ls & pmask) < (w & 0xffff) ? -1 : 0;
@@ -167,7 +178,11 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
       }
     }
     for (int g = 0; g < GMAX; ++g) {
+#if KV_DT == DT_I8
+      floatV x = fold_rest(sq[g]) * vloadV(0, ksc);
+#else
       floatV x = fold_rest(sq[g]) * RAW_HALF;
+#endif
       if (cap_log2 > 0.0f) x = cap_log2 * tanh(x * inv_cap);
       x = select((floatV)(CLATTN_NEG_INF), x, valid);
       const float mt = hmax(x);
@@ -182,7 +197,11 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
       floatV p = mrun[g] == CLATTN_NEG_INF ? (floatV)(0.0f) : exp2(x - mrun[g]);
       p = select((floatV)(0.0f), p, valid);
       lrun[g] += hsum(p);
+#if KV_DT == DT_I8
+      vstoreV(p * vloadV(0, vsc), 0, pw[g]);
+#else
       vstoreV(p * RAW_FULL, 0, pw[g]);
+#endif
     }
 
     // P.V as micro-tiles of HP heads x PC chunks of VW output dims (in registers over the

@@ -412,7 +412,6 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     x.file = "decode_cpu.cl", x.kernel = "paged_decode_cpu";
     x.wg = 1, x.local_bytes = 0;
     if (!tile.cpu) x.why_not = "CPU_KERNEL = 0";
-    else if (cache.dtype == DType::I8) x.why_not = "int8 KV: the cpu kernel does not read the scale caches yet";
     else x.why_not = params::why_unavailable(prof, x.name);
     if (x.why_not.empty()) x.options = cpu_build_options(prof, tile, cache, denorms);
     v.push_back(std::move(x));
