@@ -42,7 +42,8 @@ __kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1))) SIMD_ATTR
 void append_kv(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
                __global const void* slots, int slots_i64, long num_slots,
                __global void* k_cache, __global void* v_cache, int kv_dt, long c_sp, long c_st, long c_sh,
-               int page_size, int Hkv, int D, float k_scale, float v_scale, __global volatile int* faults) {
+               int page_size, int Hkv, int D, float k_scale, float v_scale, __global const float* k_hs,
+               __global const float* v_hs, int has_hs, __global volatile int* faults) {
   const int i = get_global_id(0) * APPEND_ITEMS;
   const long t = get_global_id(1);
   if (i >= Hkv * D) return;
@@ -53,15 +54,17 @@ void append_kv(__global const void* k, __global const void* v, int src_dt, long 
   const long page = slot / page_size, off = slot - page * page_size;
   const size_t src = (size_t)(t * src_st + h * src_sh + d);
   const size_t dst = (size_t)(page * c_sp + off * c_st + h * c_sh + d);
+  // Per-KV-head scales (has_hs) on top of the per-tensor ones.
+  const float ks = k_scale * (has_hs ? k_hs[h] : 1.0f), vs = v_scale * (has_hs ? v_hs[h] : 1.0f);
 #if APPEND_ITEMS > 1
   float buf[APPEND_ITEMS];
-  load_row(k, src, src_dt, k_scale, buf);
+  load_row(k, src, src_dt, ks, buf);
   store_row(k_cache, dst, kv_dt, buf);
-  load_row(v, src, src_dt, v_scale, buf);
+  load_row(v, src, src_dt, vs, buf);
   store_row(v_cache, dst, kv_dt, buf);
 #else
-  store_elem(k_cache, dst, kv_dt, load_elem(k, src, src_dt) / k_scale);
-  store_elem(v_cache, dst, kv_dt, load_elem(v, src, src_dt) / v_scale);
+  store_elem(k_cache, dst, kv_dt, load_elem(k, src, src_dt) / ks);
+  store_elem(v_cache, dst, kv_dt, load_elem(v, src, src_dt) / vs);
 #endif
 }
 

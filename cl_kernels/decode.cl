@@ -239,6 +239,8 @@ void paged_decode(DECODE_KERNEL_ARGS) {
   const int ng = min(GMAX, group - hblk * GMAX);
   const int pmask = (1 << log2_page) - 1;
   const long head_off = (long)kvh * stride_head;
+  // Per-KV-head scales (has_hs) on top of the per-tensor ones.
+  const float qs_h = q_scale * (has_hs ? k_hs[kvh] : 1.0f), vs_h = v_scale * (has_hs ? v_hs[kvh] : 1.0f);
 
   // q rows of the block, pre-scaled; padding heads and loads past the row are zero. Four
   // elements per load (load4_bits), every load issued before any conversion.
@@ -262,7 +264,7 @@ UNROLL_LOOP
     for (int g = 0; g < GMAX; ++g)
 UNROLL_LOOP
       for (int k = 0; k < EL / 4; ++k) {
-        const float4 x = bits4_to_float4(qb[g][k], q_dt) * (q_scale * RAW_HALF);
+        const float4 x = bits4_to_float4(qb[g][k], q_dt) * (qs_h * RAW_HALF);
         qr[g][4 * k] = x.x, qr[g][4 * k + 1] = x.y, qr[g][4 * k + 2] = x.z, qr[g][4 * k + 3] = x.w;
       }
   }
@@ -277,7 +279,7 @@ UNROLL_LOOP
         float x = 0.0f;
         const bool in_row = FULL_CHUNKS || c < NCHUNK;
         if (g < ng && in_row)
-          x = load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + c * VEC + e, q_dt) * q_scale * RAW_HALF;
+          x = load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + c * VEC + e, q_dt) * qs_h * RAW_HALF;
         qr[g][j * VEC + e] = x;
       }
     }
@@ -478,7 +480,7 @@ UNROLL_LOOP
     if (g < ng) {
       const int h = h0 + g;
       // out = sum * oscale; lse_out in natural log.
-      const float2 fin = final_scale_lse(M, L, part, has_sinks, sinks, h, v_scale);
+      const float2 fin = final_scale_lse(M, L, part, has_sinks, sinks, h, vs_h);
       const float oscale = fin.x, lse_out = fin.y;
       for (int d = lid; d < HEAD_DIM; d += WGSIZE) {
         float sum = 0.0f;

@@ -80,6 +80,8 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
   const int ng = min(GMAX, group - hblk * GMAX);
   const int pmask = (1 << log2_page) - 1;
   const long head_off = (long)kvh * stride_head;
+  // Per-KV-head scales (has_hs) on top of the per-tensor ones.
+  const float qs_h = q_scale * (has_hs ? k_hs[kvh] : 1.0f), vs_h = v_scale * (has_hs ? v_hs[kvh] : 1.0f);
 
   float qf[GMAX][HEAD_DIM];   // pre-scaled q rows (padding heads zero)
   float acc[GMAX][HEAD_DIM];  // unnormalised output rows
@@ -87,7 +89,7 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
   float pw[GMAX][VW];         // the block's softmax weights
   float mrun[GMAX], lrun[GMAX];
   for (int g = 0; g < GMAX; ++g) {
-    if (g < ng) load_vrow(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM, NV, q_dt, q_scale * RAW_HALF, qf[g]);
+    if (g < ng) load_vrow(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM, NV, q_dt, qs_h * RAW_HALF, qf[g]);
     for (int c = 0; c < NV; ++c) {
       if (g >= ng) vstoreV((floatV)(0.0f), c, qf[g]);
       vstoreV((floatV)(0.0f), c, acc[g]);
@@ -239,7 +241,7 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
 
   for (int g = 0; g < ng; ++g) {
     const int h = h0 + g;
-    const float2 fin = final_scale_lse(mrun[g], lrun[g], part, has_sinks, sinks, h, v_scale);
+    const float2 fin = final_scale_lse(mrun[g], lrun[g], part, has_sinks, sinks, h, vs_h);
     const float oscale = fin.x, lse_out = fin.y;
     if (part < 0) {
       store_vrow(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM, NV, o_dt, oscale, acc[g]);

@@ -99,6 +99,8 @@ inline AppendKVArgs to_cpp(const clattn_append_kv_args& a) {
   x.v_scale = a.v_scale;
   x.k_scale_cache = a.k_scale_cache;
   x.v_scale_cache = a.v_scale_cache;
+  x.k_head_scales = a.k_head_scales;
+  x.v_head_scales = a.v_head_scales;
   return x;
 }
 

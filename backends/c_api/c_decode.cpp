@@ -92,6 +92,8 @@ clattn_status clattn_decode_run(clattn_context ctx, clattn_decode_plan plan, con
     d.v_scale = b->v_scale;
     d.k_scale_cache = b->k_scale_cache;
     d.v_scale_cache = b->v_scale_cache;
+    d.k_head_scales = b->k_head_scales;
+    d.v_head_scales = b->v_head_scales;
     clattn::decode_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, d, to_cpp(e));
   });
 }

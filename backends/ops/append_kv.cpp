@@ -54,6 +54,15 @@ AppendChecked check_append_kv(const AppendKVArgs& a) {
     rt::invalid("append_kv: k_scale/v_scale must be > 0 (got " + std::to_string(a.k_scale) + ", " +
                 std::to_string(a.v_scale) + ")");
   const int Hkv = a.cache.num_kv_heads, D = a.cache.head_dim;
+  if (!a.k_head_scales != !a.v_head_scales)
+    rt::invalid("append_kv: k_head_scales and v_head_scales go together (one is null)");
+  if (a.k_head_scales && a.cache.dtype == DType::I8)
+    rt::invalid("append_kv: k_head_scales/v_head_scales with an int8 cache (its rows carry their own scales)");
+  if (a.k_head_scales) {
+    const ops::Shape hs{{Hkv}, "f32"};
+    ops::require_buffer(a.k_head_scales, int64_t(Hkv) * 4, "k_head_scales", hs);
+    ops::require_buffer(a.v_head_scales, int64_t(Hkv) * 4, "v_head_scales", hs);
+  }
   AppendChecked r;
   r.st = a.src_stride_token ? a.src_stride_token : int64_t(Hkv) * D;
   r.sh = a.src_stride_head ? a.src_stride_head : int64_t(D);
@@ -123,7 +132,8 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
            a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
            a.k_cache, a.v_cache, cl_int(a.cache.dtype), cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),
            cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), cl_int(D), a.k_scale, a.v_scale,
-           c.faults);
+           a.k_head_scales ? a.k_head_scales : a.slot_mapping, a.v_head_scales ? a.v_head_scales : a.slot_mapping,
+           cl_int(a.k_head_scales != nullptr), c.faults);
 }
 
 }  // namespace clattn

@@ -659,6 +659,15 @@ void decode_check(const DecodePlan& plan, const DecodeBuffers& b) {
   if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
     rt::invalid("decode_run: k_scale/v_scale must be finite and > 0 (got " + std::to_string(b.k_scale) + ", " +
                 std::to_string(b.v_scale) + ")");
+  if (!b.k_head_scales != !b.v_head_scales)
+    rt::invalid("decode_run: k_head_scales and v_head_scales go together (one is null)");
+  if (b.k_head_scales && st->cache.dtype == DType::I8)
+    rt::invalid("decode_run: k_head_scales/v_head_scales with an int8 cache (its rows carry their own scales)");
+  if (b.k_head_scales) {
+    const ops::Shape hs{{st->Hkv}, "f32"};
+    ops::require_buffer(b.k_head_scales, int64_t(st->Hkv) * 4, "k_head_scales", hs);
+    ops::require_buffer(b.v_head_scales, int64_t(st->Hkv) * 4, "v_head_scales", hs);
+  }
   if (st->cache.dtype == DType::I8 && (b.k_scale != 1.0f || b.v_scale != 1.0f))
     rt::invalid("decode_run: k_scale/v_scale must be 1 for an int8 cache (each row carries its own scale; got " +
                 std::to_string(b.k_scale) + ", " + std::to_string(b.v_scale) + ")");
@@ -725,7 +734,8 @@ void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuff
                          cl_float(st->inv_cap), cl_float(b.v_scale), st->table, cl_int(st->merge_off),
                          cl_int(counter_off), c.faults, k_sc, v_sc, cl_long(i8 ? st->cache.scale_page_stride() : 0),
                          cl_long(i8 ? st->cache.scale_token_stride() : 0), cl_long(i8 ? st->cache.scale_head_stride() : 0),
-                         cl_int(i8 && st->cache.scale_dtype == DType::F16));
+                         cl_int(i8 && st->cache.scale_dtype == DType::F16), b.k_head_scales ? b.k_head_scales : dummy,
+                         b.v_head_scales ? b.v_head_scales : dummy, cl_int(b.k_head_scales != nullptr));
   };
   cl_event ev1 = nullptr;
   if (st->sets.per_set > 0) {

@@ -164,6 +164,9 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   const ops::AppendChecked ch = ops::check_append_kv(a);
   if (a.cache.dtype == DType::I8)
     throw Error(Status::Unsupported, "rope_append_kv: int8 caches are not supported yet (apply_rope, then append_kv)");
+  if (a.k_head_scales)
+    throw Error(Status::Unsupported, "rope_append_kv: per-head scales (k_head_scales) are not supported yet (apply_rope, "
+                                     "then append_kv)");
   const int D = a.cache.head_dim, Hkv = a.cache.num_kv_heads, Hq = r.num_qo_heads;
   const RopeResolved rr = check_rope(r.rope, D, fn);
   ops::require_io_dtype(r.q_out_dtype, "rope_append_kv q_out_dtype");

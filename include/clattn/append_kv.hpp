@@ -32,6 +32,9 @@ struct AppendKVArgs {
   PagedKV cache;
   float k_scale = 1.0f, v_scale = 1.0f;
   cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;  // int8 caches only
+  // Optional per-KV-head scales [Hkv] f32 (> 0), multiplied with k_scale / v_scale: stored =
+  // value / (k_scale * k_head_scales[head]). Both or neither; not with int8 caches.
+  cl_mem k_head_scales = nullptr, v_head_scales = nullptr;
 };
 CLATTN_API void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e = {});
 

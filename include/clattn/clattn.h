@@ -141,6 +141,7 @@ typedef struct clattn_decode_buffers {
   cl_mem sinks;      /* [Hq] f32, nullable */
   float k_scale, v_scale;
   cl_mem k_scale_cache, v_scale_cache;  /* int8 caches: the row scales; NULL otherwise */
+  cl_mem k_head_scales, v_head_scales;  /* optional [Hkv] f32 per-head scales (x k_scale / v_scale); both or NULL */
 } clattn_decode_buffers;
 CLATTN_API clattn_status clattn_decode_run(clattn_context ctx, clattn_decode_plan plan, const clattn_decode_buffers* b,
                                            const clattn_enqueue* e);
@@ -157,6 +158,7 @@ typedef struct clattn_append_kv_args {
   clattn_paged_kv cache;
   float k_scale, v_scale;
   cl_mem k_scale_cache, v_scale_cache;  /* int8 caches: the row scales written; NULL otherwise */
+  cl_mem k_head_scales, v_head_scales;  /* optional [Hkv] f32 per-head scales (x k_scale / v_scale); both or NULL */
 } clattn_append_kv_args;
 CLATTN_API clattn_status clattn_append_kv(clattn_context ctx, const clattn_append_kv_args* a, const clattn_enqueue* e);
 

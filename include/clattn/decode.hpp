@@ -94,6 +94,9 @@ struct DecodeBuffers {
   cl_mem sinks = nullptr;      // [Hq] f32 sink logits, optional
   float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale (int8 caches: must be 1)
   cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;  // int8 caches: the row scales (PagedKV)
+  // Optional per-KV-head scales [Hkv] f32 (> 0), multiplied with k_scale / v_scale: loaded =
+  // stored * k_scale * k_head_scales[head] (vLLM / FlashInfer per-head fp8 scales). Both or neither.
+  cl_mem k_head_scales = nullptr, v_head_scales = nullptr;
 };
 
 // Enqueues the plan's kernels (decode, then the merge pass when the plan splits). Only

@@ -1,8 +1,9 @@
-// int8 KV caches (symmetric, one scale per (token, KV head) in scale caches): append_kv
-// quantises f32/bf16 rows bit for bit as reference/kv_formats_reference says (f32 and f16
+// Quantised KV caches. int8 (symmetric, one scale per (token, KV head) in scale caches):
+// append_kv quantises f32/bf16 rows bit for bit as reference/kv_formats_reference says (f32 and f16
 // scales, NHD and HND, padded scale strides, negative slots), and paged decode over them
 // matches ref::attention over the dequantised rows: GQA 1/4/8, head dims 64/128, page sizes
-// 1/16, split-K on and off, q/o dtypes. Rejected calls name the argument.
+// 1/16, split-K on and off, q/o dtypes. Rejected calls name the argument. Per-KV-head scales
+// ([Hkv] arrays) on fp8 and bf16 caches through append_kv and decode.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -200,4 +201,97 @@ TEST(Int8KV, RejectsMissingScalesAndScaleFactors) {
   DecodeBuffers b;
   b.q = q.get(), b.o = o.get(), b.k_cache = b.v_cache = kc.get(), b.page_ids = ids.get(), b.k_scale_cache = sc.get();
   EXPECT_TRUE(test::throws_error([&] { decode_run(ctx(), plan, b); }, Status::InvalidArgument, "v_scale_cache"));
+}
+
+// Per-KV-head scales ([Hkv] arrays, on top of the per-tensor ones) on an fp8 and a bf16 cache:
+// append_kv divides each head's rows by k_scale * k_head_scales[h], and decode over the stored
+// bytes matches the reference over the values they dequantise to; split-K on and off, GQA 4.
+TEST(HeadScales, AppendAndDecodeMatchTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2811);
+  for (DType kvd : {DType::FP8_E4M3, DType::BF16}) {
+    for (bool split : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(kvd)) + (split ? " split" : ""));
+      const int B = 2, Hkv = 2, Hq = 8, D = 64, P = 16;
+      const std::vector<int> lens = {split ? 1500 : 37, 21};
+      PagedKV cache;
+      cache.page_size = P, cache.num_kv_heads = Hkv, cache.head_dim = D, cache.dtype = kvd;
+      PagedCsr csr;
+      csr.page_size = P, csr.kv_indptr = {0};
+      std::vector<int64_t> slots;
+      int page = 0;
+      for (int L : lens) {
+        const int np = (L + P - 1) / P;
+        for (int i = 0; i < np; ++i) csr.kv_indices.push_back(page + i);
+        for (int t = 0; t < L; ++t) slots.push_back(int64_t(page) * P + t);
+        page += np;
+        csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
+        csr.kv_last_page_len.push_back(L - (np - 1) * P);
+      }
+      cache.num_pages = page;
+      const int N = int(slots.size()), row = Hkv * D;
+      const std::vector<float> khs = {0.5f, 1.75f}, vhs = {1.25f, 0.625f};
+      const float ks = 0.5f, vs = 2.0f;
+      const auto k = test::quantize(rng.vec(size_t(N) * row, -3, 3), DType::F32);
+      const auto v = test::quantize(rng.vec(size_t(N) * row, -3, 3), DType::F32);
+      auto dk = test::upload(test::pack(k, DType::F32)), dv = test::upload(test::pack(v, DType::F32));
+      auto dslots = test::upload(slots);
+      auto dkhs = test::upload(khs), dvhs = test::upload(vhs);
+      const size_t cb = size_t(cache.required_bytes());
+      auto kc = test::upload(std::vector<uint8_t>(cb, 0)), vc = test::upload(std::vector<uint8_t>(cb, 0));
+      AppendKVArgs a;
+      a.k = dk.get(), a.v = dv.get(), a.src_dtype = DType::F32, a.slot_mapping = dslots.get(), a.num_tokens = N;
+      a.k_cache = kc.get(), a.v_cache = vc.get(), a.cache = cache, a.k_scale = ks, a.v_scale = vs;
+      a.k_head_scales = dkhs.get();
+      EXPECT_TRUE(test::throws_error([&] { append_kv(ctx(), a); }, Status::InvalidArgument, "go together"));
+      a.v_head_scales = dvhs.get();
+      append_kv(ctx(), a);
+      ctx().finish();
+      // The stored rows dequantise (stored * scale * head scale) to the sources within the dtype.
+      const auto kb = test::download<uint8_t>(kc, cb), vb = test::download<uint8_t>(vc, cb);
+      const size_t es = dtype_size(kvd);
+      std::vector<double> kd(size_t(N) * row), vd(size_t(N) * row), kw, kg;
+      for (int t = 0; t < N; ++t)
+        for (int h = 0; h < Hkv; ++h) {
+          const size_t off = size_t(slots[size_t(t)] * row + h * D) * es;
+          const auto kr = test::unpack(std::vector<uint8_t>(kb.begin() + off, kb.begin() + off + D * es), kvd,
+                                       double(ks) * khs[size_t(h)]);
+          const auto vr = test::unpack(std::vector<uint8_t>(vb.begin() + off, vb.begin() + off + D * es), kvd,
+                                       double(vs) * vhs[size_t(h)]);
+          for (int d = 0; d < D; ++d) {
+            kd[size_t(t * row + h * D + d)] = kr[size_t(d)], vd[size_t(t * row + h * D + d)] = vr[size_t(d)];
+            kg.push_back(kr[size_t(d)]), kw.push_back(k[size_t(t * row + h * D + d)]);
+          }
+        }
+      EXPECT_TRUE(test::all_close(kg, kw, 0.05, kvd == DType::BF16 ? 1.0 / 128 : 1.0 / 8, "stored K"));
+      // Decode.
+      const auto q = test::quantize(rng.vec(size_t(B) * Hq * D, -1, 1), DType::F32);
+      auto dq = test::upload(test::pack(q, DType::F32));
+      DecodeOptions opt;
+      opt.num_qo_heads = Hq, opt.q_dtype = opt.o_dtype = DType::F32;
+      if (split) opt.params = {{"MIN_CHUNK", 16}, {"WGS_PER_CU", 4096}};
+      else opt.max_splits = 1;
+      DecodePlan plan = decode_plan(ctx(), csr, cache, opt);
+      if (split) EXPECT_GT(plan.num_merges, 0);
+      auto ids = test::upload(csr.kv_indices);
+      auto o = test::upload(std::vector<float>(size_t(B) * Hq * D, 0.0f));
+      DeviceBuffer ws(ctx(), size_t(std::max<int64_t>(plan.workspace_bytes, 4)));
+      DecodeBuffers b;
+      b.q = dq.get(), b.k_cache = kc.get(), b.v_cache = vc.get(), b.page_ids = ids.get(), b.o = o.get();
+      b.workspace = ws.get(), b.k_scale = ks, b.v_scale = vs, b.k_head_scales = dkhs.get();
+      EXPECT_TRUE(test::throws_error([&] { decode_run(ctx(), plan, b); }, Status::InvalidArgument, "go together"));
+      b.v_head_scales = dvhs.get();
+      decode_run(ctx(), plan, b);
+      ctx().finish();
+      const auto got = test::download<float>(o, size_t(B) * Hq * D);
+      std::vector<double> want(size_t(B) * Hq * D);
+      ref::AttnOptions ro;
+      ro.sm_scale = 1.0 / std::sqrt(double(D));
+      for (int r = 0, t0 = 0; r < B; t0 += lens[size_t(r)], ++r)
+        ref::attention(&q[size_t(r) * Hq * D], &kd[size_t(t0) * row], &vd[size_t(t0) * row], 1, lens[size_t(r)], Hq,
+                       Hkv, D, D, ro, &want[size_t(r) * Hq * D], nullptr);
+      EXPECT_TRUE(test::all_close(std::vector<double>(got.begin(), got.end()), want, 5e-5, 5e-5, "decode"));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
 }
