@@ -349,8 +349,8 @@ UNROLL_LOOP
 #if KV_I8
       {
         const size_t so = (size_t)((long)POOL_PAGE(pid[u]) * sc_page + (long)(ls & pmask) * sc_token + (long)kvh * sc_head);
-        ksc[u] = sc_f16 ? vload_half(so, (__global const half*)k_scales) : ((__global const float*)k_scales)[so];
-        vsc[u] = sc_f16 ? vload_half(so, (__global const half*)v_scales) : ((__global const float*)v_scales)[so];
+        ksc[u] = kv_row_scale(k_scales, so, sc_f16);
+        vsc[u] = kv_row_scale(v_scales, so, sc_f16);
       }
 #endif
       const int tok_n = tok + TILE;

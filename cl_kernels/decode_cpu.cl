@@ -119,8 +119,8 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
 #if KV_DT == DT_I8
       {
         const size_t so = (size_t)((long)POOL_PAGE(pid) * sc_page + (long)(ls & pmask) * sc_token + (long)kvh * sc_head);
-        ksc[t] = sc_f16 ? vload_half(so, (__global const half*)k_scales) : ((__global const float*)k_scales)[so];
-        vsc[t] = sc_f16 ? vload_half(so, (__global const half*)v_scales) : ((__global const float*)v_scales)[so];
+        ksc[t] = kv_row_scale(k_scales, so, sc_f16);
+        vsc[t] = kv_row_scale(v_scales, so, sc_f16);
       }
 #endif
 #if SPARSE

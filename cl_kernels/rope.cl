@@ -28,10 +28,14 @@
 #define ROPE_TOKENS 1
 #endif
 
-// Position of token t, or -1 when outside [0, limit) (limit <= 0: no upper bound).
-inline long rope_position(__global const void* pos, int pos_i64, long t, long limit) {
+// Position of token t, or -1 when outside [0, cache_rows) (no upper bound without a cache),
+// which the token's lead work-item reports as CLATTN_FAULT_POSITION.
+inline long rope_position(__global const void* pos, int pos_i64, long t, int has_cache, long cache_rows, bool lead,
+                          __global volatile int* faults) {
   const long p = pos_i64 ? ((__global const long*)pos)[t] : (long)((__global const int*)pos)[t];
-  return p < 0 || (limit > 0 && p >= limit) ? -1 : p;
+  if (p >= 0 && (!has_cache || p < cache_rows)) return p;
+  if (lead) atomic_or(faults, CLATTN_FAULT_POSITION);
+  return -1;
 }
 
 // (cos, sin) of pair i (< R/2) at position p.
@@ -60,11 +64,8 @@ void apply_rope(__global const void* q, __global void* q_out, long q_st, long q_
   if (i >= D / 2) return;
   const long t_end = min((long)(get_global_id(2) + 1) * ROPE_TOKENS, T);
   for (long t = (long)get_global_id(2) * ROPE_TOKENS; t < t_end; ++t) {
-    const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
-    if (p < 0) {
-      if (i == 0 && b == 0) atomic_or(faults, CLATTN_FAULT_POSITION);
-      continue;
-    }
+    const long p = rope_position(pos, pos_i64, t, has_cache, cache_rows, i == 0 && b == 0, faults);
+    if (p < 0) continue;
     const bool rot = i < R / 2;
     const float2 cs2 = rot ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
     const int2 ab = rope_dims(i, R, gptj, 1);
@@ -94,12 +95,9 @@ void rope_append_kv(__global const void* q, __global void* q_out, long q_st, lon
   if (i >= D / 2) return;
   const long t_end = min((long)(get_global_id(2) + 1) * ROPE_TOKENS, T);
   for (long t = (long)get_global_id(2) * ROPE_TOKENS; t < t_end; ++t) {
-    const long p = rope_position(pos, pos_i64, t, has_cache ? cache_rows : 0);
     const bool lead = i == 0 && b == 0;  // reports the token's faults once
-    if (p < 0) {
-      if (lead) atomic_or(faults, CLATTN_FAULT_POSITION);
-      continue;
-    }
+    const long p = rope_position(pos, pos_i64, t, has_cache, cache_rows, lead, faults);
+    if (p < 0) continue;
     const long slot = Hkv == 0 ? -1 : slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
     if (slot >= num_slots && lead) atomic_or(faults, CLATTN_FAULT_SLOT);
     const bool store_kv = slot >= 0 && slot < num_slots;

@@ -43,9 +43,6 @@ void catalog_append_kv(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
 namespace ops {
 AppendChecked check_append_kv(const AppendKVArgs& a) {
   ops::check_paged_kv(a.cache, "cache", true);
-  if (a.cache.dtype == DType::I8 && (a.k_scale != 1.0f || a.v_scale != 1.0f))
-    rt::invalid("append_kv: k_scale/v_scale must be 1 for an int8 cache (each row carries its own scale; got " +
-                std::to_string(a.k_scale) + ", " + std::to_string(a.v_scale) + ")");
   ops::require_io_dtype(a.src_dtype, "append_kv src_dtype");
   if (a.slot_dtype != DType::I32 && a.slot_dtype != DType::I64)
     rt::invalid("slot_mapping: dtype " + std::string(dtype_name(a.slot_dtype)) + ", must be i32 or i64");
@@ -53,16 +50,8 @@ AppendChecked check_append_kv(const AppendKVArgs& a) {
   if (!(a.k_scale > 0.0f) || !(a.v_scale > 0.0f))
     rt::invalid("append_kv: k_scale/v_scale must be > 0 (got " + std::to_string(a.k_scale) + ", " +
                 std::to_string(a.v_scale) + ")");
+  ops::check_kv_scales(a.cache, a.k_scale, a.v_scale, a.k_head_scales, a.v_head_scales, "append_kv");
   const int Hkv = a.cache.num_kv_heads, D = a.cache.head_dim;
-  if (!a.k_head_scales != !a.v_head_scales)
-    rt::invalid("append_kv: k_head_scales and v_head_scales go together (one is null)");
-  if (a.k_head_scales && a.cache.dtype == DType::I8)
-    rt::invalid("append_kv: k_head_scales/v_head_scales with an int8 cache (its rows carry their own scales)");
-  if (a.k_head_scales) {
-    const ops::Shape hs{{Hkv}, "f32"};
-    ops::require_buffer(a.k_head_scales, int64_t(Hkv) * 4, "k_head_scales", hs);
-    ops::require_buffer(a.v_head_scales, int64_t(Hkv) * 4, "v_head_scales", hs);
-  }
   AppendChecked r;
   r.st = a.src_stride_token ? a.src_stride_token : int64_t(Hkv) * D;
   r.sh = a.src_stride_head ? a.src_stride_head : int64_t(D);
@@ -83,11 +72,7 @@ AppendChecked check_append_kv(const AppendKVArgs& a) {
   const ops::Shape cache{{a.cache.num_pages, a.cache.page_size, Hkv, D}, dtype_name(a.cache.dtype), "paged cache "};
   ops::require_buffer(a.k_cache, a.cache.required_bytes(), "k_cache", cache);
   ops::require_buffer(a.v_cache, a.cache.required_bytes(), "v_cache", cache);
-  if (a.cache.dtype == DType::I8) {
-    const ops::Shape sc{{a.cache.num_pages, a.cache.page_size, Hkv}, dtype_name(a.cache.scale_dtype), "scale cache "};
-    ops::require_buffer(a.k_scale_cache, a.cache.scale_required_bytes(), "k_scale_cache", sc);
-    ops::require_buffer(a.v_scale_cache, a.cache.scale_required_bytes(), "v_scale_cache", sc);
-  }
+  ops::require_scale_caches(a.cache, a.cache.scale_required_bytes(), a.k_scale_cache, a.v_scale_cache);
   if (a.slot_mapping_host) {
     CacheShape cs{a.cache.num_pages, a.cache.page_size};
     if (a.slot_dtype == DType::I32) validate_slot_mapping(static_cast<const int32_t*>(a.slot_mapping_host), N, cs);

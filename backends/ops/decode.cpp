@@ -659,18 +659,7 @@ void decode_check(const DecodePlan& plan, const DecodeBuffers& b) {
   if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
     rt::invalid("decode_run: k_scale/v_scale must be finite and > 0 (got " + std::to_string(b.k_scale) + ", " +
                 std::to_string(b.v_scale) + ")");
-  if (!b.k_head_scales != !b.v_head_scales)
-    rt::invalid("decode_run: k_head_scales and v_head_scales go together (one is null)");
-  if (b.k_head_scales && st->cache.dtype == DType::I8)
-    rt::invalid("decode_run: k_head_scales/v_head_scales with an int8 cache (its rows carry their own scales)");
-  if (b.k_head_scales) {
-    const ops::Shape hs{{st->Hkv}, "f32"};
-    ops::require_buffer(b.k_head_scales, int64_t(st->Hkv) * 4, "k_head_scales", hs);
-    ops::require_buffer(b.v_head_scales, int64_t(st->Hkv) * 4, "v_head_scales", hs);
-  }
-  if (st->cache.dtype == DType::I8 && (b.k_scale != 1.0f || b.v_scale != 1.0f))
-    rt::invalid("decode_run: k_scale/v_scale must be 1 for an int8 cache (each row carries its own scale; got " +
-                std::to_string(b.k_scale) + ", " + std::to_string(b.v_scale) + ")");
+  ops::check_kv_scales(st->cache, b.k_scale, b.v_scale, b.k_head_scales, b.v_head_scales, "decode_run");
   const int B = st->B, Hq = st->Hq, D = st->D;
   if (B > 0) {
     ops::require_buffer(b.q, st->q_bytes, "q", {{B, Hq, D}, dtype_name(st->q_dtype)});
@@ -681,12 +670,7 @@ void decode_check(const DecodePlan& plan, const DecodeBuffers& b) {
     if (st->cache.num_pages > 0) {
       ops::require_buffer(b.k_cache, st->kv_bytes, "k_cache", cache);
       ops::require_buffer(b.v_cache, st->kv_bytes, "v_cache", cache);
-      if (st->scale_bytes > 0) {
-        const ops::Shape sc{{st->cache.num_pages, st->cache.page_size, st->Hkv}, dtype_name(st->cache.scale_dtype),
-                            "scale cache "};
-        ops::require_buffer(b.k_scale_cache, st->scale_bytes, "k_scale_cache", sc);
-        ops::require_buffer(b.v_scale_cache, st->scale_bytes, "v_scale_cache", sc);
-      }
+      ops::require_scale_caches(st->cache, st->scale_bytes, b.k_scale_cache, b.v_scale_cache);
     }
     if (st->page_id_bytes > 0)
       ops::require_buffer(b.page_ids, st->page_id_bytes, "page_ids",

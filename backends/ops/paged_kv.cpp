@@ -55,6 +55,28 @@ int64_t PagedKV::scale_required_bytes() const {
 
 namespace ops {
 
+void check_kv_scales(const PagedKV& c, float k_scale, float v_scale, cl_mem k_head_scales, cl_mem v_head_scales,
+                     const std::string& fn) {
+  if (c.dtype == DType::I8 && (k_scale != 1.0f || v_scale != 1.0f))
+    rt::invalid(fn + ": k_scale/v_scale must be 1 for an int8 cache (each row carries its own scale; got " +
+                std::to_string(k_scale) + ", " + std::to_string(v_scale) + ")");
+  if (!k_head_scales != !v_head_scales)
+    rt::invalid(fn + ": k_head_scales and v_head_scales go together (one is null)");
+  if (!k_head_scales) return;
+  if (c.dtype == DType::I8)
+    rt::invalid(fn + ": k_head_scales/v_head_scales with an int8 cache (its rows carry their own scales)");
+  const Shape hs{{c.num_kv_heads}, "f32"};
+  require_buffer(k_head_scales, int64_t(c.num_kv_heads) * 4, "k_head_scales", hs);
+  require_buffer(v_head_scales, int64_t(c.num_kv_heads) * 4, "v_head_scales", hs);
+}
+
+void require_scale_caches(const PagedKV& c, int64_t bytes, cl_mem k_scale_cache, cl_mem v_scale_cache) {
+  if (c.dtype != DType::I8) return;
+  const Shape sc{{c.num_pages, c.page_size, c.num_kv_heads}, dtype_name(c.scale_dtype), "scale cache "};
+  require_buffer(k_scale_cache, bytes, "k_scale_cache", sc);
+  require_buffer(v_scale_cache, bytes, "v_scale_cache", sc);
+}
+
 void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8) {
   if (c.num_pages < 0) rt::invalid(what + ".num_pages = " + std::to_string(c.num_pages) + ", must be >= 0");
   if (c.page_size < 1) rt::invalid(what + ".page_size = " + std::to_string(c.page_size) + ", must be >= 1");

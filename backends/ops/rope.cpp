@@ -36,6 +36,15 @@ RopeProgram rope_program(const DeviceProfile& prof, int D) {
   return r;
 }
 
+// The launch: the D/2 pairs of a row in dimension 0 (whole groups), blocks of rp.rows head rows
+// in dimension 1, blocks of rp.tokens tokens in dimension 2.
+void rope_grid(const RopeProgram& rp, int D, size_t rows, int64_t T, size_t gws[3], size_t lws[3]) {
+  const size_t wg = rp.v.wg;
+  gws[0] = (size_t(D / 2) + wg - 1) / wg * wg, gws[1] = (rows + rp.rows - 1) / rp.rows;
+  gws[2] = (size_t(T) + rp.tokens - 1) / rp.tokens;
+  lws[0] = wg, lws[1] = lws[2] = 1;
+}
+
 // The rotary dim the config resolves to (checked), and the kernel's angle arguments.
 struct RopeResolved {
   int R = 0;
@@ -146,9 +155,9 @@ void apply_rope(const Context& ctx, const RopeArgs& a, const Enqueue& e) {
   const RopeProgram rp = rope_program(c.profile, D);
   auto prog = c.programs.get(rp.v.file, rp.v.options);
   rt::Kernel& k = prog->kernel("apply_rope");
-  const size_t wg = rp.v.wg, rows = size_t(Hq + Hk);
-  size_t gws[3] = {(size_t(D / 2) + wg - 1) / wg * wg, (rows + rp.rows - 1) / rp.rows,
-                    (size_t(T) + rp.tokens - 1) / rp.tokens}, lws[3] = {wg, 1, 1};
+  const size_t rows = size_t(Hq + Hk);
+  size_t gws[3], lws[3];
+  rope_grid(rp, D, rows, T, gws, lws);
   const cl_mem none = nullptr;
   k.launch(q, 3, gws, lws, e.num_wait, e.wait, e.event, Hq ? a.q : none, Hq ? a.q_out : none, cl_long(qst),
            cl_long(qsh), cl_int(Hq), Hk ? a.k : none, Hk ? a.k_out : none, cl_long(kst), cl_long(ksh), cl_int(Hk),
@@ -192,13 +201,13 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   auto prog = c.programs.get(rp.v.file, rp.v.options);
   rt::Kernel& k = prog->kernel("rope_append_kv");
   const int kv_rows = ch.empty ? 0 : Hkv;  // no pages: q rows only
-  const size_t wg = rp.v.wg, rows = size_t(Hq + 2 * kv_rows);
+  const size_t rows = size_t(Hq + 2 * kv_rows);
   if (rows == 0) {
     ops::marker_if_needed(q, e);
     return;
   }
-  size_t gws[3] = {(size_t(D / 2) + wg - 1) / wg * wg, (rows + rp.rows - 1) / rp.rows,
-                    (size_t(T) + rp.tokens - 1) / rp.tokens}, lws[3] = {wg, 1, 1};
+  size_t gws[3], lws[3];
+  rope_grid(rp, D, rows, T, gws, lws);
   const cl_mem none = nullptr;
   rt::log().debug("rope_append_kv: {} tokens, Hq {} Hkv {} D {} R {} {}, {} -> {} cache ({})", T, Hq, Hkv, D, rr.R,
                   r.rope.style == RopeStyle::GptJ ? "gptj" : "neox", dtype_name(a.src_dtype), dtype_name(a.cache.dtype),

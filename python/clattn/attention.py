@@ -68,7 +68,7 @@ class _Workspace:
 
 
 class _Wrapper:
-    """What the sparse wrappers keep: their context, their workspace and the active plan."""
+    """What the MLA and sparse wrappers keep: their context, their workspace and the active plan."""
 
     def _init_wrapper(self, float_workspace_buffer, ctx):
         self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)

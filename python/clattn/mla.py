@@ -4,7 +4,7 @@ import numpy as np
 from . import _clattn
 from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, host_i32, is_raw_buffer, rescale_lse,
                     result, scale_value, _ITEMSIZE)
-from .attention import _Workspace, _workspace_context, _arg, _outputs, _unsupported_if
+from .attention import _Wrapper, _arg, _outputs, _unsupported_if
 
 CKV_DIM, KPE_DIM = 512, 64
 
@@ -23,7 +23,7 @@ def _plan_checks(head_dim_ckv, head_dim_kpe, sm_scale, q_data_type, kv_data_type
     return q_dt, kv_dt, o_dt
 
 
-class BatchMLAPagedAttentionWrapper:
+class BatchMLAPagedAttentionWrapper(_Wrapper):
     r"""Wrapper class for MLA (`Multi-head Latent Attention <https://arxiv.org/abs/2405.04434>`_)
     PagedAttention on DeepSeek models, shaped like ``flashinfer.mla.BatchMLAPagedAttentionWrapper``.
     This kernel can be used in decode, and incremental prefill and should be used together
@@ -55,14 +55,7 @@ class BatchMLAPagedAttentionWrapper:
         use_cuda_graph, qo_indptr, kv_indptr, kv_indices, kv_len_arr, backend :
             Accepted for FlashInfer compatibility and ignored.
         """
-        self._ctx, ws = _workspace_context(float_workspace_buffer, ctx)
-        self._ws = _Workspace(self._ctx, ws)
-        self._plan = None
-
-    @property
-    def context(self):
-        """The clattn.Context this wrapper runs on."""
-        return self._ctx
+        self._init_wrapper(float_workspace_buffer, ctx)
 
     def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
              page_size, causal, sm_scale, q_data_type, kv_data_type, use_profiler=False, o_data_type=None,
