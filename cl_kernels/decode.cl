@@ -499,24 +499,7 @@ UNROLL_LOOP
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 #if FUSE_MERGE
-  if (part >= 0) {
-    // This part's rows are written; make them visible before counting it (threadfence
-    // reduction). The work-group that brings the count to `parts` merges every part.
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    __global const int* me = tab + merge_off + 4 * wk[6];
-    if (lid == 0) {
-      __global volatile int* cnt = counters + counter_off + wk[6] * (int)get_num_groups(1) + (int)get_group_id(1);
-      const int last = atomic_inc(cnt) == me[2] - 1;
-      if (last) atomic_xchg(cnt, 0);  // ready for the set's next run
-      is_last = last;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (is_last) {
-      mem_fence(CLK_GLOBAL_MEM_FENCE);
-      merge_parts_block(me[0], me[1], me[2], ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, num_qo_heads,
-                        HEAD_DIM, h0, ng, lid, WGSIZE);
-    }
-  }
+  if (part >= 0) fused_merge_tail(tab, merge_off, wk[6], counters, counter_off, ws, lse_off, o, o_dt, lse, has_lse,
+                                  sinks, has_sinks, num_qo_heads, HEAD_DIM, h0, ng, lid, WGSIZE, &is_last);
 #endif
 }

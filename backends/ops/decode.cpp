@@ -118,6 +118,10 @@ struct KTile {
   int touch_ahead = 2;    // CPU variant: blocks ahead whose rows are prefetched (TOUCH_AHEAD)
   int prefetch_locality = 3;  // and the prefetch's locality hint (PREFETCH_LOCALITY: 3 L1, 1 L2)
   int sparse = 0;         // SPARSE build (HSA per-head page lists): 1 per KV head, 2 per query head
+  // Tensor-core variant (decode_mma_nv.cl, int8 caches), asked for by MMA: wg / 32 warps,
+  // mma_unroll 16-key blocks per warp and step (MMA_UNROLL).
+  bool mma = false;
+  int mma_unroll = 2;
   std::string source;     // parameter source, for logs
 };
 
@@ -214,6 +218,12 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   if (over_h != over.end()) t.unroll_hints = over_h->second ? 1 : 0;
   auto over_f = over.find("FP8_FAST");
   if (over_f != over.end()) t.fp8_fast = over_f->second ? 1 : 0;
+  // The int8 tensor-core kernel keeps up to 8 heads in its MMA rows at no register cost.
+  t.mma = ops::param_or(e, over, "MMA", 0) != 0;
+  t.mma_unroll = std::clamp(ops::param_or(e, over, "MMA_UNROLL", 2), 1, 4);
+  if (t.mma && c.dtype == DType::I8 && (c.head_dim == 64 || c.head_dim == 128) &&
+      params::variant_available(prof, "nv_mma_sync"))
+    t.gmax = std::min(pow2_ceil(std::min(group, 8)), 8);
   auto over_g = over.find("GMAX");
   if (over_g != over.end()) t.gmax = std::clamp(over_g->second, 1, 16);
   t.n_hblk = int(rt::checked::ceil_div(group, t.gmax));
@@ -292,6 +302,37 @@ std::string cpu_build_options(const DeviceProfile& prof, const KTile& t, const P
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);
+}
+
+// The tensor-core variant (decode_mma_nv.cl): int8 rows on mma.sync, or why it does not apply.
+ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedKV& c) {
+  ops::Variant x;
+  x.name = "nv_mma_sync";
+  x.file = "decode_mma_nv.cl", x.kernel = "paged_decode_mma";
+  x.wg = size_t(t.wg);
+  const size_t nw = size_t(t.wg / 32), g = size_t(t.gmax);
+  x.local_bytes = (nw * g * size_t(c.head_dim) + 3 * nw * g + (t.fuse_merge ? 1 : 0)) * 4;
+  // Rows are read in 16-byte pieces at 16-byte offsets.
+  const bool aligned = c.page_stride() % 16 == 0 && c.token_stride() % 16 == 0 && c.head_stride() % 16 == 0;
+  if (!t.mma) x.why_not = "MMA = 0";
+  else if (c.dtype != DType::I8) x.why_not = "int8 caches only";
+  else if (t.sparse) x.why_not = "no sparse page lists";
+  else if (c.head_dim != 64 && c.head_dim != 128) x.why_not = "head_dim 64 or 128 only";
+  else if (t.gmax > 8) x.why_not = "at most 8 query heads per work-group (GMAX " + std::to_string(t.gmax) + ")";
+  else if (t.wg < 32 || t.wg % 32) x.why_not = "WG must be a multiple of 32";
+  else if (!aligned) x.why_not = "cache strides must be multiples of 16 bytes";
+  else x.why_not = params::why_unavailable(prof, x.name);
+  // D = 64 rows are half as long: half the blocks per step (H100: 1 block 59 %, 2 blocks 40 %
+  // of the stream-read at B = 64, S = 4096; docs/results-h100.md).
+  const int unroll = c.head_dim == 64 ? std::max(1, t.mma_unroll / 2) : t.mma_unroll;
+  if (x.why_not.empty())
+    x.options = rt::make_options({{"HEAD_DIM", std::to_string(c.head_dim)},
+                                  {"GMAX", std::to_string(t.gmax)},
+                                  {"NWARPS", std::to_string(nw)},
+                                  {"UNROLL", std::to_string(unroll)},
+                                  {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
+                                  {"MERGE_BATCH", std::to_string(t.merge_batch)}});
+  return x;
 }
 
 // Per-request key ranges in list coordinates (the window applied), and where their page
@@ -402,7 +443,7 @@ ops::Variant subgroup_variant(const DeviceProfile& prof, const KTile& tile, cons
 }
 
 // The decode kernel's variants, best first: the cpu kernel where CPU_KERNEL asks for it, the
-// NVIDIA shfl butterfly where PTX_SHFL does, the sub-group shuffles where SUBGROUP does
+// NVIDIA tensor-core kernel for int8 where MMA does, the NVIDIA shfl butterfly where PTX_SHFL does, the sub-group shuffles where SUBGROUP does
 // (Intel's, then the standard ones), the local-memory butterfly everywhere.
 std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile, const PagedKV& cache, bool denorms) {
   std::vector<ops::Variant> v;
@@ -416,6 +457,7 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const KTile& tile,
     if (x.why_not.empty()) x.options = cpu_build_options(prof, tile, cache, denorms);
     v.push_back(std::move(x));
   }
+  v.push_back(mma_variant(prof, tile, cache));
   auto lanes = [&](bool shfl) {
     ops::Variant x;
     x.name = shfl ? "nv_ptx_shfl" : "generic";
@@ -754,9 +796,14 @@ void decode_run(const Context& ctx, const DecodePlan& plan, const DecodeBuffers&
 // ---- plain-data form ----
 namespace {
 // The variant in a plan vector: 0 generic, 1 nv_ptx_shfl, 2 cpu, 3 intel_subgroups,
-// 4 khr_subgroups (versions before the CPU variant wrote 0 or 1 here).
+// 4 khr_subgroups, 5 nv_mma_sync (versions before the CPU variant wrote 0 or 1 here).
 int64_t variant_code(const std::string& v) {
-  return v == "nv_ptx_shfl" ? 1 : v == "cpu" ? 2 : v == "intel_subgroups" ? 3 : v == "khr_subgroups" ? 4 : 0;
+  return v == "nv_ptx_shfl"       ? 1
+         : v == "cpu"             ? 2
+         : v == "intel_subgroups" ? 3
+         : v == "khr_subgroups"   ? 4
+         : v == "nv_mma_sync"     ? 5
+                                  : 0;
 }
 }  // namespace
 
@@ -883,8 +930,9 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   t.load_bytes = next_int("LOAD_BYTES");
   t.n_hblk = next_int("head blocks");
   const int64_t vcode = v[i++];
-  if (vcode < 0 || vcode > 4) bad_vector("variant code out of range");
+  if (vcode < 0 || vcode > 5) bad_vector("variant code out of range");
   t.ptx_shfl = vcode == 1;
+  t.mma = vcode == 5;
   t.cpu = vcode == 2;
   t.subgroup = vcode == 3 || vcode == 4;
   t.sg_intel = vcode == 3, t.sg_khr = vcode == 4;
@@ -919,6 +967,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   // Speed only (the merge's order is fixed): the device's current entry, not serialised.
   const params::Entry entry = params::lookup(c.profile, "decode", kv_key(p.cache.dtype));
   t.merge_batch = std::clamp(entry.get_or("MERGE_BATCH", 8), 1, 32);
+  t.mma_unroll = std::clamp(entry.get_or("MMA_UNROLL", 2), 1, 4);
   // Sub-group size and shuffle form: the device's current entry (the sums are the same bits
   // in every form).
   if (t.subgroup) {

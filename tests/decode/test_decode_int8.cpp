@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "clattn/diagnostics.hpp"
 #include "reference/kv_formats_reference.hpp"
 #include "reference/reference.hpp"
 #include "support/test_support.hpp"
@@ -29,6 +30,14 @@ struct I8Case {
            dtype_name(scale_dt) + " io " + dtype_name(io) + (split ? " split" : "") + (pad_scales ? " padded" : "");
   }
 };
+
+// Whether this device can run the tensor-core kernel (NVIDIA inline PTX, sm_80+): it splits
+// q and the weights into f16 pairs (22 bits), within the f32 tolerance below.
+bool mma_available() {
+  for (const auto& v : variants(ctx().profile()))
+    if (v.name == "nv_mma_sync") return v.available;
+  return false;
+}
 
 double o_tol(DType t) { return t == DType::F32 ? 5e-5 : t == DType::F16 ? 2e-3 : 1e-2; }
 
@@ -128,6 +137,8 @@ void run_case(const I8Case& c, test::Rng& rng) {
   DecodePlan plan = decode_plan(ctx(), csr, cache, opt);
   if (c.split) EXPECT_GT(plan.num_merges, 0);
   if (ctx().profile().is_cpu && ctx().profile().param_vendor() == "cpu") EXPECT_EQ(plan.variant, "cpu");
+  // The tensor-core kernel wherever it can run (NVIDIA sm_80+, group <= 8, D 64 / 128).
+  if (mma_available() && c.Hq / c.Hkv <= 8) EXPECT_EQ(plan.variant, "nv_mma_sync");
   auto ids = test::upload(csr.kv_indices);
   const size_t ob = size_t(c.B) * c.Hq * c.D * dtype_size(c.io);
   auto o = test::upload(std::vector<uint8_t>(ob, 0));

@@ -1,0 +1,330 @@
+// Paged decode over int8 caches on NVIDIA tensor cores (variant nv_mma_sync; inline PTX
+// mma.sync m16n8k16 f16 x f16 -> f32, sm_80+).
+//
+// Why: with f32 math the int8 decode loop is issue-bound at GQA 4 (a conversion and eight
+// FMAs per K/V element pair: more instructions than the memory time allows), so the work
+// moves to the tensor cores, keeping f32 accuracy:
+// - int8 values are exact in f16; a byte becomes an f16 by a byte permute under the
+//   exponent of 1024 and one f16x2 subtraction (two elements per instruction, no int-to-float
+//   conversion): b ^ 0x80 = b + 128 in the low mantissa bits, 1152 + b - 1152 = b.
+// - q and the softmax weights are split into f16 pairs hi + lo (hi = f16(x), lo = f16(x -
+//   hi): 22 significant bits) that ride the two halves of the 16 MMA rows: row g holds head
+//   g's hi, row g + 8 its lo (GMAX <= 8), and the f32 accumulators add them, so every
+//   product of an int8 value and a weight is formed exactly and summed in f32.
+// - q is scaled by a power of two per head (its largest element into [128, 256)) so lo does
+//   not fall into f16 subnormals; the score takes the inverse power back.
+// - The weights carry the token's V scale. They must stay below the f16 range, so the V
+//   side keeps its own running maximum over x + log2(v scale) (the exponent of the scale
+//   joins the log2-space score, its mantissa in [1, 2) multiplies the weight): weights stay
+//   below 2^(RESCALE_SLACK + 1) whatever the scales. The denominator keeps the usual
+//   maximum over the scores; the epilogue brings the two together.
+//
+// Work-group: NWARPS warps, one KV head, up to GMAX (<= 8) query heads of its group, one
+// planner work item (request, key range [begin, end)); warp w takes blocks of 16 keys,
+// UNROLL consecutive blocks per step, steps NWARPS * UNROLL blocks apart. In a block, lane
+// (n = lane / 4, c = lane % 4) loads 16-byte pieces c, c + 4, ... of keys n and 8 + n (the B
+// operand of S = q K^T, dims permuted to match) and bytes
+// [n D/8, (n+1) D/8) of keys 2c, 2c+1, 8+2c, 9+2c (the B operand of O = P V), which are the
+// keys of its score fragment: the C fragment of S is the A fragment of P V (FlashAttention-2's
+// register reuse). After the loop the warps' states merge through local memory in warp
+// order and the work-group writes o/lse or a partial state, with the optional fused merge,
+// as decode.cl does (same table layout and arguments: DECODE_KERNEL_ARGS).
+//
+// Build options (-D): HEAD_DIM (64 or 128), GMAX, NWARPS, UNROLL, FUSE_MERGE, MERGE_BATCH.
+#define MMA_BF16 0
+#include "common.clh"
+#include "kernel_args.clh"
+#define MERGE_WS_QUAL volatile const
+#include "merge_parts.clh"
+#include "mma_ptx_nv.clh"
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef GMAX
+#define GMAX 4
+#endif
+#ifndef NWARPS
+#define NWARPS 4
+#endif
+#ifndef UNROLL
+#define UNROLL 2
+#endif
+#ifndef FUSE_MERGE
+#define FUSE_MERGE 0
+#endif
+#ifndef RESCALE_SLACK
+#define RESCALE_SLACK 8.0f
+#endif
+#if GMAX > 8
+#error "nv_mma_sync decode takes GMAX <= 8 (hi and lo rows of 8 heads fill the 16 MMA rows)"
+#endif
+#if HEAD_DIM != 64 && HEAD_DIM != 128
+#error "nv_mma_sync decode takes HEAD_DIM 64 or 128"
+#endif
+
+#define WGSIZE (NWARPS * 32)
+#define KW (HEAD_DIM / 16)  // K words per key and lane (KBYTE below): one per k-step
+#define VW (HEAD_DIM / 32)  // V words per key and lane (bytes [n D/8, (n+1) D/8))
+#define NT (HEAD_DIM / 8)   // n-tiles of O = P V
+#define BLK 16
+// Byte of word s (one per k-step) of lane c's share of a K row: each 16-byte load of a quad
+// covers 64 contiguous bytes (whole 32-byte sectors per instruction).
+#define KBYTE(c, s) (64 * ((s) / 4) + 16 * (c) + 4 * ((s) % 4))
+#define F16_1152 0x64806480u  // f16x2 {1152, 1152}
+#define F16_EXP 0x64646464u   // bytes 0x64: the high byte of f16 1024
+
+inline uint hsub2(uint a, uint b) {
+  uint r;
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+// Bytes 0, 1 (sel 0x4140) or 2, 3 (sel 0x4342) of w, sign-flipped, as an exact f16x2 pair.
+#define I8_PAIR(w, sel) hsub2(prmt((w), F16_EXP, (sel)), F16_1152)
+
+// f32 pair -> hi and lo f16x2 words (hi = f16(x), lo = f16(x - hi)).
+inline void split2(float x0, float x1, uint* hi, uint* lo) {
+  *hi = pack2_f16(x0, x1);
+  float h0, h1;
+  unpack2_f16(*hi, &h0, &h1);
+  *lo = pack2_f16(x0 - h0, x1 - h1);
+}
+
+// List slot of key tok (keys past the end re-read the range's first key and are masked).
+#define SLOT_OF(tok) (tok_off + ((tok) < end ? (tok) : begin))
+#define PAGE_OF(tok) page_ids[page_base + (SLOT_OF(tok) >> log2_page)]
+// Row offset (bytes) of key tok on page id and its scale-cache element; bad: an id outside
+// the pool.
+#define KEY_AT(tok, id, row, sc)                                                                           \
+  do {                                                                                                     \
+    bad |= (uint)(id) >= (uint)num_pages;                                                                  \
+    const long pg_ = (long)POOL_PAGE(id), off_ = (long)(SLOT_OF(tok) & pmask);                             \
+    row = (size_t)(pg_ * stride_page + off_ * stride_token + head_off);                                    \
+    sc = (size_t)(pg_ * sc_page + off_ * sc_token + sc_hoff);                                              \
+  } while (0)
+
+__kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_mma(DECODE_KERNEL_ARGS) {
+  __local float sm_o[NWARPS * GMAX * HEAD_DIM];
+  __local float sm_st[3 * NWARPS * GMAX];  // per warp and head: score max, V-side max, sum
+#if FUSE_MERGE
+  __local int is_last;
+#endif
+  const int lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
+  const int g = lane >> 2, c = lane & 3;  // fragment row (head) / V-operand column, quad lane
+  __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
+  const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
+  const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
+  const int h0 = kvh * group + hblk * GMAX;
+  const int ng = min(GMAX, group - hblk * GMAX);
+  const int pmask = (1 << log2_page) - 1;
+  const long head_off = (long)kvh * stride_head, sc_hoff = (long)kvh * sc_head;
+  const float vs_h = v_scale * (has_hs ? v_hs[kvh] : 1.0f);
+
+  // q: head g's elements KBYTE(c, s) + {0..3} for each k-step s, scaled, times 2^(7 - e) (e:
+  // the exponent of the head's largest |element|), split into hi/lo A-fragment words: k-step
+  // s takes elements KBYTE(c, s) + {0, 1} (a0 hi, a1 lo) and + {2, 3} (a2 hi, a3 lo).
+  float qv[4 * KW];
+  float amax = 0.0f;
+  const bool hrow = g < ng;
+  const float qs = q_scale * (has_hs ? k_hs[kvh] : 1.0f);
+UNROLL_LOOP
+  for (int i = 0; i < 4 * KW; ++i) {
+    qv[i] = hrow ? load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + KBYTE(c, i / 4) + i % 4, q_dt) * qs
+                 : 0.0f;
+    amax = fmax(amax, fabs(qv[i]));
+  }
+  amax = fmax(amax, shfl_xor(amax, 1));
+  amax = fmax(amax, shfl_xor(amax, 2));
+  const int qe = amax > 0.0f ? ilogb(amax) : 0;
+  const float descale = ldexp(1.0f, qe - 7);
+  uint qa[KW][4];
+UNROLL_LOOP
+  for (int s = 0; s < KW; ++s) {
+    split2(ldexp(qv[4 * s], 7 - qe), ldexp(qv[4 * s + 1], 7 - qe), &qa[s][0], &qa[s][1]);
+    split2(ldexp(qv[4 * s + 2], 7 - qe), ldexp(qv[4 * s + 3], 7 - qe), &qa[s][2], &qa[s][3]);
+  }
+
+  float acc[NT][4];
+UNROLL_LOOP
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  float ml = CLATTN_NEG_INF, mo = CLATTN_NEG_INF, lsum = 0.0f;  // head g's maxima, this lane's sum
+  bool bad = false;
+
+  // Page ids of the step's keys, loaded one step ahead so the row loads never wait on them:
+  // K keys n and 8 + n, V (and score) keys 2c, 2c + 1, 8 + 2c, 9 + 2c of each block.
+#define KTOK(tb, r) ((tb) + 8 * (r) + g)
+#define VTOK(tb, i) ((tb) + 8 * ((i) >> 1) + 2 * c + ((i) & 1))
+  int kid[UNROLL][2], vid[UNROLL][4];
+  const int first = begin + warp * BLK * UNROLL;
+UNROLL_LOOP
+  for (int u = 0; u < UNROLL; ++u) {
+UNROLL_LOOP
+    for (int r = 0; r < 2; ++r) kid[u][r] = begin < end ? PAGE_OF(KTOK(first + u * BLK, r)) : 0;
+UNROLL_LOOP
+    for (int i = 0; i < 4; ++i) vid[u][i] = begin < end ? PAGE_OF(VTOK(first + u * BLK, i)) : 0;
+  }
+  for (int t0 = first; t0 < end; t0 += NWARPS * BLK * UNROLL) {
+    // Every load of the step first: K rows of keys n and 8 + n, V rows and scales of the
+    // lane's four score keys, per block; then the next step's page ids.
+    uint kw[UNROLL][2][KW], vw[UNROLL][4][VW];
+    float ks[UNROLL][4], vsc[UNROLL][4];
+    bool valid[UNROLL][4];
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) {
+      const int tb = t0 + u * BLK;
+UNROLL_LOOP
+      for (int r = 0; r < 2; ++r) {
+        size_t row, sc;
+        KEY_AT(KTOK(tb, r), kid[u][r], row, sc);
+UNROLL_LOOP
+        for (int i = 0; i < KW / 4; ++i) {
+          const uint4 x = *(__global const uint4*)(k_cache + row + KBYTE(c, 4 * i));
+          kw[u][r][4 * i] = x.x, kw[u][r][4 * i + 1] = x.y, kw[u][r][4 * i + 2] = x.z, kw[u][r][4 * i + 3] = x.w;
+        }
+      }
+UNROLL_LOOP
+      for (int i = 0; i < 4; ++i) {
+        valid[u][i] = VTOK(tb, i) < end;
+        size_t row, sc;
+        KEY_AT(VTOK(tb, i), vid[u][i], row, sc);
+#if VW == 4
+        const uint4 x = *(__global const uint4*)(v_cache + row + g * (HEAD_DIM / 8));
+        vw[u][i][0] = x.x, vw[u][i][1] = x.y, vw[u][i][2] = x.z, vw[u][i][3] = x.w;
+#else
+        const uint2 x = *(__global const uint2*)(v_cache + row + g * (HEAD_DIM / 8));
+        vw[u][i][0] = x.x, vw[u][i][1] = x.y;
+#endif
+        ks[u][i] = kv_row_scale(k_scales, sc, sc_f16);
+        vsc[u][i] = kv_row_scale(v_scales, sc, sc_f16);
+      }
+    }
+    const int tn = t0 + NWARPS * BLK * UNROLL;
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) {
+UNROLL_LOOP
+      for (int r = 0; r < 2; ++r) kid[u][r] = PAGE_OF(KTOK(tn + u * BLK, r));
+UNROLL_LOOP
+      for (int i = 0; i < 4; ++i) vid[u][i] = PAGE_OF(VTOK(tn + u * BLK, i));
+    }
+
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) {
+      // S = q K^T for the block's two 8-key tiles: x[i] = hi + lo rows of head g, keys 2c,
+      // 2c + 1 (tile 0), 8 + 2c, 9 + 2c (tile 1).
+      float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+UNROLL_LOOP
+      for (int s = 0; s < KW; ++s) {
+        const uint w0 = kw[u][0][s] ^ 0x80808080u, w1 = kw[u][1][s] ^ 0x80808080u;
+        MMA(sa, qa[s][0], qa[s][1], qa[s][2], qa[s][3], I8_PAIR(w0, 0x4140u), I8_PAIR(w0, 0x4342u));
+        MMA(sb, qa[s][0], qa[s][1], qa[s][2], qa[s][3], I8_PAIR(w1, 0x4140u), I8_PAIR(w1, 0x4342u));
+      }
+      float x[4] = {sa[0] + sa[2], sa[1] + sa[3], sb[0] + sb[2], sb[1] + sb[3]};
+      float xo[4], fv[4];
+      float mt = CLATTN_NEG_INF, mot = CLATTN_NEG_INF;
+UNROLL_LOOP
+      for (int i = 0; i < 4; ++i) {
+        float xi = x[i] * (ks[u][i] * descale);
+        if (cap_log2 > 0.0f) xi = cap_log2 * tanh(xi * inv_cap);
+        xi = valid[u][i] ? xi : CLATTN_NEG_INF;
+        // The V scale: exponent into the V-side score, mantissa (in [1, 2)) onto the weight.
+        const float v = vsc[u][i];
+        const int ve = v > 0.0f ? ilogb(v) : 0;
+        fv[i] = v > 0.0f ? ldexp(v, -ve) : 0.0f;
+        xo[i] = v > 0.0f ? xi + (float)ve : CLATTN_NEG_INF;
+        x[i] = xi;
+        mt = fmax(mt, xi);
+        mot = fmax(mot, xo[i]);
+      }
+      mt = fmax(mt, shfl_xor(mt, 1));
+      mt = fmax(mt, shfl_xor(mt, 2));
+      mot = fmax(mot, shfl_xor(mot, 1));
+      mot = fmax(mot, shfl_xor(mot, 2));
+      // Lazy rescaling as in decode.cl, separately for the sum and for O.
+      if (mt > ml + RESCALE_SLACK) {
+        lsum *= ml == CLATTN_NEG_INF ? 0.0f : exp2(ml - mt);
+        ml = mt;
+      }
+      if (mot > mo + RESCALE_SLACK) {
+        const float a = mo == CLATTN_NEG_INF ? 0.0f : exp2(mo - mot);
+UNROLL_LOOP
+        for (int j = 0; j < NT; ++j) acc[j][0] *= a, acc[j][1] *= a, acc[j][2] *= a, acc[j][3] *= a;
+        mo = mot;
+      }
+      float pv[4];
+UNROLL_LOOP
+      for (int i = 0; i < 4; ++i) {
+        lsum += x[i] == CLATTN_NEG_INF ? 0.0f : exp2(x[i] - ml);
+        pv[i] = xo[i] == CLATTN_NEG_INF ? 0.0f : exp2(xo[i] - mo) * fv[i];
+      }
+      uint a0, a1, a2, a3;
+      split2(pv[0], pv[1], &a0, &a1);
+      split2(pv[2], pv[3], &a2, &a3);
+      // O += P V: n-tile 4 wi + k takes byte k of word wi of the four keys (V column n = g:
+      // dim g D/8 + 4 wi + k); keys 2c, 2c + 1 in b0, 8 + 2c, 9 + 2c in b1.
+UNROLL_LOOP
+      for (int wi = 0; wi < VW; ++wi) {
+        const uint e01 = prmt(vw[u][0][wi], vw[u][1][wi], 0x5140u) ^ 0x80808080u;  // keys 2c, 2c+1: bytes 0, 1
+        const uint f01 = prmt(vw[u][0][wi], vw[u][1][wi], 0x7362u) ^ 0x80808080u;  // bytes 2, 3
+        const uint e23 = prmt(vw[u][2][wi], vw[u][3][wi], 0x5140u) ^ 0x80808080u;
+        const uint f23 = prmt(vw[u][2][wi], vw[u][3][wi], 0x7362u) ^ 0x80808080u;
+        MMA(acc[4 * wi], a0, a1, a2, a3, I8_PAIR(e01, 0x4140u), I8_PAIR(e23, 0x4140u));
+        MMA(acc[4 * wi + 1], a0, a1, a2, a3, I8_PAIR(e01, 0x4342u), I8_PAIR(e23, 0x4342u));
+        MMA(acc[4 * wi + 2], a0, a1, a2, a3, I8_PAIR(f01, 0x4140u), I8_PAIR(f23, 0x4140u));
+        MMA(acc[4 * wi + 3], a0, a1, a2, a3, I8_PAIR(f01, 0x4342u), I8_PAIR(f23, 0x4342u));
+      }
+    }
+  }
+  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
+  lsum += shfl_xor(lsum, 1);
+  lsum += shfl_xor(lsum, 2);
+
+  // ---- Merge the warps' states (warp order) and write. Head g's state: its quad.
+  __local float* sm_ml = sm_st;
+  __local float* sm_mo = sm_st + NWARPS * GMAX;
+  __local float* sm_l = sm_st + 2 * NWARPS * GMAX;
+  if (c == 0 && g < GMAX) {
+    sm_ml[warp * GMAX + g] = ml;
+    sm_mo[warp * GMAX + g] = mo;
+    sm_l[warp * GMAX + g] = lsum;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (g < GMAX) {
+    float M = CLATTN_NEG_INF;
+    for (int w = 0; w < NWARPS; ++w) M = fmax(M, sm_ml[w * GMAX + g]);
+    // O here is relative to mo; relative to the head's M it is O * 2^(mo - M).
+    const float f = mo == CLATTN_NEG_INF || M == CLATTN_NEG_INF ? 0.0f : exp2(mo - M);
+    __local float* dst = sm_o + (warp * GMAX + g) * HEAD_DIM;
+UNROLL_LOOP
+    for (int j = 0; j < NT; ++j) {
+      const int wi = j / 4, k = j % 4;
+      // Column 2c (2c + 1) of n-tile j is dim (2c) D/8 + j ((2c + 1) D/8 + j).
+      dst[(2 * c) * (HEAD_DIM / 8) + 4 * wi + k] = (acc[j][0] + acc[j][2]) * f;
+      dst[(2 * c + 1) * (HEAD_DIM / 8) + 4 * wi + k] = (acc[j][1] + acc[j][3]) * f;
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int idx = lid; idx < ng * HEAD_DIM; idx += WGSIZE) {
+    const int hg = idx / HEAD_DIM, d = idx % HEAD_DIM, h = h0 + hg;
+    float M = CLATTN_NEG_INF, L = 0.0f, sum = 0.0f;
+    for (int w = 0; w < NWARPS; ++w) M = fmax(M, sm_ml[w * GMAX + hg]);
+    for (int w = 0; w < NWARPS; ++w) {
+      const float mw = sm_ml[w * GMAX + hg];
+      if (mw != CLATTN_NEG_INF) L += sm_l[w * GMAX + hg] * exp2(mw - M);
+      sum += sm_o[(w * GMAX + hg) * HEAD_DIM + d];
+    }
+    const float2 fin = final_scale_lse(M, L, part, has_sinks, sinks, h, vs_h);
+    if (part < 0) store_elem(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM + d, o_dt, sum * fin.x);
+    else ws[((size_t)part * num_qo_heads + h) * HEAD_DIM + d] = sum * fin.x;
+    if (d == 0) {
+      if (part < 0) {
+        if (has_lse) lse[(size_t)req * num_qo_heads + h] = fin.y;
+      } else {
+        ws[lse_off + (size_t)part * num_qo_heads + h] = fin.y;
+      }
+    }
+  }
+#if FUSE_MERGE
+  if (part >= 0) fused_merge_tail(tab, merge_off, wk[6], counters, counter_off, ws, lse_off, o, o_dt, lse, has_lse,
+                                  sinks, has_sinks, num_qo_heads, HEAD_DIM, h0, ng, lid, WGSIZE, &is_last);
+#endif
+}
