@@ -8,9 +8,9 @@
 //   exponent of 1024 and one f16x2 subtraction (two elements per instruction, no int-to-float
 //   conversion): b ^ 0x80 = b + 128 in the low mantissa bits, 1152 + b - 1152 = b.
 // - q and the softmax weights are split into f16 pairs hi + lo (hi = f16(x), lo = f16(x -
-//   hi): 22 significant bits) that ride the two halves of the 16 MMA rows: row g holds head
-//   g's hi, row g + 8 its lo (GMAX <= 8), and the f32 accumulators add them, so every
-//   product of an int8 value and a weight is formed exactly and summed in f32.
+//   hi): 22 significant bits) that ride two MMA columns: column 2h' holds head h's hi, 2h' + 1
+//   its lo (h' = h mod 4, n-tile h / 4), and the f32 accumulators of the two columns are
+//   added, so every product of an int8 value and a weight is formed exactly and summed in f32.
 // - q is scaled by a power of two per head (its largest element into [128, 256)) so lo does
 //   not fall into f16 subnormals; the score takes the inverse power back.
 // - The weights carry the token's V scale. They must stay below the f16 range, so the V
@@ -18,17 +18,22 @@
 //   joins the log2-space score, its mantissa in [1, 2) multiplies the weight): weights stay
 //   below 2^(RESCALE_SLACK + 1) whatever the scales. The denominator keeps the usual
 //   maximum over the scores; the epilogue brings the two together.
+// - Keys and dims are the MMA rows (S^T = K Q^T, O^T = V^T P^T), heads x {hi, lo} the eight
+//   columns: at GQA <= 4 no row or column is padding, one MMA per k-step covers 16 keys, and
+//   O takes 4 registers per 16 dims (D / 4 per lane at D = 128). (Queries as rows, the
+//   FlashAttention-2 orientation, wastes half the rows at GQA 4, doubles the MMAs and the O
+//   registers, and ran at 65 % of the stream-read against 87 %: fewer warps per SM.)
 //
 // Work-group: NWARPS warps, one KV head, up to GMAX (<= 8) query heads of its group, one
 // planner work item (request, key range [begin, end)); warp w takes blocks of 16 keys,
 // UNROLL consecutive blocks per step, steps NWARPS * UNROLL blocks apart. In a block, lane
-// (n = lane / 4, c = lane % 4) loads 16-byte pieces c, c + 4, ... of keys n and 8 + n (the B
-// operand of S = q K^T, dims permuted to match) and bytes
-// [n D/8, (n+1) D/8) of keys 2c, 2c+1, 8+2c, 9+2c (the B operand of O = P V), which are the
-// keys of its score fragment: the C fragment of S is the A fragment of P V (FlashAttention-2's
-// register reuse). After the loop the warps' states merge through local memory in warp
-// order and the work-group writes o/lse or a partial state, with the optional fused merge,
-// as decode.cl does (same table layout and arguments: DECODE_KERNEL_ARGS).
+// (g = lane / 4, c = lane % 4) loads 16-byte pieces c, c + 4, ... of keys g and 8 + g (its A
+// fragment of S^T, dims permuted to match q's B fragment) with their scales, and bytes
+// [g D/8, (g+1) D/8) of keys 2c, 2c+1, 8+2c, 9+2c (its A fragment of O^T). The score fragment
+// (keys g, 8 + g of head 4b + c) becomes the B fragment of O^T (keys 2c.., column g) through
+// four shuffles per block. After the loop the warps' states merge through local memory in
+// warp order and the work-group writes o/lse or a partial state, with the optional fused
+// merge, as decode.cl does (same table layout and arguments: DECODE_KERNEL_ARGS).
 //
 // Build options (-D): HEAD_DIM (64 or 128), GMAX, NWARPS, UNROLL, FUSE_MERGE, MERGE_BATCH.
 #define MMA_BF16 0
@@ -66,7 +71,8 @@
 #define WGSIZE (NWARPS * 32)
 #define KW (HEAD_DIM / 16)  // K words per key and lane (KBYTE below): one per k-step
 #define VW (HEAD_DIM / 32)  // V words per key and lane (bytes [n D/8, (n+1) D/8))
-#define NT (HEAD_DIM / 8)   // n-tiles of O = P V
+#define MT (HEAD_DIM / 16)  // m-tiles of O^T = V^T P^T (rows: dims)
+#define NB ((GMAX + 3) / 4)  // n-tiles of columns: 4 heads x (hi, lo) each
 #define BLK 16
 // Byte of word s (one per k-step) of lane c's share of a K row: each 16-byte load of a quad
 // covers 64 contiguous bytes (whole 32-byte sectors per instruction).
@@ -110,7 +116,7 @@ __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_m
   __local int is_last;
 #endif
   const int lid = get_local_id(0), lane = lid & 31, warp = lid >> 5;
-  const int g = lane >> 2, c = lane & 3;  // fragment row (head) / V-operand column, quad lane
+  const int g = lane >> 2, c = lane & 3;  // fragment row group / quad lane
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
   const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
   const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
@@ -120,38 +126,53 @@ __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_m
   const long head_off = (long)kvh * stride_head, sc_hoff = (long)kvh * sc_head;
   const float vs_h = v_scale * (has_hs ? v_hs[kvh] : 1.0f);
 
-  // q: head g's elements KBYTE(c, s) + {0..3} for each k-step s, scaled, times 2^(7 - e) (e:
-  // the exponent of the head's largest |element|), split into hi/lo A-fragment words: k-step
-  // s takes elements KBYTE(c, s) + {0, 1} (a0 hi, a1 lo) and + {2, 3} (a2 hi, a3 lo).
-  float qv[4 * KW];
-  float amax = 0.0f;
-  const bool hrow = g < ng;
+  // q as the B operand of S^T = K Q^T: column g of n-tile b is head 4b + g/2, part g % 2 (hi,
+  // lo). Lane (g, c) holds that part of the head's elements KBYTE(c, s) + {0, 1} (b0) and
+  // + {2, 3} (b1) for each k-step s, after scaling by 2^(7 - e) (e: the exponent of the head's
+  // largest |element|); the score takes 2^(e - 7) back.
+  uint qb[NB][KW][2];
+  float descale[NB];  // of head 4b + c (the lane's score column)
   const float qs = q_scale * (has_hs ? k_hs[kvh] : 1.0f);
 UNROLL_LOOP
-  for (int i = 0; i < 4 * KW; ++i) {
-    qv[i] = hrow ? load_elem(q, ((size_t)req * num_qo_heads + h0 + g) * HEAD_DIM + KBYTE(c, i / 4) + i % 4, q_dt) * qs
-                 : 0.0f;
-    amax = fmax(amax, fabs(qv[i]));
-  }
-  amax = fmax(amax, shfl_xor(amax, 1));
-  amax = fmax(amax, shfl_xor(amax, 2));
-  const int qe = amax > 0.0f ? ilogb(amax) : 0;
-  const float descale = ldexp(1.0f, qe - 7);
-  uint qa[KW][4];
+  for (int b = 0; b < NB; ++b) {
+    const int hq = 4 * b + (g >> 1);
+    float qv[4 * KW];
+    float amax = 0.0f;
 UNROLL_LOOP
-  for (int s = 0; s < KW; ++s) {
-    split2(ldexp(qv[4 * s], 7 - qe), ldexp(qv[4 * s + 1], 7 - qe), &qa[s][0], &qa[s][1]);
-    split2(ldexp(qv[4 * s + 2], 7 - qe), ldexp(qv[4 * s + 3], 7 - qe), &qa[s][2], &qa[s][3]);
+    for (int i = 0; i < 4 * KW; ++i) {
+      qv[i] = hq < ng ? load_elem(q, ((size_t)req * num_qo_heads + h0 + hq) * HEAD_DIM + KBYTE(c, i / 4) + i % 4, q_dt) * qs
+                      : 0.0f;
+      amax = fmax(amax, fabs(qv[i]));
+    }
+    amax = fmax(amax, shfl_xor(amax, 1));  // the 8 lanes of head hq: lane / 8 equal
+    amax = fmax(amax, shfl_xor(amax, 2));
+    amax = fmax(amax, shfl_xor(amax, 4));
+    const int qe = amax > 0.0f ? ilogb(amax) : 0;
+UNROLL_LOOP
+    for (int s = 0; s < KW; ++s) {
+      uint h01, l01, h23, l23;
+      split2(ldexp(qv[4 * s], 7 - qe), ldexp(qv[4 * s + 1], 7 - qe), &h01, &l01);
+      split2(ldexp(qv[4 * s + 2], 7 - qe), ldexp(qv[4 * s + 3], 7 - qe), &h23, &l23);
+      qb[b][s][0] = (g & 1) ? l01 : h01;
+      qb[b][s][1] = (g & 1) ? l23 : h23;
+    }
+    // Head 4b + c's exponent sits on lane 8c (its column's lanes all hold it).
+    descale[b] = ldexp(1.0f, (int)shfl_idx_u((uint)qe, 8 * c) - 7);
   }
 
-  float acc[NT][4];
+  float acc[NB][MT][4];  // O^T: rows dims, columns head 4b + c (hi, lo)
 UNROLL_LOOP
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  float ml = CLATTN_NEG_INF, mo = CLATTN_NEG_INF, lsum = 0.0f;  // head g's maxima, this lane's sum
+  for (int b = 0; b < NB; ++b)
+UNROLL_LOOP
+    for (int j = 0; j < MT; ++j) acc[b][j][0] = acc[b][j][1] = acc[b][j][2] = acc[b][j][3] = 0.0f;
+  float ml[NB], mo[NB], lsum[NB];  // head 4b + c: score max, V-side max, this lane's sum
+UNROLL_LOOP
+  for (int b = 0; b < NB; ++b) ml[b] = mo[b] = CLATTN_NEG_INF, lsum[b] = 0.0f;
   bool bad = false;
+  const uint psel = (g & 1) ? 0x7632u : 0x5410u;  // the lane's P part: lo or hi halves
 
   // Page ids of the step's keys, loaded one step ahead so the row loads never wait on them:
-  // K keys n and 8 + n, V (and score) keys 2c, 2c + 1, 8 + 2c, 9 + 2c of each block.
+  // K (and score) keys g and 8 + g, V keys 2c, 2c + 1, 8 + 2c, 9 + 2c of each block.
 #define KTOK(tb, r) ((tb) + 8 * (r) + g)
 #define VTOK(tb, i) ((tb) + 8 * ((i) >> 1) + 2 * c + ((i) & 1))
   int kid[UNROLL][2], vid[UNROLL][4];
@@ -164,16 +185,17 @@ UNROLL_LOOP
     for (int i = 0; i < 4; ++i) vid[u][i] = begin < end ? PAGE_OF(VTOK(first + u * BLK, i)) : 0;
   }
   for (int t0 = first; t0 < end; t0 += NWARPS * BLK * UNROLL) {
-    // Every load of the step first: K rows of keys n and 8 + n, V rows and scales of the
-    // lane's four score keys, per block; then the next step's page ids.
+    // Every load of the step first: K rows and scales of keys g and 8 + g, V rows of the
+    // lane's four V keys, per block; then the next step's page ids.
     uint kw[UNROLL][2][KW], vw[UNROLL][4][VW];
-    float ks[UNROLL][4], vsc[UNROLL][4];
-    bool valid[UNROLL][4];
+    float ks[UNROLL][2], vsc[UNROLL][2];
+    bool valid[UNROLL][2];
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       const int tb = t0 + u * BLK;
 UNROLL_LOOP
       for (int r = 0; r < 2; ++r) {
+        valid[u][r] = KTOK(tb, r) < end;
         size_t row, sc;
         KEY_AT(KTOK(tb, r), kid[u][r], row, sc);
 UNROLL_LOOP
@@ -181,10 +203,11 @@ UNROLL_LOOP
           const uint4 x = *(__global const uint4*)(k_cache + row + KBYTE(c, 4 * i));
           kw[u][r][4 * i] = x.x, kw[u][r][4 * i + 1] = x.y, kw[u][r][4 * i + 2] = x.z, kw[u][r][4 * i + 3] = x.w;
         }
+        ks[u][r] = kv_row_scale(k_scales, sc, sc_f16);
+        vsc[u][r] = kv_row_scale(v_scales, sc, sc_f16);
       }
 UNROLL_LOOP
       for (int i = 0; i < 4; ++i) {
-        valid[u][i] = VTOK(tb, i) < end;
         size_t row, sc;
         KEY_AT(VTOK(tb, i), vid[u][i], row, sc);
 #if VW == 4
@@ -194,8 +217,6 @@ UNROLL_LOOP
         const uint2 x = *(__global const uint2*)(v_cache + row + g * (HEAD_DIM / 8));
         vw[u][i][0] = x.x, vw[u][i][1] = x.y;
 #endif
-        ks[u][i] = kv_row_scale(k_scales, sc, sc_f16);
-        vsc[u][i] = kv_row_scale(v_scales, sc, sc_f16);
       }
     }
     const int tn = t0 + NWARPS * BLK * UNROLL;
@@ -209,97 +230,124 @@ UNROLL_LOOP
 
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
-      // S = q K^T for the block's two 8-key tiles: x[i] = hi + lo rows of head g, keys 2c,
-      // 2c + 1 (tile 0), 8 + 2c, 9 + 2c (tile 1).
-      float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      // S^T = K Q^T: one MMA per k-step and n-tile covers the block's 16 keys; lane (g, c)
+      // gets keys g (c0 hi + c1 lo) and 8 + g (c2 + c3) of head 4b + c.
+      float sacc[NB][4];
+UNROLL_LOOP
+      for (int b = 0; b < NB; ++b) sacc[b][0] = sacc[b][1] = sacc[b][2] = sacc[b][3] = 0.0f;
 UNROLL_LOOP
       for (int s = 0; s < KW; ++s) {
         const uint w0 = kw[u][0][s] ^ 0x80808080u, w1 = kw[u][1][s] ^ 0x80808080u;
-        MMA(sa, qa[s][0], qa[s][1], qa[s][2], qa[s][3], I8_PAIR(w0, 0x4140u), I8_PAIR(w0, 0x4342u));
-        MMA(sb, qa[s][0], qa[s][1], qa[s][2], qa[s][3], I8_PAIR(w1, 0x4140u), I8_PAIR(w1, 0x4342u));
-      }
-      float x[4] = {sa[0] + sa[2], sa[1] + sa[3], sb[0] + sb[2], sb[1] + sb[3]};
-      float xo[4], fv[4];
-      float mt = CLATTN_NEG_INF, mot = CLATTN_NEG_INF;
+        const uint a0 = I8_PAIR(w0, 0x4140u), a1 = I8_PAIR(w1, 0x4140u);
+        const uint a2 = I8_PAIR(w0, 0x4342u), a3 = I8_PAIR(w1, 0x4342u);
 UNROLL_LOOP
-      for (int i = 0; i < 4; ++i) {
-        float xi = x[i] * (ks[u][i] * descale);
-        if (cap_log2 > 0.0f) xi = cap_log2 * tanh(xi * inv_cap);
-        xi = valid[u][i] ? xi : CLATTN_NEG_INF;
-        // The V scale: exponent into the V-side score, mantissa (in [1, 2)) onto the weight.
-        const float v = vsc[u][i];
-        const int ve = v > 0.0f ? ilogb(v) : 0;
-        fv[i] = v > 0.0f ? ldexp(v, -ve) : 0.0f;
-        xo[i] = v > 0.0f ? xi + (float)ve : CLATTN_NEG_INF;
-        x[i] = xi;
-        mt = fmax(mt, xi);
-        mot = fmax(mot, xo[i]);
+        for (int b = 0; b < NB; ++b) MMA(sacc[b], a0, a1, a2, a3, qb[b][s][0], qb[b][s][1]);
       }
-      mt = fmax(mt, shfl_xor(mt, 1));
-      mt = fmax(mt, shfl_xor(mt, 2));
-      mot = fmax(mot, shfl_xor(mot, 1));
-      mot = fmax(mot, shfl_xor(mot, 2));
-      // Lazy rescaling as in decode.cl, separately for the sum and for O.
-      if (mt > ml + RESCALE_SLACK) {
-        lsum *= ml == CLATTN_NEG_INF ? 0.0f : exp2(ml - mt);
-        ml = mt;
-      }
-      if (mot > mo + RESCALE_SLACK) {
-        const float a = mo == CLATTN_NEG_INF ? 0.0f : exp2(mo - mot);
+      uint pb[NB][2];  // B operand of O^T = V^T P^T: this lane's column, keys 2c, 2c+1 / 8+2c, 9+2c
 UNROLL_LOOP
-        for (int j = 0; j < NT; ++j) acc[j][0] *= a, acc[j][1] *= a, acc[j][2] *= a, acc[j][3] *= a;
-        mo = mot;
-      }
-      float pv[4];
+      for (int b = 0; b < NB; ++b) {
+        float x[2] = {sacc[b][0] + sacc[b][1], sacc[b][2] + sacc[b][3]};
+        float xo[2], fv[2];
+        float mt = CLATTN_NEG_INF, mot = CLATTN_NEG_INF;
 UNROLL_LOOP
-      for (int i = 0; i < 4; ++i) {
-        lsum += x[i] == CLATTN_NEG_INF ? 0.0f : exp2(x[i] - ml);
-        pv[i] = xo[i] == CLATTN_NEG_INF ? 0.0f : exp2(xo[i] - mo) * fv[i];
+        for (int r = 0; r < 2; ++r) {
+          float xi = x[r] * (ks[u][r] * descale[b]);
+          if (cap_log2 > 0.0f) xi = cap_log2 * tanh(xi * inv_cap);
+          xi = valid[u][r] ? xi : CLATTN_NEG_INF;
+          // The V scale: exponent into the V-side score, mantissa (in [1, 2)) onto the weight.
+          const float v = vsc[u][r];
+          const int ve = v > 0.0f ? ilogb(v) : 0;
+          fv[r] = v > 0.0f ? ldexp(v, -ve) : 0.0f;
+          xo[r] = v > 0.0f ? xi + (float)ve : CLATTN_NEG_INF;
+          x[r] = xi;
+          mt = fmax(mt, xi);
+          mot = fmax(mot, xo[r]);
+        }
+UNROLL_LOOP
+        for (int m = 4; m < 32; m <<= 1) {  // over the 8 key rows g
+          mt = fmax(mt, shfl_xor(mt, m));
+          mot = fmax(mot, shfl_xor(mot, m));
+        }
+        // Lazy rescaling as in decode.cl, separately for the sum and for O.
+        if (mt > ml[b] + RESCALE_SLACK) {
+          lsum[b] *= ml[b] == CLATTN_NEG_INF ? 0.0f : exp2(ml[b] - mt);
+          ml[b] = mt;
+        }
+        if (mot > mo[b] + RESCALE_SLACK) {
+          const float al = mo[b] == CLATTN_NEG_INF ? 0.0f : exp2(mo[b] - mot);
+UNROLL_LOOP
+          for (int j = 0; j < MT; ++j) acc[b][j][0] *= al, acc[b][j][1] *= al, acc[b][j][2] *= al, acc[b][j][3] *= al;
+          mo[b] = mot;
+        }
+        float pv[2];
+UNROLL_LOOP
+        for (int r = 0; r < 2; ++r) {
+          lsum[b] += x[r] == CLATTN_NEG_INF ? 0.0f : exp2(x[r] - ml[b]);
+          pv[r] = xo[r] == CLATTN_NEG_INF ? 0.0f : exp2(xo[r] - mo[b]) * fv[r];
+        }
+        // (hi, lo) of key g and of key 8 + g, then each lane fetches its column's keys:
+        // key 2c (8 + 2c) from lane 8c + g/2's first (second) word, 2c + 1 from lane 8c + 4 + g/2.
+        uint hh, ll;
+        split2(pv[0], pv[1], &hh, &ll);
+        const uint w1 = prmt(hh, ll, 0x5410u), w2 = prmt(hh, ll, 0x7632u);
+        const int sa = 8 * c + (g >> 1), sb = sa + 4;
+        pb[b][0] = prmt(shfl_idx_u(w1, sa), shfl_idx_u(w1, sb), psel);
+        pb[b][1] = prmt(shfl_idx_u(w2, sa), shfl_idx_u(w2, sb), psel);
       }
-      uint a0, a1, a2, a3;
-      split2(pv[0], pv[1], &a0, &a1);
-      split2(pv[2], pv[3], &a2, &a3);
-      // O += P V: n-tile 4 wi + k takes byte k of word wi of the four keys (V column n = g:
-      // dim g D/8 + 4 wi + k); keys 2c, 2c + 1 in b0, 8 + 2c, 9 + 2c in b1.
+      // O^T += V^T P^T: m-tile j takes bytes 2j (row g) and 2j + 1 (row g + 8) of the lane's
+      // V piece (dims g D/8 + 2j, + 1) for keys 2c, 2c + 1 (a0, a1) and 8 + 2c, 9 + 2c (a2, a3).
 UNROLL_LOOP
       for (int wi = 0; wi < VW; ++wi) {
-        const uint e01 = prmt(vw[u][0][wi], vw[u][1][wi], 0x5140u) ^ 0x80808080u;  // keys 2c, 2c+1: bytes 0, 1
+        const uint e01 = prmt(vw[u][0][wi], vw[u][1][wi], 0x5140u) ^ 0x80808080u;  // bytes 0, 1 of both keys
         const uint f01 = prmt(vw[u][0][wi], vw[u][1][wi], 0x7362u) ^ 0x80808080u;  // bytes 2, 3
         const uint e23 = prmt(vw[u][2][wi], vw[u][3][wi], 0x5140u) ^ 0x80808080u;
         const uint f23 = prmt(vw[u][2][wi], vw[u][3][wi], 0x7362u) ^ 0x80808080u;
-        MMA(acc[4 * wi], a0, a1, a2, a3, I8_PAIR(e01, 0x4140u), I8_PAIR(e23, 0x4140u));
-        MMA(acc[4 * wi + 1], a0, a1, a2, a3, I8_PAIR(e01, 0x4342u), I8_PAIR(e23, 0x4342u));
-        MMA(acc[4 * wi + 2], a0, a1, a2, a3, I8_PAIR(f01, 0x4140u), I8_PAIR(f23, 0x4140u));
-        MMA(acc[4 * wi + 3], a0, a1, a2, a3, I8_PAIR(f01, 0x4342u), I8_PAIR(f23, 0x4342u));
+        const uint ea0 = I8_PAIR(e01, 0x4140u), ea1 = I8_PAIR(e01, 0x4342u);
+        const uint ea2 = I8_PAIR(e23, 0x4140u), ea3 = I8_PAIR(e23, 0x4342u);
+        const uint fa0 = I8_PAIR(f01, 0x4140u), fa1 = I8_PAIR(f01, 0x4342u);
+        const uint fa2 = I8_PAIR(f23, 0x4140u), fa3 = I8_PAIR(f23, 0x4342u);
+UNROLL_LOOP
+        for (int b = 0; b < NB; ++b) {
+          MMA(acc[b][2 * wi], ea0, ea1, ea2, ea3, pb[b][0], pb[b][1]);
+          MMA(acc[b][2 * wi + 1], fa0, fa1, fa2, fa3, pb[b][0], pb[b][1]);
+        }
       }
     }
   }
   if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
-  lsum += shfl_xor(lsum, 1);
-  lsum += shfl_xor(lsum, 2);
+UNROLL_LOOP
+  for (int b = 0; b < NB; ++b)
+UNROLL_LOOP
+    for (int m = 4; m < 32; m <<= 1) lsum[b] += shfl_xor(lsum[b], m);
 
-  // ---- Merge the warps' states (warp order) and write. Head g's state: its quad.
+  // ---- Merge the warps' states (warp order) and write. Head 4b + c's state: lanes c + 4i.
   __local float* sm_ml = sm_st;
   __local float* sm_mo = sm_st + NWARPS * GMAX;
   __local float* sm_l = sm_st + 2 * NWARPS * GMAX;
-  if (c == 0 && g < GMAX) {
-    sm_ml[warp * GMAX + g] = ml;
-    sm_mo[warp * GMAX + g] = mo;
-    sm_l[warp * GMAX + g] = lsum;
+UNROLL_LOOP
+  for (int b = 0; b < NB; ++b) {
+    const int hg = 4 * b + c;
+    if (g == 0 && hg < GMAX) {
+      sm_ml[warp * GMAX + hg] = ml[b];
+      sm_mo[warp * GMAX + hg] = mo[b];
+      sm_l[warp * GMAX + hg] = lsum[b];
+    }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  if (g < GMAX) {
-    float M = CLATTN_NEG_INF;
-    for (int w = 0; w < NWARPS; ++w) M = fmax(M, sm_ml[w * GMAX + g]);
-    // O here is relative to mo; relative to the head's M it is O * 2^(mo - M).
-    const float f = mo == CLATTN_NEG_INF || M == CLATTN_NEG_INF ? 0.0f : exp2(mo - M);
-    __local float* dst = sm_o + (warp * GMAX + g) * HEAD_DIM;
 UNROLL_LOOP
-    for (int j = 0; j < NT; ++j) {
-      const int wi = j / 4, k = j % 4;
-      // Column 2c (2c + 1) of n-tile j is dim (2c) D/8 + j ((2c + 1) D/8 + j).
-      dst[(2 * c) * (HEAD_DIM / 8) + 4 * wi + k] = (acc[j][0] + acc[j][2]) * f;
-      dst[(2 * c + 1) * (HEAD_DIM / 8) + 4 * wi + k] = (acc[j][1] + acc[j][3]) * f;
+  for (int b = 0; b < NB; ++b) {
+    const int hg = 4 * b + c;
+    if (hg < GMAX) {
+      float M = CLATTN_NEG_INF;
+      for (int w = 0; w < NWARPS; ++w) M = fmax(M, sm_ml[w * GMAX + hg]);
+      // O here is relative to mo; relative to the head's M it is O * 2^(mo - M).
+      const float f = mo[b] == CLATTN_NEG_INF || M == CLATTN_NEG_INF ? 0.0f : exp2(mo[b] - M);
+      __local float* dst = sm_o + (warp * GMAX + hg) * HEAD_DIM + g * (HEAD_DIM / 8);
+UNROLL_LOOP
+      for (int j = 0; j < MT; ++j) {
+        dst[2 * j] = (acc[b][j][0] + acc[b][j][1]) * f;
+        dst[2 * j + 1] = (acc[b][j][2] + acc[b][j][3]) * f;
+      }
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);

@@ -121,7 +121,7 @@ struct KTile {
   // Tensor-core variant (decode_mma_nv.cl, int8 caches), asked for by MMA: wg / 32 warps,
   // mma_unroll 16-key blocks per warp and step (MMA_UNROLL).
   bool mma = false;
-  int mma_unroll = 2;
+  int mma_unroll = 1;
   std::string source;     // parameter source, for logs
 };
 
@@ -220,7 +220,7 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   if (over_f != over.end()) t.fp8_fast = over_f->second ? 1 : 0;
   // The int8 tensor-core kernel keeps up to 8 heads in its MMA rows at no register cost.
   t.mma = ops::param_or(e, over, "MMA", 0) != 0;
-  t.mma_unroll = std::clamp(ops::param_or(e, over, "MMA_UNROLL", 2), 1, 4);
+  t.mma_unroll = std::clamp(ops::param_or(e, over, "MMA_UNROLL", 1), 1, 4);
   if (t.mma && c.dtype == DType::I8 && (c.head_dim == 64 || c.head_dim == 128) &&
       params::variant_available(prof, "nv_mma_sync"))
     t.gmax = std::min(pow2_ceil(std::min(group, 8)), 8);
@@ -322,14 +322,11 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
   else if (t.wg < 32 || t.wg % 32) x.why_not = "WG must be a multiple of 32";
   else if (!aligned) x.why_not = "cache strides must be multiples of 16 bytes";
   else x.why_not = params::why_unavailable(prof, x.name);
-  // D = 64 rows are half as long: half the blocks per step (H100: 1 block 59 %, 2 blocks 40 %
-  // of the stream-read at B = 64, S = 4096; docs/results-h100.md).
-  const int unroll = c.head_dim == 64 ? std::max(1, t.mma_unroll / 2) : t.mma_unroll;
   if (x.why_not.empty())
     x.options = rt::make_options({{"HEAD_DIM", std::to_string(c.head_dim)},
                                   {"GMAX", std::to_string(t.gmax)},
                                   {"NWARPS", std::to_string(nw)},
-                                  {"UNROLL", std::to_string(unroll)},
+                                  {"UNROLL", std::to_string(t.mma_unroll)},
                                   {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
                                   {"MERGE_BATCH", std::to_string(t.merge_batch)}});
   return x;
@@ -967,7 +964,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   // Speed only (the merge's order is fixed): the device's current entry, not serialised.
   const params::Entry entry = params::lookup(c.profile, "decode", kv_key(p.cache.dtype));
   t.merge_batch = std::clamp(entry.get_or("MERGE_BATCH", 8), 1, 32);
-  t.mma_unroll = std::clamp(entry.get_or("MMA_UNROLL", 2), 1, 4);
+  t.mma_unroll = std::clamp(entry.get_or("MMA_UNROLL", 1), 1, 4);
   // Sub-group size and shuffle form: the device's current entry (the sums are the same bits
   // in every form).
   if (t.subgroup) {

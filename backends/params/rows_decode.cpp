@@ -75,10 +75,11 @@ const std::vector<Row>& rows_decode() {
       // 16-byte loads and UNROLL 4 with the denormal-path decode (FP8_FAST). fp8 decode is
       // ALU-bound at GQA-4 with f32 math (2 FMAs per element and head): a tensor-core variant
       // is the way past it.
-      // int8 caches (this key too): the tensor-core kernel (MMA), 2 blocks of 16 keys per warp
-      // and step.
+      // int8 caches (this key too): the tensor-core kernel (MMA), one block of 16 keys per warp
+      // and step (MMA_UNROLL 1 / 2 / 4: 87 / 66 / 75 % of the stream-read; 2 and 4 hold more
+      // registers, fewer warps per SM).
       {"decode", Level::Vendor, "nvidia", "fp8",
-       {{"LOAD_BYTES", 16}, {"UNROLL", 4}, {"MMA", 1}, {"MMA_UNROLL", 2}},
+       {{"LOAD_BYTES", 16}, {"UNROLL", 4}, {"MMA", 1}, {"MMA_UNROLL", 1}},
        "clattn-bench decode --grid (fp8 e4m3), NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22; MMA / "
        "MMA_UNROLL: clattn-bench decode --kv int8, same device, 2026-11-26"},
       // 4 x wave64 per group (one per SIMD of a CU); 128 VGPRs per lane keep 4 waves per SIMD;

@@ -24,10 +24,12 @@ struct I8Case {
   KVLayout layout;
   DType scale_dt, io;
   bool split, pad_scales;
+  bool extras = false;  // soft cap 2, sinks, lse checked
   std::string describe() const {
     return "B=" + std::to_string(B) + " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" +
            std::to_string(D) + " P=" + std::to_string(P) + (layout == KVLayout::HND ? " HND" : " NHD") + " scales " +
-           dtype_name(scale_dt) + " io " + dtype_name(io) + (split ? " split" : "") + (pad_scales ? " padded" : "");
+           dtype_name(scale_dt) + " io " + dtype_name(io) + (split ? " split" : "") + (pad_scales ? " padded" : "") +
+           (extras ? " cap+sinks+lse" : "");
   }
 };
 
@@ -132,6 +134,7 @@ void run_case(const I8Case& c, test::Rng& rng) {
   auto dq = test::upload(test::pack(q, c.io));
   DecodeOptions opt;
   opt.num_qo_heads = c.Hq, opt.q_dtype = c.io, opt.o_dtype = c.io;
+  if (c.extras) opt.logits_soft_cap = 2.0f;
   if (c.split) opt.params = {{"MIN_CHUNK", 16}, {"WGS_PER_CU", 4096}};
   else opt.max_splits = 1;
   DecodePlan plan = decode_plan(ctx(), csr, cache, opt);
@@ -146,20 +149,30 @@ void run_case(const I8Case& c, test::Rng& rng) {
   DecodeBuffers b;
   b.q = dq.get(), b.k_cache = kc.get(), b.v_cache = vc.get(), b.page_ids = ids.get(), b.o = o.get();
   b.workspace = ws.get(), b.k_scale_cache = ks.get(), b.v_scale_cache = vs.get();
+  const std::vector<double> sinks = test::quantize(rng.vec(size_t(c.Hq), -1, 2), DType::F32);
+  auto dsinks = test::upload(test::pack(sinks, DType::F32));
+  auto dlse = test::upload(std::vector<float>(size_t(c.B) * c.Hq, 0.0f));
+  if (c.extras) b.sinks = dsinks.get(), b.lse = dlse.get();
   decode_run(ctx(), plan, b);
   ctx().finish();
   const auto got = test::unpack(test::download<uint8_t>(o, ob), c.io);
   std::vector<double> want(size_t(c.B) * c.Hq * c.D);
   ref::AttnOptions ro;
   ro.sm_scale = 1.0 / std::sqrt(double(c.D));
+  if (c.extras) ro.logits_soft_cap = 2.0, ro.sinks = sinks.data();
+  std::vector<double> want_lse(size_t(c.B) * c.Hq);
   int t0 = 0;
   for (int r = 0; r < c.B; ++r) {
     const int L = lens[size_t(r)];
     ref::attention(&q[size_t(r) * c.Hq * c.D], &kd[size_t(t0) * row], &vd[size_t(t0) * row], 1, L, c.Hq, c.Hkv, c.D,
-                   c.D, ro, &want[size_t(r) * c.Hq * c.D], nullptr);
+                   c.D, ro, &want[size_t(r) * c.Hq * c.D], &want_lse[size_t(r) * c.Hq]);
     t0 += L;
   }
   EXPECT_TRUE(test::all_close(got, want, o_tol(c.io), o_tol(c.io), "int8 decode"));
+  if (c.extras) {
+    const auto l = test::download<float>(dlse, size_t(c.B) * c.Hq);
+    EXPECT_TRUE(test::all_close(std::vector<double>(l.begin(), l.end()), want_lse, 1e-4, 1e-4, "int8 decode lse"));
+  }
 }
 
 }  // namespace
@@ -172,6 +185,8 @@ TEST(Int8KV, AppendAndDecodeMatchTheReference) {
       {2, 4, 4, 64, 1, KVLayout::HND, DType::F16, DType::F32, true, false},
       {4, 8, 1, 64, 16, KVLayout::HND, DType::F32, DType::F32, true, true},
       {2, 16, 2, 128, 16, KVLayout::NHD, DType::F16, DType::BF16, true, false},
+      {3, 8, 2, 128, 16, KVLayout::NHD, DType::F32, DType::F32, false, false, true},
+      {2, 8, 2, 64, 16, KVLayout::HND, DType::F16, DType::F32, true, false, true},
   };
   for (const I8Case& c : cases) {
     run_case(c, rng);
