@@ -106,7 +106,6 @@ struct MlaPlanState : ops::PlanTable {
   bool page_table = false;
   int num_work = 0, num_merges = 0, num_partials = 0;
   int64_t q_nope_bytes = 0, q_pe_bytes = 0, o_bytes = 0, lse_bytes = 0, ckv_bytes = 0, kpe_bytes = 0;
-  int64_t scale_bytes = 0;  // int8 latent: the scale cache's size (0 otherwise)
   int64_t page_id_bytes = 0, workspace_bytes = 0;
   int topk = 0;              // sparse decode: index entries per request (0: dense)
   int64_t index_bytes = 0;   // ... and the bytes of indices [B, topk] int32
@@ -121,7 +120,6 @@ struct MlaPlanState : ops::PlanTable {
     q_pe_bytes = ck::product({rows, kMlaKpeDim, int64_t(dtype_size(q_dtype))}, "q_pe bytes");
     ckv_bytes = cache.ckv_required_bytes();
     kpe_bytes = cache.single_buffer ? 0 : cache.kpe_required_bytes();
-    scale_bytes = cache.scale_required_bytes();
     workspace_bytes = p.workspace_bytes;
     topk = p.topk;
     index_bytes = ck::product({int64_t(p.batch_size), int64_t(topk), 4}, "sparse MLA indices bytes");
