@@ -1,8 +1,10 @@
 // clattn-bench mla: MLA paged decode (issue 6's cases): latent bf16, page 64, q/o bf16,
 // B=64, S=4096 at H=16 and H=128 (tensor-parallel slices of DeepSeek's 128 heads), plus an
-// fp8 latent row and a long single request (split-K). --quick: small shapes for PoCL.
+// fp8 latent row, an int8 latent row and a long single request (split-K). --quick: small
+// shapes for PoCL.
 //
-// Bytes = the latent read once per request (S x 576 x dtype) + q + o; the % column divides
+// Bytes = the latent read once per request (S x 576 x dtype, + S x 8 for int8's f32 (ckv,
+// kpe) scale pairs) + q + o; the % column divides
 // that rate by the same-process stream-read limit (clattn::measure_limits, a streaming-read
 // kernel over a large buffer). FLOPs = 2 x H x S x (576 + 512) per request (QK^T over 576
 // dims, PV over 512), reported as TFLOP/s and, on the "ceilings" line under each row, as a
@@ -43,12 +45,16 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
   }
   const size_t es = dtype_size(c.kv), rows = size_t(B) * H;
   // Back-to-back samples rotate through copies of the latent cache (past the last-level cache).
-  const int copies = h.rotation_copies(double(cache.ckv_required_bytes() + cache.kpe_required_bytes()));
-  std::vector<DeviceBuffer> ckvs, kpes;
+  const size_t scale_bytes = size_t(cache.scale_required_bytes());  // int8: f32 (ckv, kpe) pairs
+  const int copies =
+      h.rotation_copies(double(cache.ckv_required_bytes() + cache.kpe_required_bytes()) + double(scale_bytes));
+  std::vector<DeviceBuffer> ckvs, kpes, scs;
   for (int i = 0; i < copies; ++i) {
     ckvs.emplace_back(ctx, size_t(cache.ckv_required_bytes())), kpes.emplace_back(ctx, size_t(cache.kpe_required_bytes()));
-    // Small finite values (bf16 0x2c2c ~ 2.4e-12, fp8 0x2c ~ 0.2); work does not depend on them.
+    // Small finite values (bf16 0x2c2c ~ 2.4e-12, fp8 0x2c ~ 0.2, int8 44, f32 scales ~ 2.4e-12);
+    // work does not depend on them.
     ckvs.back().fill_bytes(ctx, 0x2c), kpes.back().fill_bytes(ctx, 0x2c);
+    if (scale_bytes) scs.emplace_back(ctx, scale_bytes), scs.back().fill_bytes(ctx, 0x2c);
   }
   DeviceBuffer qn(ctx, rows * 512 * 2), qp(ctx, rows * 64 * 2), o(ctx, rows * 512 * 2), lse(ctx, rows * 4);
   for (DeviceBuffer* b : {&qn, &qp}) b->fill_bytes(ctx, 0x2c);
@@ -66,6 +72,7 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
   const double ms = h.time_ms([&] {
     const size_t i = size_t(call++ % copies);
     mb.ckv = ckvs[i].get(), mb.kpe = kpes[i].get();
+    if (scale_bytes) mb.scale_cache = scs[i].get();
     mla_run(ctx, plan, mb);
   });
   // The last command (the attention kernel, or the merge pass) within one call on an idle
@@ -80,7 +87,7 @@ void run_case(Harness& h, const MlaCase& c, const std::map<std::string, int>& pa
                                                     : "mla.cl",
                       plan.kernel_options);
   const double tokens = double(B) * c.S;
-  const double bytes = tokens * 576 * es + double(rows) * (576 + 512) * 2;
+  const double bytes = tokens * (576 * es + (scale_bytes ? 8 : 0)) + double(rows) * (576 + 512) * 2;
   const double flops = 2.0 * H * tokens * (576 + 512);
   char shape[200];
   std::snprintf(shape, sizeof shape, "B=%d S=%d H=%d P=%d %s %s QB%d L%d x%d%s", B, c.S, H, P, dtype_name(c.kv),
@@ -107,7 +114,7 @@ void register_mla(CLI::App& app, Harness& h) {
   cmd->add_option("-H", o->H, "one case: query heads")->check(cli::at_least(1))->needs(one);
   cmd->add_option("--page", o->P, "one case: page size")->check(cli::at_least(1))->needs(one);
   cmd->add_option("--kv", o->kv, "one case: latent dtype")
-      ->check(cli::one_of({"bf16", "f16", "e4m3", "fp8"}))
+      ->check(cli::one_of({"bf16", "f16", "e4m3", "fp8", "int8"}))
       ->needs(one);
   cmd->add_option("--param", o->params, "parameter override NAME=VALUE (repeatable)");
   cmd->add_option("--variant", o->variant,
@@ -123,14 +130,17 @@ void register_mla(CLI::App& app, Harness& h) {
     if (check_args_only()) return;
     std::vector<MlaCase> cases;
     if (o->B > 0) {
-      const DType kv = o->kv == "e4m3" || o->kv == "fp8" ? DType::FP8_E4M3 : o->kv == "f16" ? DType::F16 : DType::BF16;
+      const DType kv = o->kv == "e4m3" || o->kv == "fp8" ? DType::FP8_E4M3
+                       : o->kv == "f16"                   ? DType::F16
+                       : o->kv == "int8"                  ? DType::I8
+                                                          : DType::BF16;
       cases = {{o->B, o->S, o->H, kv, o->P}};
     } else if (o->quick) {
       cases = {{4, 1024, 16, DType::BF16}, {2, 512, 128, DType::BF16}, {4, 1024, 16, DType::FP8_E4M3},
-               {1, 4096, 16, DType::BF16}};
+               {4, 1024, 16, DType::I8}, {1, 4096, 16, DType::BF16}};
     } else {
       cases = {{64, 4096, 16, DType::BF16}, {64, 4096, 128, DType::BF16}, {64, 4096, 16, DType::FP8_E4M3},
-               {1, 32768, 16, DType::BF16}, {1, 32768, 128, DType::BF16}};
+               {64, 4096, 16, DType::I8}, {1, 32768, 16, DType::BF16}, {1, 32768, 128, DType::BF16}};
     }
     if (!o->variant.empty()) {
       base["CPU_KERNEL"] = o->variant == "cpu";

@@ -23,6 +23,11 @@
 // workspace row part (o [P, H, 512] f32, lse [P, H] at lse_off floats) for the merge pass.
 // Arguments, latent decoding and the tile's global loads: mla_latent.clh (shared with
 // mla_tiled.cl, the register-blocked variant). SPARSE_IDX=1: sparse decode (mla_sparse.clh).
+// int8 latents (KV_DT = DT_I8): the tile's token scales go to local memory beside it (loaded
+// by the chunks that start the ckv and the kpe part of a row); a lane's partial score is
+// its ckv dot times the token's ckv scale plus its kpe dot times the kpe scale, and the
+// token's weight in P x ckv is p times its ckv scale (the row sum keeps p): two operations
+// per token and lane, none per element.
 #ifndef QB
 #define QB 16
 #endif
@@ -32,11 +37,18 @@
 
 #define WG (QB * LANES)
 #define TILE_TOKENS LANES
+#define MLA_I8_NEED(k) ((k) == 0 || (k) == CKC)  // int8: the scales of each row's two parts
 #include "mla_latent.clh"
 
 #define ROWW (CKW + KPW)          // words per latent row in local memory
 #define CW (CKW / LANES)          // ckv words per lane
 #define KW (KPW / LANES)          // kpe words per lane
+
+#if KV_I8
+#define KPE_ACC dp  // the kpe part of a partial score, scaled apart from the ckv part
+#else
+#define KPE_ACC d
+#endif
 
 #if (CKW % LANES) || (KPW % LANES) || KW < 1
 #error "LANES must divide the latent row's words (ckv and kpe)"
@@ -48,6 +60,9 @@ void mla_attn(MLA_KERNEL_ARGS) {
   __local float part[WG * (LANES + 1)];
   __local float sc[WG];
   __local float pr[WG];
+#if KV_I8
+  __local float lsc[2 * LANES];  // the tile's token scales: (ckv, kpe) per token
+#endif
 
   const int wi = get_local_id(0);
   const int qv = wi / LANES, ln = wi % LANES;
@@ -80,6 +95,9 @@ void mla_attn(MLA_KERNEL_ARGS) {
   const int pmask = (1 << log2_page) - 1;
   bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
   VT pf[PF];
+#if KV_I8
+  float psc[PF];
+#endif
 
   float m = CLATTN_NEG_INF, lsum = 0.0f;
   LOAD_TILE(kb)
@@ -89,7 +107,14 @@ void mla_attn(MLA_KERNEL_ARGS) {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
       const int ch = wi + i * WG;
-      if (ch < TCH) lat[ch] = pf[i];
+      if (ch < TCH) {
+        lat[ch] = pf[i];
+#if KV_I8
+        const int k = ch % ROWC;
+        if (k == 0) lsc[2 * (ch / ROWC)] = psc[i];
+        else if (k == CKC) lsc[2 * (ch / ROWC) + 1] = psc[i];
+#endif
+      }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (t0 + LANES < ke) { LOAD_TILE(t0 + LANES) }  // next tile's loads fly during this one
@@ -103,12 +128,18 @@ void mla_attn(MLA_KERNEL_ARGS) {
 #pragma unroll
         for (int e = 0; e < EPW; ++e) d = fma(qn[c * EPW + e], ELEM(w, e), d);
       }
+#if KV_I8
+      float dp = 0.0f;
+#endif
 #pragma unroll
       for (int c = 0; c < KW; ++c) {
         const uint w = lw[n * ROWW + CKW + c * LANES + ln];
 #pragma unroll
-        for (int e = 0; e < EPW; ++e) d = fma(qp[c * EPW + e], ELEM(w, e), d);
+        for (int e = 0; e < EPW; ++e) KPE_ACC = fma(qp[c * EPW + e], ELEM(w, e), KPE_ACC);
       }
+#if KV_I8
+      d = fma(dp, lsc[2 * n + 1], d * lsc[2 * n]);
+#endif
       part[wi * (LANES + 1) + n] = d;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -124,7 +155,11 @@ void mla_attn(MLA_KERNEL_ARGS) {
     const float mn = fmax(m, tmax);
     const float alpha = mn == CLATTN_NEG_INF ? 1.0f : exp2(m - mn);
     const float p = mn == CLATTN_NEG_INF ? 0.0f : exp2(s - mn);
+#if KV_I8
+    pr[wi] = p * lsc[2 * ln];  // the V side's scale (ckv) on the weight
+#else
     pr[wi] = p;
+#endif
     lsum = lsum * alpha + p;
     m = mn;
     barrier(CLK_LOCAL_MEM_FENCE);

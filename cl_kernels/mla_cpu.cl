@@ -39,6 +39,9 @@
 // Build options (-D): KV_DT, VW (4, 8 or 16), QB (a multiple of VW), BK, SK, SD, OH, OD,
 // TOUCH_AHEAD, LOCAL_BUFS, FP8_FAST, PREFETCH_BUILTIN, SPARSE_IDX (sparse decode: key t of a
 // work entry is the position MLA_POS(t, kend) of the request's index list, mla_sparse.clh).
+// int8 latents (KV_DT = DT_I8, the scale cache in MLA_I8_ARGS): a row's ckv and kpe parts are
+// converted times their token's scales as the block is staged (K = V = the dequantised row),
+// one multiplication per element shared by the QB query vectors.
 #include "mla_args.clh"
 #include "cpu_vec.clh"  // floatV, latent dtype decoding, q/o rows
 
@@ -173,8 +176,14 @@ void mla_cpu(MLA_KERNEL_ARGS) {
         bad |= (uint)id >= (uint)num_pages;
         const long pg = (long)POOL_PAGE(id), off = (long)(pos & pmask);
         const long co = pg * c_sp + off * c_st, ko = k_base + pg * k_sp + off * k_st;
+#if KV_I8
+        const floatV sc = (floatV)(MLA_SCALE(pg, off, 0)), sk = (floatV)(MLA_SCALE(pg, off, 1));
+        for (int c = 0; c < CKV_DIM / VW; ++c) vstoreV(load_kv(cbytes, co + c * VW) * sc, c, kd);
+        for (int c = 0; c < KPE_DIM / VW; ++c) vstoreV(load_kv(kbytes, ko + c * VW) * sk, CKV_DIM / VW + c, kd);
+#else
         for (int c = 0; c < CKV_DIM / VW; ++c) vstoreV(load_kv(cbytes, co + c * VW), c, kd);
         for (int c = 0; c < KPE_DIM / VW; ++c) vstoreV(load_kv(kbytes, ko + c * VW), CKV_DIM / VW + c, kd);
+#endif
       } else {
         for (int c = 0; c < ROW / VW; ++c) vstoreV((floatV)(0.0f), c, kd);
       }

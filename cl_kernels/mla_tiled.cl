@@ -28,6 +28,9 @@
 //              (a sub-group reads consecutive float4s: conflict-free).
 // Local memory: 16*KT*144 (lat) + 4*QB*KT*(DS + 3) + 4*QB bytes (+ p rounded to float4s).
 // Five barriers per tile: staged, partials, scores, probabilities, and the next staging.
+// int8 latents (KV_DT = DT_I8): each loaded chunk comes with its token's ckv or kpe scale
+// (mla_latent.clh) and is staged dequantised (value x scale), so S and P V are those of
+// the float latents: one multiplication per staged element, shared by the QB vectors.
 #ifndef QB  // query vectors per work-group
 #define QB 16
 #endif
@@ -70,6 +73,11 @@
 #define RS ((NS + WG - 1) / WG)         // scores per work-item
 #define PST (DS + 1)                    // partials per score (padded)
 #define FPC (VW * EPW)                  // floats per loaded chunk
+#if KV_I8
+#define STAGE_SCALE(i) * psc[i]
+#else
+#define STAGE_SCALE(i)
+#endif
 
 #if (ROW4 % DS) || (DS % DSW) || (QB % MS) || (QB % MO) || ((WG * MO) % QB) || ((CKV_DIM / 4) % CB)
 #error "mla_tiled.cl: DS must divide 144, DSW divide DS, MS and MO divide QB, WG * MO / QB divide 128"
@@ -128,6 +136,9 @@ void mla_tiled(MLA_KERNEL_ARGS) {
   const int pmask = (1 << log2_page) - 1;
   bool bad = false;  // a page id outside [0, num_pages) was met (clamped into the pool)
   VT pf[PF];
+#if KV_I8
+  float psc[PF];
+#endif
   LOAD_TILE(kb)
   __local float* lf = (__local float*)lat;
   for (int t0 = kb; t0 < ke; t0 += KT) {
@@ -141,7 +152,7 @@ void mla_tiled(MLA_KERNEL_ARGS) {
         MLA_UNROLL
         for (int w = 0; w < VW; ++w) {
           MLA_UNROLL
-          for (int e = 0; e < EPW; ++e) x[w * EPW + e] = ELEM(VWORD(pf[i], w), e);
+          for (int e = 0; e < EPW; ++e) x[w * EPW + e] = ELEM(VWORD(pf[i], w), e) STAGE_SCALE(i);
         }
 #if FPC % 4 == 0
         MLA_UNROLL

@@ -39,6 +39,10 @@ clattn_status clattn_mla_cache_bytes(const clattn_mla_cache* cache, int64_t* ckv
   });
 }
 
+clattn_status clattn_mla_scale_cache_bytes(const clattn_mla_cache* cache, int64_t* out) {
+  return guard([&] { *need(out, "out") = to_cpp_cache(*need(cache, "cache")).scale_required_bytes(); });
+}
+
 void clattn_mla_options_init(clattn_mla_options* o) {
   if (!o) return;
   *o = clattn_mla_options{};
@@ -97,6 +101,7 @@ clattn_status clattn_append_latent(clattn_context ctx, const clattn_append_laten
     x.kpe_cache = a->kpe_cache;
     x.cache = to_cpp_cache(a->cache);
     x.scale = a->scale;
+    x.scale_cache = a->scale_cache;
     clattn::append_latent(need(ctx, "ctx")->ctx, x, to_cpp(e));
   });
 }

@@ -21,6 +21,9 @@ inline MlaCache to_cpp_cache(const clattn_mla_cache& c) {
   m.kpe_stride_page = c.kpe_stride_page;
   m.kpe_stride_token = c.kpe_stride_token;
   m.kpe_offset = c.kpe_offset;
+  m.scale_dtype = static_cast<DType>(c.scale_dtype);
+  m.scale_stride_page = c.scale_stride_page;
+  m.scale_stride_token = c.scale_stride_token;
   return m;
 }
 
@@ -50,6 +53,7 @@ inline MlaBuffers to_cpp(const clattn_mla_buffers* b) {
   x.lse = b->lse;
   x.workspace = b->workspace;
   x.kv_scale = b->kv_scale;
+  x.scale_cache = b->scale_cache;
   return x;
 }
 

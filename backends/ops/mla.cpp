@@ -61,6 +61,17 @@ int64_t MlaCache::ckv_required_bytes() const {
                                        kMlaKpeDim, what));
   return rt::checked::mul(last, int64_t(dtype_size(dtype)), what);
 }
+int64_t MlaCache::scale_token_stride() const { return scale_stride_token ? scale_stride_token : 2; }
+int64_t MlaCache::scale_page_stride() const {
+  return scale_stride_page ? scale_stride_page
+                           : rt::checked::mul(page_size, scale_token_stride(), "latent scale cache page stride");
+}
+int64_t MlaCache::scale_required_bytes() const {
+  if (dtype != DType::I8 || num_pages <= 0 || page_size <= 0) return 0;
+  const char* what = "MLA latent scale cache size";
+  const int64_t last = paged_extent(0, num_pages, scale_page_stride(), page_size, scale_token_stride(), 2, what);
+  return rt::checked::mul(last, int64_t(dtype_size(scale_dtype)), what);
+}
 int64_t MlaCache::kpe_required_bytes() const {
   if (single_buffer || num_pages <= 0 || page_size <= 0) return 0;
   const char* what = "MLA kpe cache size";
@@ -126,7 +137,25 @@ using ops::pow2_ceil;
 
 
 bool mla_kv_dtype(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2 ||
+         t == DType::I8;
+}
+
+// int8 latent: the scale cache's dtype and geometry (a pair per token that does not overlap
+// the next token's).
+void check_scale_cache(const MlaCache& c, const std::string& what) {
+  if (c.scale_dtype != DType::F32 && c.scale_dtype != DType::F16)
+    throw Error(Status::Unsupported, what + ".scale_dtype " + std::string(dtype_name(c.scale_dtype)) +
+                                         " unsupported (f32, f16)");
+  if (c.scale_stride_page < 0 || c.scale_stride_token < 0) rt::invalid(what + ": negative scale stride");
+  if (c.page_size > 1 && c.scale_token_stride() < 2)
+    rt::invalid(what + ".scale_stride_token = " + to_string(c.scale_token_stride()) +
+                " < 2 (a token's pair of scales: ckv, kpe)");
+  try {
+    (void)c.scale_required_bytes();
+  } catch (const Error& e) {
+    rt::invalid(what + ": " + e.what());
+  }
 }
 
 void check_cache(const MlaCache& c, const std::string& what) {
@@ -136,7 +165,8 @@ void check_cache(const MlaCache& c, const std::string& what) {
                                          " unsupported (powers of two 1..256; 1, 16, 32, 64 tested)");
   if (!mla_kv_dtype(c.dtype))
     throw Error(Status::Unsupported, what + ".dtype " + std::string(dtype_name(c.dtype)) +
-                                         " unsupported (f16, bf16, fp8_e4m3, fp8_e5m2, f32)");
+                                         " unsupported (f16, bf16, fp8_e4m3, fp8_e5m2, int8, f32)");
+  if (c.dtype == DType::I8) check_scale_cache(c, what);
   if (c.stride_page < 0 || c.stride_token < 0 || c.kpe_stride_page < 0 || c.kpe_stride_token < 0 || c.kpe_offset < 0)
     rt::invalid(what + ": negative stride or offset");
   const int64_t ckv_w = c.single_buffer ? kMlaCkvDim + kMlaKpeDim : kMlaCkvDim;
@@ -155,6 +185,12 @@ void check_cache(const MlaCache& c, const std::string& what) {
   } catch (const Error& e) {
     rt::invalid(what + ": " + e.what());
   }
+}
+
+// int8 latent: the scale cache buffer holds the descriptor's pairs.
+void require_latent_scales(const MlaCache& c, cl_mem scale_cache) {
+  ops::require_buffer(scale_cache, c.scale_required_bytes(), "scale_cache",
+                      {{c.num_pages, c.page_size, 2}, dtype_name(c.scale_dtype), "latent scale cache (ckv, kpe) "});
 }
 
 void check_options(const MlaCache& cache, const MlaOptions& opt) {
@@ -234,9 +270,12 @@ size_t tiled_local_bytes(int qb, int kt, int ds) {
   return size_t(kt) * (kMlaCkvDim + kMlaKpeDim) * 4 + (ns + 3) / 4 * 16 + ns * (ds + 1) * 4 + ns * 4 + size_t(qb) * 4;
 }
 
+// mla.cl: the raw latent tile, the score partials, scores and p (+ the tile's scale pairs
+// for int8).
 size_t local_bytes(const Tile& t, DType dt) {
   const size_t wg = size_t(t.qb) * t.lanes;
-  return size_t(t.lanes) * (kMlaCkvDim + kMlaKpeDim) * dtype_size(dt) + wg * (t.lanes + 1) * 4 + 2 * wg * 4;
+  return size_t(t.lanes) * (kMlaCkvDim + kMlaKpeDim) * dtype_size(dt) + wg * (t.lanes + 1) * 4 + 2 * wg * 4 +
+         (dt == DType::I8 ? size_t(t.lanes) * 8 : 0);
 }
 
 // preferred_float_width: the device's CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT (the CPU
@@ -375,7 +414,7 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
     while (t.mma_keys > 16 && mma_local_bytes(t.mma_warps, t.mma_keys) > lmax) t.mma_keys /= 2;
     if (!params::variant_available(prof, "nv_mma_sync", &why))
       t.why_not_mma = why;
-    else if (!dt_ok)
+    else if (!dt_ok)  // int8: per-token scales are not in its fragments; the portable and cpu kernels read it
       t.why_not_mma = std::string("latent ") + dtype_name(c.dtype) + " (tensor cores take f16/bf16/fp8)";
     else if (!aligned(8 * int(es)))
       t.why_not_mma = "latent strides/offsets are not multiples of " + to_string(8 * es) + " bytes";
@@ -438,7 +477,8 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, 
   return cands;
 }
 
-// mla_append.cl: no build parameters; 16 work-items per token on CPUs, 64 elsewhere.
+// mla_append.cl: no build parameters; 16 work-items per token on CPUs, 64 elsewhere (at most
+// 64: append_latent_i8's local maxima).
 ops::Variant append_variant(const DeviceProfile& prof) {
   ops::Variant v;
   v.name = "generic", v.file = "mla_append.cl", v.kernel = "append_latent";
@@ -643,6 +683,10 @@ void run_plan(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, cl_m
     rt::invalid(std::string(fn) + ": the plan is not a sparse decode plan (make one with mla_sparse_decode_plan)");
   if (!(b.kv_scale > 0.0f) || !std::isfinite(b.kv_scale))
     rt::invalid(std::string(fn) + ": kv_scale = " + to_string(b.kv_scale) + ", must be finite and > 0");
+  const bool i8 = st->cache.dtype == DType::I8;
+  if (i8 && b.kv_scale != 1.0f)
+    rt::invalid(std::string(fn) + ": kv_scale must be 1 for an int8 latent cache (each token carries its own "
+                                  "scales; got " + to_string(b.kv_scale) + ")");
   const int T = st->T, H = st->H;
   cl_command_queue q = ops::queue_of(ctx, e);
   if (T > 0) {
@@ -659,6 +703,7 @@ void run_plan(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, cl_m
       if (!st->cache.single_buffer)
         ops::require_buffer(b.kpe, st->kpe_bytes, "kpe",
                             {{st->cache.num_pages, st->cache.page_size}, dtype_name(st->cache.dtype), "kpe cache "});
+      if (i8) require_latent_scales(st->cache, b.scale_cache);
     }
     if (st->page_id_bytes > 0)
       ops::require_buffer(b.page_ids, st->page_id_bytes, "page_ids",
@@ -683,7 +728,7 @@ void run_plan(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, cl_m
   const size_t gws[1] = {size_t(st->num_work) * st->wg}, lws[1] = {st->wg};
   cl_event ev1 = nullptr;
   // The arguments every variant takes, then `tail`: the fused merge's (nv_mma_sync with
-  // FUSE_MERGE), then the index list's (sparse builds).
+  // FUSE_MERGE), then the index list's (sparse builds), then the scale cache's (int8 latents).
   auto launch_with = [&](cl_uint nwait, const cl_event* wait, cl_event* ev, auto... tail) {
     st->attn_k->launch(q, 1, gws, lws, nwait, wait, ev, b.q_nope, b.q_pe, cl_int(st->q_dtype), ckv, kpe, page_ids,
                        st->table, cl_int(st->work_off), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), ws,
@@ -692,9 +737,16 @@ void run_plan(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, cl_m
                        cl_float(st->q_scale * b.kv_scale), cl_float(b.kv_scale), cl_int(st->cache.num_pages),
                        c.faults, tail...);
   };
+  auto launch_i8 = [&](cl_uint nwait, const cl_event* wait, cl_event* ev, auto... tail) {
+    if (i8)
+      launch_with(nwait, wait, ev, tail..., b.scale_cache, cl_long(st->cache.scale_page_stride()),
+                  cl_long(st->cache.scale_token_stride()), cl_int(st->cache.scale_dtype == DType::F16));
+    else
+      launch_with(nwait, wait, ev, tail...);
+  };
   auto launch_sparse = [&](cl_uint nwait, const cl_event* wait, cl_event* ev, auto... fused) {
-    if (st->topk > 0) launch_with(nwait, wait, ev, fused..., indices, cl_int(st->topk));
-    else launch_with(nwait, wait, ev, fused...);
+    if (st->topk > 0) launch_i8(nwait, wait, ev, fused..., indices, cl_int(st->topk));
+    else launch_i8(nwait, wait, ev, fused...);
   };
   if (st->fuse_kernel) {  // the counter arguments are passed even when this plan merges separately
     auto launch = [&](int counter_off, cl_uint nwait, const cl_event* wait, cl_event* ev) {
@@ -744,6 +796,10 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
     rt::invalid("slot_dtype " + std::string(dtype_name(a.slot_dtype)) + " must be i32 or i64");
   if (a.num_tokens < 0) rt::invalid("num_tokens = " + to_string(a.num_tokens) + ", must be >= 0");
   if (!(a.scale > 0.0f) || !std::isfinite(a.scale)) rt::invalid("scale = " + to_string(a.scale) + ", must be > 0");
+  const bool i8 = a.cache.dtype == DType::I8;
+  if (i8 && a.scale != 1.0f)
+    rt::invalid("append_latent: scale must be 1 for an int8 latent cache (each token gets its own scales; got " +
+                to_string(a.scale) + ")");
   const int64_t s_ckv = a.src_stride_ckv ? a.src_stride_ckv : kMlaCkvDim;
   const int64_t s_kpe = a.src_stride_kpe ? a.src_stride_kpe : kMlaKpeDim;
   if (s_ckv < kMlaCkvDim || s_kpe < kMlaKpeDim)
@@ -769,6 +825,7 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
       const ops::Shape cache{{a.cache.num_pages, a.cache.page_size}, dtype_name(a.cache.dtype), "latent cache "};
       ops::require_buffer(a.ckv_cache, a.cache.ckv_required_bytes(), "ckv_cache", cache);
       if (!a.cache.single_buffer) ops::require_buffer(a.kpe_cache, a.cache.kpe_required_bytes(), "kpe_cache", cache);
+      if (i8) require_latent_scales(a.cache, a.scale_cache);
     }
   }
   ops::WaitList wl(e, nullptr);
@@ -782,6 +839,17 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
   const size_t gws[1] = {size_t(rt::checked::mul(a.num_tokens, int64_t(wg), "append_latent work-items"))},
                lws[1] = {wg};
   cl_mem kc = a.cache.single_buffer ? a.ckv_cache : a.kpe_cache;
+  if (i8) {
+    prog->kernel("append_latent_i8")
+        .launch(q, 1, gws, lws, wl.size(), wl.data(), e.event, a.ckv, a.kpe, cl_int(a.src_dtype), cl_long(s_ckv),
+                cl_long(s_kpe), a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(a.num_tokens),
+                a.ckv_cache, kc, cl_long(a.cache.ckv_page_stride()), cl_long(a.cache.ckv_token_stride()),
+                cl_long(a.cache.kpe_page_stride()), cl_long(a.cache.kpe_token_stride()), cl_long(a.cache.kpe_base()),
+                cl_long(a.cache.page_size), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size), a.scale_cache,
+                cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
+                cl_int(a.cache.scale_dtype == DType::F16), rt::impl(ctx).faults);
+    return;
+  }
   prog->kernel("append_latent")
       .launch(q, 1, gws, lws, wl.size(), wl.data(), e.event, a.ckv, a.kpe, cl_int(a.src_dtype), cl_long(s_ckv),
               cl_long(s_kpe), a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(a.num_tokens), a.ckv_cache,
@@ -793,14 +861,15 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
 
 namespace ops {
 
-// Decode at 16 and 128 heads (dense and sparse), extend; every latent dtype; the latent
-// appender.
+// Decode at 16 and 128 heads (dense and sparse), extend; every latent dtype (int8: dense
+// decode at 16 heads); the latent appender.
 void catalog_mla(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
   for (int kind : {0, 1, 2})  // decode, sparse decode, extend
-    for (DType dt : {DType::BF16, DType::FP8_E4M3, DType::F32})
+    for (DType dt : {DType::BF16, DType::FP8_E4M3, DType::F32, DType::I8})
       for (int heads : {16, 128}) {
         const bool extend = kind == 2, sparse = kind == 1;
         if (extend && heads != 16) continue;
+        if (dt == DType::I8 && (kind != 0 || heads != 16)) continue;
         const std::string shape =
             std::string(dtype_name(dt)) + " H" + std::to_string(heads) + (sparse ? " sparse" : "");
         catalog_add(out, extend ? "mla_extend" : "mla_decode", shape, [&] {

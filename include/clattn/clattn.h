@@ -475,13 +475,19 @@ CLATTN_API clattn_status clattn_cascade_run(clattn_context ctx, clattn_cascade_p
  * 512] + kpe [pages, P, 64] or one 576-wide buffer (single_buffer), o [T, H, 512]. */
 typedef struct clattn_mla_cache {
   int num_pages, page_size;
-  int dtype;                    /* f16 bf16 fp8_e4m3 (f32 where local memory allows) */
+  int dtype;                    /* f16 bf16 fp8_e4m3 int8 (7) (f32 where local memory allows) */
   int single_buffer;
   int64_t stride_page, stride_token;                        /* elements, 0 = contiguous */
   int64_t kpe_stride_page, kpe_stride_token, kpe_offset;
+  /* int8: the scale cache's dtype (0 f32, 1 f16) and strides (elements; 0 = [pages, P, 2]:
+   * per token the pair ckv scale, kpe scale). Zero-initialised: f32, contiguous. */
+  int scale_dtype;
+  int64_t scale_stride_page, scale_stride_token;
 } clattn_mla_cache;
 /* Bytes the ckv (or single) and kpe buffers must hold; outputs nullable. */
 CLATTN_API clattn_status clattn_mla_cache_bytes(const clattn_mla_cache* cache, int64_t* ckv_bytes, int64_t* kpe_bytes);
+/* Bytes the int8 scale cache must hold (0 for other dtypes). */
+CLATTN_API clattn_status clattn_mla_scale_cache_bytes(const clattn_mla_cache* cache, int64_t* out);
 
 typedef struct clattn_mla_options {
   int num_heads;
@@ -517,7 +523,8 @@ typedef struct clattn_mla_buffers {
   cl_mem page_ids;      /* int32 kv_indices (CSR plan) or page_table */
   cl_mem o, lse;        /* lse nullable */
   cl_mem workspace;     /* >= workspace bytes when nonzero */
-  float kv_scale;
+  float kv_scale;       /* 1 with int8 */
+  cl_mem scale_cache;   /* int8 latent: the token scale pairs; NULL otherwise */
 } clattn_mla_buffers;
 CLATTN_API clattn_status clattn_mla_run(clattn_context ctx, clattn_mla_plan plan, const clattn_mla_buffers* b,
                                         const clattn_enqueue* e);
@@ -532,7 +539,8 @@ typedef struct clattn_append_latent_args {
   const void* slot_mapping_host;     /* optional host copy, validated before enqueue */
   cl_mem ckv_cache, kpe_cache;       /* kpe_cache ignored with single_buffer */
   clattn_mla_cache cache;
-  float scale;
+  float scale;                       /* 1 with int8 */
+  cl_mem scale_cache;                /* int8 latent: the token scale pairs written; NULL otherwise */
 } clattn_append_latent_args;
 CLATTN_API clattn_status clattn_append_latent(clattn_context ctx, const clattn_append_latent_args* a,
                                               const clattn_enqueue* e);

@@ -27,13 +27,22 @@ constexpr int kMlaKpeDim = 64;
 // kpe_offset + page*kpe_stride_page + t*kpe_stride_token + d (elements of `dtype`; zero
 // strides take the contiguous layout's, kpe_offset 0 = 512 for single_buffer).
 // The fastest loads need byte strides/offsets that are multiples of 16 (else 8, else 4).
+//
+// int8 (dtype I8): symmetric, two scales per token, one for its ckv part and one for its
+// kpe part (loaded = stored * scale; append_latent computes them, max |part| / 127). They
+// live in a scale cache beside the latent (MlaBuffers / AppendLatentArgs scale_cache, the same
+// page ids) of scale_dtype (f32 or f16): the pair (ckv scale, kpe scale) of token (page, t)
+// at page*scale_stride_page + t*scale_stride_token (elements; zero strides: [num_pages, P, 2]).
+// Layout and reasoning: docs/kv_formats.md "int8 MLA latent".
 struct MlaCache {
   int num_pages = 0;
   int page_size = 64;            // powers of two 1..256 (1, 16, 32, 64 tested)
-  DType dtype = DType::BF16;     // f16 bf16 fp8_e4m3 (f32 where local memory allows)
+  DType dtype = DType::BF16;     // f16 bf16 fp8_e4m3 int8 (f32 where local memory allows)
   bool single_buffer = false;
   int64_t stride_page = 0, stride_token = 0;
   int64_t kpe_stride_page = 0, kpe_stride_token = 0, kpe_offset = 0;
+  DType scale_dtype = DType::F32;                      // int8: the scale cache's dtype, f32 or f16
+  int64_t scale_stride_page = 0, scale_stride_token = 0;  // int8: elements (a pair's first)
 
   CLATTN_API int64_t ckv_token_stride() const;  // resolved strides (elements)
   CLATTN_API int64_t ckv_page_stride() const;
@@ -43,6 +52,11 @@ struct MlaCache {
   // Bytes the ckv (or single) and kpe buffers must hold.
   CLATTN_API int64_t ckv_required_bytes() const;
   CLATTN_API int64_t kpe_required_bytes() const;
+  // int8: the scale cache's resolved strides (elements) and the bytes it must hold (0 for
+  // other dtypes).
+  CLATTN_API int64_t scale_token_stride() const;
+  CLATTN_API int64_t scale_page_stride() const;
+  CLATTN_API int64_t scale_required_bytes() const;
 };
 
 struct MlaOptions {
@@ -103,7 +117,8 @@ struct MlaBuffers {
   cl_mem o = nullptr;          // [T, H, 512] o_dtype
   cl_mem lse = nullptr;        // [T, H] f32 natural log, optional
   cl_mem workspace = nullptr;  // >= plan.workspace_bytes when nonzero
-  float kv_scale = 1.0f;       // fp8 latent: loaded = stored * kv_scale
+  float kv_scale = 1.0f;       // fp8 latent: loaded = stored * kv_scale (1 with int8)
+  cl_mem scale_cache = nullptr;  // int8 latent: the token scale pairs (MlaCache); null otherwise
 };
 
 // Enqueues the plan's kernels (attention, then the merge pass when split). Checks buffer
@@ -113,7 +128,8 @@ CLATTN_API void mla_run(const Context& ctx, const MlaPlan& plan, const MlaBuffer
 // ------------------------------------------------------------------------ append_latent
 // Writes new latent rows at slot_mapping (slot s -> page s / P, offset s % P); negative
 // slots are skipped. Converts src_dtype to cache.dtype: stored = value / scale, RNE, fp8
-// saturating to +-448.
+// saturating to +-448; int8: quantises each token's ckv and kpe parts with their own scales
+// (written to scale_cache; `scale` must be 1), docs/kv_formats.md "int8 MLA latent".
 struct AppendLatentArgs {
   cl_mem ckv = nullptr;            // [num_tokens, 512] (row stride src_stride_ckv)
   cl_mem kpe = nullptr;            // [num_tokens, 64]  (row stride src_stride_kpe)
@@ -126,6 +142,7 @@ struct AppendLatentArgs {
   cl_mem ckv_cache = nullptr, kpe_cache = nullptr;  // kpe_cache ignored with single_buffer
   MlaCache cache;
   float scale = 1.0f;
+  cl_mem scale_cache = nullptr;    // int8 latent: the token scale pairs written; null otherwise
 };
 CLATTN_API void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue& e = {});
 

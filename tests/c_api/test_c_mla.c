@@ -169,6 +169,48 @@ int main(void) {
     if (wsd) clReleaseMemObject(wsd);
   }
 
+  /* ---- the same rows through an int8 latent cache (a (ckv, kpe) f16 scale pair per token):
+   * decode within the quantisation error of the reference; the scale cache is required and
+   * kv_scale must be 1. */
+  {
+    clattn_mla_cache c8 = cache;
+    c8.dtype = 7; /* int8 */
+    c8.scale_dtype = 1; /* f16 */
+    int64_t b8 = 0, k8b = 0, s8 = 0;
+    CHECK(clattn_mla_cache_bytes(&c8, &b8, &k8b) == CLATTN_SUCCESS && b8 == PAGES * P * DC && k8b == PAGES * P * DR);
+    CHECK(clattn_mla_scale_cache_bytes(&c8, &s8) == CLATTN_SUCCESS && s8 == PAGES * P * 2 * 2);
+    cl_mem ckv8 = buffer(c, (size_t)b8, NULL, q), kpe8 = buffer(c, (size_t)k8b, NULL, q);
+    cl_mem sc8 = buffer(c, (size_t)s8, NULL, q);
+    clattn_append_latent_args a8 = al;
+    a8.cache = c8; a8.ckv_cache = ckv8; a8.kpe_cache = kpe8;
+    CHECK_FAILS(clattn_append_latent(ctx, &a8, NULL), CLATTN_INVALID_ARGUMENT, "scale_cache");
+    a8.scale_cache = sc8;
+    CHECK(clattn_append_latent(ctx, &a8, NULL) == CLATTN_SUCCESS);
+    plan = NULL;
+    CHECK(clattn_mla_decode_plan_csr(ctx, &csr, &c8, &opt, &plan) == CLATTN_SUCCESS);
+    if (plan) {
+      int64_t ws = 0;
+      CHECK(clattn_mla_plan_workspace_bytes(plan, &ws) == CLATTN_SUCCESS);
+      cl_mem wsd = ws > 0 ? buffer(c, (size_t)ws, NULL, q) : NULL;
+      clattn_mla_buffers b = mb;
+      b.ckv = ckv8; b.kpe = kpe8; b.workspace = wsd;
+      CHECK_FAILS(clattn_mla_run(ctx, plan, &b, NULL), CLATTN_INVALID_ARGUMENT, "scale_cache");
+      b.scale_cache = sc8; b.kv_scale = 2.0f;
+      CHECK_FAILS(clattn_mla_run(ctx, plan, &b, NULL), CLATTN_INVALID_ARGUMENT, "kv_scale");
+      b.kv_scale = 1.0f;
+      CHECK(clattn_mla_run(ctx, plan, &b, NULL) == CLATTN_SUCCESS);
+      read_back(q, od, out, sizeof out);
+      ref(0, 0, 0, 1, 0, scale, want, NULL);
+      ref(1, kv_len[0], 1, 1, 0, scale, want, NULL);
+      double w = worst(out, want, B * H * DC);
+      CHECK(w < 0.02);
+      printf("mla decode (int8 latent): max |o - ref over the unquantised rows| %.2g\n", w);
+      clattn_mla_plan_release(plan);
+      if (wsd) clReleaseMemObject(wsd);
+    }
+    clReleaseMemObject(ckv8); clReleaseMemObject(kpe8); clReleaseMemObject(sc8);
+  }
+
   /* ---- extend (causal): 3 rows of request 0, 2 of request 1 */
   for (int form = 0; form < 2; ++form) {
     plan = NULL;

@@ -3,7 +3,7 @@
 // compiled kernel (CL_KERNEL_LOCAL_MEM_SIZE). Asserted on CPU devices (PoCL reports the
 // kernel's __local arrays exactly); on GPUs the figures are printed (drivers may add their
 // own reservations). MLA: the vendor rows' choice, then both portable kernels by name (tiled,
-// also with a tile of other proportions, and generic), for bf16, fp8 and f32 latents.
+// also with a tile of other proportions, and generic), for bf16, fp8, f32 and int8 latents.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -56,7 +56,7 @@ TEST(Variants, LocalMemoryEstimatesMatchTheDriver) {
     extend_plan(ctx(), csr(true), cache, o);
     expect_estimates_match("extend");
   }
-  for (DType kv : {DType::BF16, DType::FP8_E4M3, DType::F32}) {
+  for (DType kv : {DType::BF16, DType::FP8_E4M3, DType::F32, DType::I8}) {
     MlaCache m;
     m.num_pages = 8, m.page_size = 16, m.dtype = kv;
     MlaOptions o;
