@@ -76,7 +76,7 @@ CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32
  * queue) after `num_wait` events; `event` (nullable) receives its last command. */
 typedef struct clattn_paged_kv {
   int num_pages, page_size, num_kv_heads, head_dim;
-  int layout, dtype;                       /* dtype 7 = int8 (decode and append_kv) */
+  int layout, dtype;                       /* dtype 7 = int8 (append_kv, decode, extend, cascade) */
   int64_t stride_page, stride_token, stride_head;
   /* int8: the scale caches' dtype (0 f32, 1 f16) and strides (elements; 0 = the layout's
    * order, clattn/paged_kv.hpp). Zero-initialised: f32, contiguous. */
