@@ -15,8 +15,10 @@
 // partial row sum over its own keys (all of a row's work-items rescale by the same max);
 // the partial sums are added once at the end.
 //
-// Scores are in log2 space (q pre-scaled by sm_scale * log2(e) * k_scale; with a soft cap
-// the tanh is taken on the natural-log score first). Work table entry (8 int32):
+// Scores are in log2 space (q pre-scaled by sm_scale * log2(e) * k_scale and the KV head's
+// k_head_scales entry; with a soft cap the tanh is taken on the natural-log score first).
+// int8 KV: each key's row scales are read with its row offset and multiply the row as it is
+// staged (extend_kv.clh says why there). Work table entry (8 int32):
 // qo_start, qo_len, kv_len, row0, base, tok_off, mask_off, 0.
 //   paged:  key k (list coordinates) -> physical token k + tok_off of the request's list,
 //           page page_ids[base + (k + tok_off) / page_size]
@@ -25,6 +27,7 @@
 // CLATTN_FAULT_PAGE_ID is set in *faults. `tmaps` is extend_mma's TMA map argument (unused
 // here: one argument list for every extend kernel).
 #include "common.clh"
+#include "extend_kv.clh"
 #include "kernel_args.clh"
 
 #ifndef HEAD_DIM
@@ -86,9 +89,12 @@
 #error "extend.cl: ROWS % TM, WG % (ROWS/TM), KEYS % TX, HEAD_DIM % DC, DC % 4, KEYS % VC, TM % 4 must be 0"
 #endif
 
-// Four consecutive stored KV values (unscaled) as f32.
-inline float4 load_kv4(__global const void* p, long i) {
-#if KV_DT == DT_F32
+// Four consecutive stored KV values as f32: the per-tensor scales are applied elsewhere; a
+// quantised row's own scale (rs, KV_META) is applied here, the one dequantising load.
+inline float4 load_kv4_dq(__global const void* p, long i, float rs) {
+#if KV_DT == DT_I8
+  return convert_float4(vload4(0, (__global const char*)p + i)) * rs;
+#elif KV_DT == DT_F32
   return vload4(0, (__global const float*)p + i);
 #elif KV_DT == DT_F16
   return vload_half4(0, (__global const half*)p + i);
@@ -104,13 +110,19 @@ inline float4 load_kv4(__global const void* p, long i) {
 #endif
 }
 
-// Columns [c0, c0 + width) of `n` K or V rows (offsets ro[], -1 = zero row) -> dst[n][stride].
-inline void stage_kv(__global const void* src, __local const long* ro, int n, int c0, int width,
-                     __local float* dst, int stride, int lid) {
+// Columns [c0, c0 + width) of `n` K or V rows (offsets ro[], -1 = zero row; row scales rs[]
+// where KV_META) -> dst[n][stride].
+inline void stage_kv(__global const void* src, __local const long* ro, __local const float* rs, int n, int c0,
+                     int width, __local float* dst, int stride, int lid) {
   const int w4 = width / 4;
   for (int e = lid; e < n * w4; e += WG) {
     const int r = e / w4, c = (e % w4) * 4;
-    vstore4(ro[r] >= 0 ? load_kv4(src, ro[r] + c0 + c) : (float4)(0.0f), 0, dst + r * stride + c);
+#if KV_META
+    const float sr = rs[r];
+#else
+    const float sr = 1.0f;
+#endif
+    vstore4(ro[r] >= 0 ? load_kv4_dq(src, ro[r] + c0 + c, sr) : (float4)(0.0f), 0, dst + r * stride + c);
   }
 }
 
@@ -131,14 +143,21 @@ inline void stage_q(__global const void* q, int q_dt, float q_scale, int qo_star
 }
 
 // The row offsets of the tile at k0 -> ro[]; -1: no row (past kv_end, or a page id outside
-// the pool: masked, and *bad set).
-inline void tile_rows(__local long* ro, int k0, int kv_end, int paged, __global const int* page_ids, int base,
-                      int tok_off, int page_size, int num_pages, long stride_page, long stride_token,
-                      long head_off, bool* bad, int lid) {
+// the pool: masked, and *bad set). Quantised KV: the rows' K and V scales -> rs[0 .. KEYS),
+// rs[KEYS .. 2 KEYS).
+inline void tile_rows(__local long* ro, __local float* rs, int k0, int kv_end, int paged, __global const int* page_ids,
+                      int base, int tok_off, int page_size, int num_pages, long stride_page, long stride_token,
+                      long head_off, __global const uchar* k_scales, __global const uchar* v_scales, long sc_page,
+                      long sc_token, long sc_head_off, int sc_f16, bool* bad, int lid) {
   for (int kr = lid; kr < KEYS; kr += WG) {
     const long r = extend_key_row(k0 + kr, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page,
                                   stride_token, head_off, bad);
     ro[kr] = r;
+#if KV_META
+    const float2 sc = extend_row_scales(k0 + kr, kv_end, page_ids, base, tok_off, page_size, num_pages, sc_page,
+                                        sc_token, sc_head_off, k_scales, v_scales, sc_f16);
+    rs[kr] = sc.x, rs[KEYS + kr] = sc.y;
+#endif
   }
 }
 
@@ -169,6 +188,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SIMD_ATTR void extend_g
   __local float ps[KEYS * PST];       // P^T: ps[key][ty * TM + i] = P of row ty + TY * i
   __local float red[ROWS * RST];      // per-row partials across tx (max, then sum): red[i * TY + ty]
   __local long rowoff[KEYS];
+  __local float rowsc[KV_META ? 2 * KEYS : 1];  // quantised KV: the tile's K, then V row scales
 
   const int lid = get_local_id(0);
   // A sub-group of 32 covers SUB_TX x (32 / SUB_TX) of the grid: few distinct Q rows and K
@@ -180,6 +200,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SIMD_ATTR void extend_g
   const int tx = lid % TX, ty = lid / TX;
 #endif
   const int kvh = get_group_id(1);
+  EXTEND_HEAD_SCALES(kvh);
   __global const int* w = table + 8 * get_group_id(0);
   const int qo_start = w[0], qo_len = w[1], kv_len = w[2], row0 = w[3], base = w[4], tok_off = w[5];
   const int mask_off = w[6];
@@ -205,12 +226,12 @@ UNROLL_LOOP
 
   const long head_off = (long)kvh * stride_head;
 #if QRES
-  stage_q(q, q_dt, q_scale, qo_start, row0, nrows, G, Hq, kvh, 0, HEAD_DIM, qs, QST, lid);  // (barriers below)
+  stage_q(q, q_dt, qs_h, qo_start, row0, nrows, G, Hq, kvh, 0, HEAD_DIM, qs, QST, lid);  // (barriers below)
 #endif
   for (int k0 = kv_begin; k0 < kv_end; k0 += KEYS) {
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile's readers of rowoff are done
-    tile_rows(rowoff, k0, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page, stride_token,
-              head_off, &bad, lid);
+    tile_rows(rowoff, rowsc, k0, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page,
+              stride_token, head_off, k_scales, v_scales, sc_page, sc_token, (long)kvh * sc_head, sc_f16, &bad, lid);
 
     // S = Q K^T over DC-wide chunks of the head dim.
     float s[TM][KPT];
@@ -221,10 +242,10 @@ UNROLL_LOOP
     for (int d0 = 0; d0 < HEAD_DIM; d0 += DC) {
       barrier(CLK_LOCAL_MEM_FENCE);  // rowoff written; the previous chunk's readers are done
 #if !QRES
-      stage_q(q, q_dt, q_scale, qo_start, row0, nrows, G, Hq, kvh, d0, DC, stage, SST, lid);
-      stage_kv(k, rowoff, KEYS, d0, DC, stage + ROWS * SST, SST, lid);
+      stage_q(q, q_dt, qs_h, qo_start, row0, nrows, G, Hq, kvh, d0, DC, stage, SST, lid);
+      stage_kv(k, rowoff, rowsc, KEYS, d0, DC, stage + ROWS * SST, SST, lid);
 #else
-      stage_kv(k, rowoff, KEYS, d0, DC, stage, SST, lid);
+      stage_kv(k, rowoff, rowsc, KEYS, d0, DC, stage, SST, lid);
 #endif
       barrier(CLK_LOCAL_MEM_FENCE);
 UNROLL_BY(SUNROLL)
@@ -290,7 +311,7 @@ UNROLL_LOOP
     // O += P V over VC-key chunks.
     for (int v0 = 0; v0 < KEYS; v0 += VC) {
       barrier(CLK_LOCAL_MEM_FENCE);  // ps written; the stage's previous readers are done
-      stage_kv(v, rowoff + v0, VC, 0, HEAD_DIM, stage, VST, lid);
+      stage_kv(v, rowoff + v0, rowsc + KEYS + v0, VC, 0, HEAD_DIM, stage, VST, lid);
       barrier(CLK_LOCAL_MEM_FENCE);
 UNROLL_BY(PUNROLL)
       for (int kk = 0; kk < VC; ++kk) {
@@ -323,7 +344,7 @@ UNROLL_LOOP
     if (!row_ok[i]) continue;
     float lt = row_sum(red + (i * TY + ty) * RST);
     const int pr = row0 + ty + TY * i, h = kvh * G + pr % G;
-    const float2 fin = final_scale_lse(m[i], lt, -1, has_sinks, sinks, h, v_scale);  // (scale, lse)
+    const float2 fin = final_scale_lse(m[i], lt, -1, has_sinks, sinks, h, vs_h);  // (scale, lse)
     const float inv = fin.x;
     const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
 UNROLL_LOOP

@@ -20,13 +20,16 @@
 // head-dim elements x RV row vectors, the block's rescale folded into the accumulator load.
 // Q^T costs one transpose per work item; the output is transposed back once at the end.
 //
-// Scores in log2 space (q pre-scaled by sm_scale * log2(e) * k_scale; with a soft cap the
-// tanh is taken on the natural-log score first). Masks (causal, window, keys past the end or
+// Scores in log2 space (q pre-scaled by sm_scale * log2(e) * k_scale and the KV head's
+// k_head_scales entry; with a soft cap the tanh is taken on the natural-log score first).
+// int8 KV: a key's row scales multiply its rows as the block is converted to f32
+// (extend_kv.clh says why there). Masks (causal, window, keys past the end or
 // behind a page id outside the pool, custom bits) are applied only to blocks that need them.
 // Rows past the request's end compute on zero q and are never stored.
 //
 // Build options (-D): HEAD_DIM, KV_DT, VW (4, 8 or 16), RV, BK, SK, PD.
 #include "common.clh"
+#include "extend_kv.clh"
 #include "kernel_args.clh"
 
 #ifndef HEAD_DIM
@@ -60,13 +63,25 @@
 #endif
 #define ALL_ROWS (BK == 64 ? ~(ulong)0 : ((ulong)1 << BK) - 1)
 
+// VW stored KV values at element offset `off` as f32: the per-tensor scales are applied
+// elsewhere; a quantised row's own scale (rs, KV_META) here, the one dequantising load.
+inline floatV load_kv_dq(__global const uchar* base, long off, float rs) {
+#if KV_DT == DT_I8
+  return load_kv(base, off) * rs;
+#else
+  return load_kv(base, off);
+#endif
+}
+
 // The block's K and V rows (from key k0, up to kv_end) as f32 -> kb, vb. Returns a bit per
 // key that has a row; a key past kv_end or behind a page id outside the pool (*bad set) has
-// none (its rows are zeroed and its scores masked).
+// none (its rows are zeroed and its scores masked). Quantised KV: each row times its scale
+// from the scale caches (sc_head_off = kvh * sc_head).
 inline ulong load_block(__global const uchar* k, __global const uchar* v, int k0, int kv_end, int paged,
                         __global const int* page_ids, int base, int tok_off, int page_size, int num_pages,
-                        long stride_page, long stride_token, long head_off, __local float* kb, __local float* vb,
-                        bool* bad) {
+                        long stride_page, long stride_token, long head_off, __global const uchar* k_scales,
+                        __global const uchar* v_scales, long sc_page, long sc_token, long sc_head_off, int sc_f16,
+                        __local float* kb, __local float* vb, bool* bad) {
   ulong rows = 0;
   for (int kk = 0; kk < BK; ++kk) {
     const long r = extend_key_row(k0 + kk, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page,
@@ -75,9 +90,15 @@ inline ulong load_block(__global const uchar* k, __global const uchar* v, int k0
     __local float* vd = vb + kk * HEAD_DIM;
     if (r >= 0) {
       rows |= (ulong)1 << kk;
+#if KV_META
+      const float2 sc = extend_row_scales(k0 + kk, kv_end, page_ids, base, tok_off, page_size, num_pages, sc_page,
+                                          sc_token, sc_head_off, k_scales, v_scales, sc_f16);
+#else
+      const float2 sc = (float2)(1.0f);
+#endif
       for (int c = 0; c < NV; ++c) {
-        vstoreV(load_kv(k, r + c * VW), c, kd);
-        vstoreV(load_kv(v, r + c * VW), c, vd);
+        vstoreV(load_kv_dq(k, r + c * VW, sc.x), c, kd);
+        vstoreV(load_kv_dq(v, r + c * VW, sc.y), c, vd);
       }
     } else {
       for (int c = 0; c < NV; ++c) vstoreV((floatV)(0.0f), c, kd), vstoreV((floatV)(0.0f), c, vd);
@@ -94,6 +115,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
   __local float pt[BK * ROWS];        // S^T, then P^T
 
   const int kvh = get_group_id(1);
+  EXTEND_HEAD_SCALES(kvh);
   __global const int* w = table + 8 * get_group_id(0);
   const int qo_start = w[0], qo_len = w[1], kv_len = w[2], row0 = w[3], base = w[4], tok_off = w[5];
   const int mask_off = w[6];
@@ -105,7 +127,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
     for (int r = 0; r < ROWS; ++r) {
       const int pr = row0 + r;
       if (pr < nrows) {
-        load_vrow(q, ((size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G) * HEAD_DIM, NV, q_dt, q_scale, row);
+        load_vrow(q, ((size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G) * HEAD_DIM, NV, q_dt, qs_h, row);
         for (int d = 0; d < HEAD_DIM; ++d) qt[d * ROWS + r] = row[d];
       } else {
         for (int d = 0; d < HEAD_DIM; ++d) qt[d * ROWS + r] = 0.0f;
@@ -130,8 +152,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += BK) {
     const ulong rows = load_block((__global const uchar*)k, (__global const uchar*)v, k0, kv_end, paged, page_ids,
-                                 base, tok_off, page_size, num_pages, stride_page, stride_token, head_off, kb, vb,
-                                 &bad);
+                                 base, tok_off, page_size, num_pages, stride_page, stride_token, head_off, k_scales,
+                                 v_scales, sc_page, sc_token, (long)kvh * sc_head, sc_f16, kb, vb, &bad);
 
     // S^T = K Q^T.
     for (int s0 = 0; s0 < BK; s0 += SK) {
@@ -230,7 +252,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
     const int pr = row0 + r;
     if (pr >= nrows) break;
     const int h = kvh * G + pr % G;
-    const float2 fin = final_scale_lse(mr[r], lr[r], -1, has_sinks, sinks, h, v_scale);  // (scale, lse)
+    const float2 fin = final_scale_lse(mr[r], lr[r], -1, has_sinks, sinks, h, vs_h);  // (scale, lse)
     const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
     for (int d = 0; d < HEAD_DIM; ++d) row[d] = ot[d * ROWS + r];
     store_vrow(o, orow * HEAD_DIM, NV, o_dt, fin.x, row);

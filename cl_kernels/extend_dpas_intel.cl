@@ -170,6 +170,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SG_ATTR void extend_dpa
   const int lane = SG_LANE(), sgi = SG_INDEX();
   const int rg = sgi / CG, cg = sgi % CG;
   const int kvh = get_group_id(1);
+  EXTEND_HEAD_SCALES(kvh);
   __global const int* w = table + 8 * get_group_id(0);
   const int qo_start = w[0], qo_len = w[1], kv_len = w[2], row0 = w[3], base = w[4], tok_off = w[5];
   const int mask_off = w[6];
@@ -178,13 +179,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SG_ATTR void extend_dpa
   __global const ushort* kp = (__global const ushort*)k;
   __global const ushort* vp = (__global const ushort*)v;
 
-  // Q rows x q_scale -> qs (rows past nrows: zeros).
+  // Q rows x q_scale (qs_h: with the head's k scale) -> qs (rows past nrows: zeros).
   for (int e = lid; e < ROWS * (HEAD_DIM / 4); e += WG) {
     const int rr = e / (HEAD_DIM / 4), c = (e % (HEAD_DIM / 4)) * 4, pr = row0 + rr;
     float4 x = (float4)(0.0f);
     if (pr < nrows) {
       const size_t qi = ((size_t)(qo_start + pr / G) * Hq + kvh * G + pr % G) * HEAD_DIM + c;
-      x = bits4_to_float4(load4_bits(q, qi, q_dt), q_dt) * q_scale;
+      x = bits4_to_float4(load4_bits(q, qi, q_dt), q_dt) * qs_h;
     }
     vstore4((ushort4)(mma_bits(x.x), mma_bits(x.y), mma_bits(x.z), mma_bits(x.w)), 0, qs + rr * HEAD_DIM + c);
   }
@@ -329,7 +330,7 @@ UNROLL_LOOP
     float lt = 0.0f;
     for (int t = 0; t < TPR; ++t) lt += red[sr * TPR + t];
     const int pr = row0 + sr, h = kvh * G + pr % G;
-    const float2 fin = final_scale_lse(m_row, lt, -1, has_sinks, sinks, h, v_scale);  // (scale, lse)
+    const float2 fin = final_scale_lse(m_row, lt, -1, has_sinks, sinks, h, vs_h);  // (scale, lse)
     rowf[sr] = fin.x;
     if (has_lse) lse[(size_t)(qo_start + pr / G) * Hq + h] = fin.y;
   }

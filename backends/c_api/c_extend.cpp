@@ -134,6 +134,10 @@ clattn_status clattn_extend_run(clattn_context ctx, clattn_extend_plan plan, con
     x.k_scale = b->k_scale;
     x.v_scale = b->v_scale;
     x.workspace = b->workspace;
+    x.k_scale_cache = b->k_scale_cache;
+    x.v_scale_cache = b->v_scale_cache;
+    x.k_head_scales = b->k_head_scales;
+    x.v_head_scales = b->v_head_scales;
     clattn::extend_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, x, to_cpp(e));
   });
 }
@@ -186,6 +190,10 @@ clattn_status clattn_cascade_run(clattn_context ctx, clattn_cascade_plan plan, c
     x.k_scale = b->k_scale;
     x.v_scale = b->v_scale;
     x.workspace = b->workspace;
+    x.k_scale_cache = b->k_scale_cache;
+    x.v_scale_cache = b->v_scale_cache;
+    x.k_head_scales = b->k_head_scales;
+    x.v_head_scales = b->v_head_scales;
     clattn::cascade_run(need(ctx, "ctx")->ctx, need(plan, "plan")->plan, x, to_cpp(e));
   });
 }

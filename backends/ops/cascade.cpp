@@ -42,15 +42,25 @@ CascadePlan cascade_plan(const Context& ctx, const PagedCsr& shared, const Paged
   return p;
 }
 
+namespace {
+// One level's extend buffers: the cache and its scales (int8 row scales, per-head scales) are
+// the same for both levels.
+ExtendBuffers level(const CascadeBuffers& b, cl_mem page_ids, cl_mem o, cl_mem lse, cl_mem sinks) {
+  ExtendBuffers x;
+  x.q = b.q, x.k = b.k_cache, x.v = b.v_cache, x.page_ids = page_ids, x.o = o, x.lse = lse, x.sinks = sinks;
+  x.k_scale = b.k_scale, x.v_scale = b.v_scale, x.workspace = b.workspace;
+  x.k_scale_cache = b.k_scale_cache, x.v_scale_cache = b.v_scale_cache;
+  x.k_head_scales = b.k_head_scales, x.v_head_scales = b.v_head_scales;
+  return x;
+}
+}  // namespace
+
 void cascade_run(const Context& ctx, const CascadePlan& p, const CascadeBuffers& b, const Enqueue& e) {
   if (!p.shared.state_ || !p.unique.state_) rt::invalid("cascade_run: empty plan (make one with cascade_plan)");
   const int64_t T = p.num_tokens;
   const int Hq = p.unique.num_qo_heads, D = p.unique.head_dim;
   if (T == 0) {
-    extend_run(ctx, p.unique,
-               ExtendBuffers{b.q, b.k_cache, b.v_cache, b.unique_page_ids, b.o, b.lse, b.sinks, nullptr, b.k_scale,
-                             b.v_scale, b.workspace},
-               e);
+    extend_run(ctx, p.unique, level(b, b.unique_page_ids, b.o, b.lse, b.sinks), e);
     return;
   }
   ops::require_buffer(b.tmp_o, p.tmp_o_bytes, "tmp_o", {{T, Hq, D}, "o dtype"});
@@ -65,17 +75,14 @@ void cascade_run(const Context& ctx, const CascadePlan& p, const CascadeBuffers&
   ops::require_buffer(b.o, p.tmp_o_bytes, "o", {{T, Hq, D}, "o dtype"});
   if (p.workspace_bytes > 0)
     ops::require_buffer(b.workspace, p.workspace_bytes, "workspace", {{p.workspace_bytes}, "bytes (TMA tensor maps)"});
+  // (The scale checks are the same for both levels: the first level's run makes them.)
   cl_event ev_u = nullptr, ev_s = nullptr;
   try {
-    extend_run(ctx, p.unique,
-               ExtendBuffers{b.q, b.k_cache, b.v_cache, b.unique_page_ids, b.o, lse_u, b.sinks, nullptr, b.k_scale,
-                             b.v_scale, b.workspace},
+    extend_run(ctx, p.unique, level(b, b.unique_page_ids, b.o, lse_u, b.sinks),
                Enqueue{e.queue, e.num_wait, e.wait, &ev_u});
     // Levels that share the workspace's maps run one after the other (out-of-order queues).
     const bool chain = p.shared.workspace_bytes > 0 && p.unique.workspace_bytes > 0;
-    extend_run(ctx, p.shared,
-               ExtendBuffers{b.q, b.k_cache, b.v_cache, b.shared_page_ids, b.tmp_o, b.tmp_lse_shared, nullptr,
-                             nullptr, b.k_scale, b.v_scale, b.workspace},
+    extend_run(ctx, p.shared, level(b, b.shared_page_ids, b.tmp_o, b.tmp_lse_shared, nullptr),
                chain ? Enqueue{e.queue, 1, &ev_u, &ev_s} : Enqueue{e.queue, e.num_wait, e.wait, &ev_s});
     cl_event both[2] = {ev_u, ev_s};
     MergeStateArgs m;

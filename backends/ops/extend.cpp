@@ -50,6 +50,11 @@ struct ExtendPlanState : ops::PlanTable {
   int64_t q_bytes = 0, o_bytes = 0, lse_bytes = 0, sinks_bytes = 0, kv_bytes = 0, page_id_bytes = 0;
   int64_t mask_bytes = 0, workspace_bytes = 0;
   std::string kv_shape;  // for messages
+  // The cache the scale checks read (paged: the plan's; ragged: heads and dtype only), and the
+  // int8 scale caches' bytes, strides (elements) and dtype flag.
+  PagedKV scales_of;
+  int64_t scale_bytes = 0, sc_page = 0, sc_token = 0, sc_head = 0;
+  int sc_f16 = 0;
 
   void freeze(const ExtendPlan& p, int64_t kv_required) {
     namespace ck = rt::checked;
@@ -63,6 +68,16 @@ struct ExtendPlanState : ops::PlanTable {
     kv_bytes = kv_required;
     mask_bytes = p.mask_bytes_needed;
     workspace_bytes = p.workspace_bytes;
+    if (source == ExtendPlan::Source::Ragged) {
+      scales_of.num_kv_heads = p.num_kv_heads, scales_of.head_dim = p.head_dim, scales_of.dtype = p.kv_dtype;
+    } else {
+      scales_of = p.cache;
+    }
+    if (p.kv_dtype == DType::I8) {
+      scale_bytes = p.cache.scale_required_bytes();
+      sc_page = p.cache.scale_page_stride(), sc_token = p.cache.scale_token_stride();
+      sc_head = p.cache.scale_head_stride(), sc_f16 = p.cache.scale_dtype == DType::F16;
+    }
   }
 };
 
@@ -175,12 +190,15 @@ struct GenericTile {
 };
 // extend.cl: the stage (Q and K chunks [ROWS + KEYS][DC + 4], or with QRES K chunks
 // [KEYS][DC + 4]; or a V chunk [VC][D + 4]), with QRES the Q rows [ROWS][D + 4], P^T
-// [KEYS][ROWS + 4], the row partials [ROWS][TX + 4] (floats) and KEYS row offsets (long).
-size_t generic_local_bytes(const GenericTile& g, int d) {
+// [KEYS][ROWS + 4], the row partials [ROWS][TX + 4] (floats), KEYS row offsets (long) and
+// the K and V row scales of an int8 tile (2 x KEYS floats; one float otherwise).
+size_t generic_local_bytes(const GenericTile& g, int d, bool i8 = false) {
   const size_t srows = size_t(g.qres ? g.keys : g.rows + g.keys);
   const size_t stage = std::max(srows * (g.dc + 4), size_t(g.vc) * (d + 4));
   const size_t qs = g.qres ? size_t(g.rows) * (d + 4) : 0;
-  return (stage + qs + size_t(g.keys) * (g.rows + 4) + size_t(g.rows) * (g.tx() + 4)) * 4 + size_t(g.keys) * 8;
+  const size_t scales = i8 ? 2 * size_t(g.keys) : 1;
+  return (stage + qs + size_t(g.keys) * (g.rows + 4) + size_t(g.rows) * (g.tx() + 4) + scales) * 4 +
+         size_t(g.keys) * 8;
 }
 // "" when the tile's divisibility rules hold (the kernel's #error line), else which fails.
 std::string generic_unfit(const GenericTile& g, int d) {
@@ -445,6 +463,8 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       *why_not_mma = why;
     } else if (kv.dtype == DType::F32) {
       *why_not_mma = "f32 KV keeps f32 math (tensor cores take f16/bf16)";
+    } else if (kv.dtype == DType::I8) {
+      *why_not_mma = "int8 KV (the portable and cpu kernels dequantise its rows)";
     } else if (!al16(kv.stride_token) || !al16(kv.stride_head) || (kv.paged && !al16(kv.stride_page))) {
       *why_not_mma = "KV strides are not multiples of 16 bytes";
     } else {
@@ -573,15 +593,16 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
                                          to_string(prof.max_work_group_size) + " work-items per group");
   // Over the device's local memory: Q staged per chunk instead of resident, then fewer keys
   // per tile (down to one per tx), then fewer rows (and work-items) per group.
-  if (gt.qres && !over.count("QRES") && generic_local_bytes(gt, kv.head_dim) > lmax) gt.qres = 0;
-  while (generic_local_bytes(gt, kv.head_dim) > lmax) {
+  const bool i8 = kv.dtype == DType::I8;
+  if (gt.qres && !over.count("QRES") && generic_local_bytes(gt, kv.head_dim, i8) > lmax) gt.qres = 0;
+  while (generic_local_bytes(gt, kv.head_dim, i8) > lmax) {
     GenericTile k = gt, r = gt;
     k.keys /= 2, k.vc = std::min(k.vc, k.keys);
     r.rows /= 2, r.wg /= 2;
     if (generic_unfit(k, kv.head_dim).empty()) gt = k;
     else if (generic_unfit(r, kv.head_dim).empty()) gt = r;
     else
-      throw Error(Status::Unsupported, "extend tile needs " + to_string(generic_local_bytes(gt, kv.head_dim)) +
+      throw Error(Status::Unsupported, "extend tile needs " + to_string(generic_local_bytes(gt, kv.head_dim, i8)) +
                                            " bytes of local memory, device has " + to_string(lmax));
   }
   // (SUB_TX only shapes the grid inside 32 work-items: a power of two up to 32.)
@@ -600,7 +621,7 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       {"SUB_TX", to_string(sub_tx)},        {"SUNROLL", to_string(sunroll)},     {"PUNROLL", to_string(punroll)},
       {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};
   g.options = rt::make_options(d);
-  g.local_bytes = generic_local_bytes(gt, kv.head_dim);
+  g.local_bytes = generic_local_bytes(gt, kv.head_dim, i8);
   out.push_back(g);
   return out;
 }
@@ -805,7 +826,7 @@ namespace {
 template <class MakeRequests>
 ExtendPlan paged_plan(const Context& ctx, const PagedKV& cache, const ExtendOptions& opt, ExtendPlan::Source src,
                       cl_command_queue queue, MakeRequests&& requests) {
-  ops::check_paged_kv(cache, "cache");
+  ops::check_paged_kv(cache, "cache", true);
   KVDesc kv = desc_of(cache);
   check_options(kv, opt);
   ExtendPlan p = make_plan(ctx, requests(), src, kv, opt, queue);
@@ -883,6 +904,7 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   if (!(b.k_scale > 0.0f) || !std::isfinite(b.k_scale) || !(b.v_scale > 0.0f) || !std::isfinite(b.v_scale))
     rt::invalid("extend_run: k_scale/v_scale must be finite and > 0 (got " + to_string(b.k_scale) + ", " +
                 to_string(b.v_scale) + ")");
+  ops::check_kv_scales(st->scales_of, b.k_scale, b.v_scale, b.k_head_scales, b.v_head_scales, "extend_run");
   const int64_t T = st->T;
   const int Hq = st->Hq, D = st->D;
   const bool paged = st->source != ExtendPlan::Source::Ragged;
@@ -897,6 +919,7 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
                                   : ops::Shape{{st->Hkv, D}, dtype_name(st->kv_dtype), "ragged K/V rows of "};
       ops::require_buffer(b.k, st->kv_bytes, "k", kv);
       ops::require_buffer(b.v, st->kv_bytes, "v", kv);
+      if (paged) ops::require_scale_caches(st->scales_of, st->scale_bytes, b.k_scale_cache, b.v_scale_cache);
     }
     if (paged && st->page_id_bytes > 0)
       ops::require_buffer(b.page_ids, st->page_id_bytes, "page_ids",
@@ -920,6 +943,9 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
   cl_mem mask = st->has_mask ? b.custom_mask : dummy;
   cl_mem tmaps = st->workspace_bytes > 0 ? b.workspace : dummy;
+  const bool i8 = st->kv_dtype == DType::I8;
+  cl_mem k_sc = i8 && b.k_scale_cache ? b.k_scale_cache : dummy, v_sc = i8 && b.v_scale_cache ? b.v_scale_cache : dummy;
+  cl_mem k_hs = b.k_head_scales ? b.k_head_scales : dummy, v_hs = b.v_head_scales ? b.v_head_scales : dummy;
   size_t gws[2] = {size_t(st->num_tiles) * st->wg, size_t(st->Hkv)};
   size_t lws[2] = {st->wg, 1};
   // TMA: the tensor-map kernel first (it writes the maps of this k and v into the workspace).
@@ -938,7 +964,8 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
                        cl_long(st->stride_page), cl_long(st->stride_token), cl_long(st->stride_head),
                        cl_float(st->q_scale * b.k_scale), cl_float(st->cap_log2), cl_float(st->inv_cap),
                        cl_float(b.v_scale), cl_int(st->causal), cl_int(st->window_left), cl_int(st->num_pages),
-                       c.faults, tmaps);
+                       c.faults, tmaps, k_sc, v_sc, cl_long(st->sc_page), cl_long(st->sc_token), cl_long(st->sc_head),
+                       cl_int(st->sc_f16), k_hs, v_hs, cl_int(b.k_head_scales != nullptr));
   } catch (...) {
     if (maps_done) clReleaseEvent(maps_done);
     throw;
@@ -958,7 +985,7 @@ void set_extend_test_candidate(std::optional<ExtendTestCandidate> t) {
 // Paged KV (page size 16; ragged builds the same programs) of every dtype at head dims 64, 80,
 // 128 and 256, causal; TMA where the cache allows it (a paged NHD cache, 16-byte strides).
 void catalog_extend(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
-  for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::FP8_E4M3})
+  for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::FP8_E4M3, DType::I8})
     for (int d : {64, 80, 128, 256}) {
       const std::string shape = std::string(dtype_name(dt)) + " d" + std::to_string(d) + " paged";
       catalog_add(out, "extend", shape, [&] {

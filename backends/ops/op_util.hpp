@@ -140,7 +140,8 @@ void require_io_dtype(DType t, const std::string& what);
 
 // Checks a cache descriptor (positive shapes, supported page size and dtype, strides that
 // fit) and returns nothing; `what` names the argument in messages. In paged_kv.cpp.
-// allow_int8: the op reads int8 caches (decode, append_kv); elsewhere int8 is Unsupported.
+// allow_int8: the op reads int8 caches (append_kv, decode, extend, cascade); elsewhere int8 is
+// Unsupported.
 void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8 = false);
 
 // The scale arguments of an op that reads or writes cache c (append_kv, decode_run; `fn`

@@ -83,8 +83,8 @@ void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8) 
   if (c.num_kv_heads < 1) rt::invalid(what + ".num_kv_heads = " + std::to_string(c.num_kv_heads) + ", must be >= 1");
   if (c.head_dim < 1) rt::invalid(what + ".head_dim = " + std::to_string(c.head_dim) + ", must be >= 1");
   if (c.dtype == DType::I8 && !allow_int8)
-    throw Error(Status::Unsupported, what + ".dtype int8: this op does not read int8 caches yet (decode and "
-                                            "append_kv do; docs/kv_formats.md)");
+    throw Error(Status::Unsupported, what + ".dtype int8: this op does not read int8 caches yet (append_kv, "
+                                            "decode, extend and cascade do; docs/kv_formats.md)");
   if (!is_kv_dtype(c.dtype) && c.dtype != DType::I8)
     throw Error(Status::Unsupported, what + ".dtype " + std::string(dtype_name(c.dtype)) +
                                          " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8)");

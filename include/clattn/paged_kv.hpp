@@ -13,7 +13,7 @@ namespace clattn {
 // NHD [num_pages, page_size, num_kv_heads, head_dim], HND [num_pages, num_kv_heads,
 // page_size, head_dim]. Strides must keep rows 4-byte aligned (16 for the fastest loads).
 //
-// int8 (dtype I8; decode and append_kv): symmetric, one scale per (token, KV head):
+// int8 (dtype I8; append_kv, decode, extend, cascade): symmetric, one scale per (token, KV head):
 // loaded = stored * scale, scale = max |row| / 127 computed by append_kv. The scales live in
 // scale caches beside K and V (k_scale_cache / v_scale_cache buffers, the same page ids) of
 // scale_dtype (f32 or f16), element (page, token-in-page, head) at page*scale_stride_page +

@@ -1,6 +1,7 @@
 /* Extend through the C ABI, compiled as C: paged CSR and page-table plans (causal, window,
  * soft cap, custom mask), ragged prefill and cascade, each against a double-precision loop
- * written here; rejected calls name the argument and leave the output untouched. */
+ * written here; an int8 cache and per-KV-head scales through the buffers' scale fields;
+ * rejected calls name the argument and leave the output untouched. */
 #include <math.h>
 
 #include "c_test_util.h"
@@ -258,6 +259,64 @@ int main(void) {
     clattn_cascade_plan_release(cp);
     clReleaseMemObject(sid); clReleaseMemObject(uid); clReleaseMemObject(to); clReleaseMemObject(tls);
     clReleaseMemObject(tlu); clReleaseMemObject(od2);
+  }
+
+  /* ---- quantised KV through the buffers' scale fields (case A's batch and reference):
+   * an int8 copy of the cache written by clattn_append_kv (f32 row scales), within its
+   * quantisation error; then the f32 cache divided by power-of-two per-head scales, with
+   * k_head_scales / v_head_scales, exactly as case A. */
+  {
+    ref_batch(1, -1, 0, 1.0 / sqrt((double)D), NULL, NULL, want, want_lse);
+    clattn_paged_kv c8 = cache;
+    c8.dtype = 7;
+    enum { N = PAGES * P };
+    int32_t slots[N];
+    for (int i = 0; i < N; ++i) slots[i] = i;
+    cl_mem sl = buffer(c, sizeof slots, slots, q), k8 = buffer(c, sizeof kc / 4, NULL, q);
+    cl_mem v8 = buffer(c, sizeof kc / 4, NULL, q), ks8 = buffer(c, N * HKV * 4, NULL, q);
+    cl_mem vs8 = buffer(c, N * HKV * 4, NULL, q), od8 = buffer(c, sizeof sentinel, sentinel, q);
+    clattn_append_kv_args a;
+    memset(&a, 0, sizeof a);
+    a.k = kd; a.v = vd; a.src_dtype = 0; a.slot_mapping = sl; a.slot_dtype = 5; a.num_tokens = N;
+    a.k_cache = k8; a.v_cache = v8; a.cache = c8; a.k_scale = a.v_scale = 1.0f;
+    a.k_scale_cache = ks8; a.v_scale_cache = vs8;
+    CHECK(clattn_append_kv(ctx, &a, NULL) == CLATTN_SUCCESS);
+    clattn_extend_plan p8 = NULL;
+    CHECK(clattn_extend_plan_csr(ctx, &csr, &c8, &opt, &p8) == CLATTN_SUCCESS);
+    clattn_extend_buffers b8 = eb;
+    b8.k = k8; b8.v = v8; b8.o = od8; b8.lse = NULL;
+    CHECK_FAILS(clattn_extend_run(ctx, p8, &b8, NULL), CLATTN_INVALID_ARGUMENT, "k_scale_cache");
+    b8.k_scale_cache = ks8; b8.v_scale_cache = vs8;
+    CHECK(clattn_extend_run(ctx, p8, &b8, NULL) == CLATTN_SUCCESS);
+    read_back(q, od8, out, sizeof out);
+    w = worst(out, want, T * HQ * D);
+    CHECK(w < 0.05);
+    printf("int8 extend: max |o - f32 ref| %.2g\n", w);
+
+    static float kh[sizeof kc / sizeof kc[0]], vh[sizeof vc / sizeof vc[0]];
+    const float khs[HKV] = {2.0f, 0.5f}, vhs[HKV] = {0.25f, 4.0f};
+    for (size_t e = 0; e < sizeof kc / sizeof kc[0]; ++e) {
+      const int h = (int)(e / D % HKV);
+      kh[e] = kc[e] / khs[h], vh[e] = vc[e] / vhs[h];
+    }
+    cl_mem khd = buffer(c, sizeof kh, kh, q), vhd = buffer(c, sizeof vh, vh, q);
+    cl_mem khsd = buffer(c, sizeof khs, khs, q), vhsd = buffer(c, sizeof vhs, vhs, q);
+    clattn_extend_plan pf = NULL;
+    CHECK(clattn_extend_plan_csr(ctx, &csr, &cache, &opt, &pf) == CLATTN_SUCCESS);
+    clattn_extend_buffers bh = eb;
+    bh.k = khd; bh.v = vhd; bh.o = od8; bh.lse = NULL; bh.k_head_scales = khsd;
+    CHECK_FAILS(clattn_extend_run(ctx, pf, &bh, NULL), CLATTN_INVALID_ARGUMENT, "go together");
+    bh.v_head_scales = vhsd;
+    CHECK(clattn_extend_run(ctx, pf, &bh, NULL) == CLATTN_SUCCESS);
+    read_back(q, od8, out, sizeof out);
+    w = worst(out, want, T * HQ * D);
+    CHECK(w < 1e-4);
+    printf("per-head scales: max |o - ref| %.2g\n", w);
+    clattn_extend_plan_release(p8);
+    clattn_extend_plan_release(pf);
+    clReleaseMemObject(sl); clReleaseMemObject(k8); clReleaseMemObject(v8); clReleaseMemObject(ks8);
+    clReleaseMemObject(vs8); clReleaseMemObject(od8); clReleaseMemObject(khd); clReleaseMemObject(vhd);
+    clReleaseMemObject(khsd); clReleaseMemObject(vhsd);
   }
 
   clReleaseMemObject(kd); clReleaseMemObject(vd); clReleaseMemObject(qd); clReleaseMemObject(od);

@@ -212,11 +212,11 @@ TEST(Int8KV, RejectsMissingScalesAndScaleFactors) {
   ctx().finish();
   for (uint8_t x : test::download<uint8_t>(kc, size_t(cache.required_bytes()))) ASSERT_EQ(x, 0x11);
   // Ops that do not read int8 caches yet say so.
-  ExtendOptions eo;
-  eo.num_qo_heads = 1;
+  HsaOptions ho;
+  ho.num_qo_heads = 1, ho.topk = 1;
   PagedCsr csr;
   csr.page_size = 4, csr.kv_indptr = {0, 1}, csr.kv_indices = {0}, csr.kv_last_page_len = {1}, csr.qo_indptr = {0, 1};
-  EXPECT_TRUE(test::throws_error([&] { extend_plan(ctx(), csr, cache, eo); }, Status::Unsupported, "int8"));
+  EXPECT_TRUE(test::throws_error([&] { hsa_plan(ctx(), csr, cache, ho); }, Status::Unsupported, "int8"));
   // Decode: the scale caches are required.
   DecodeOptions opt;
   opt.num_qo_heads = 1, opt.q_dtype = opt.o_dtype = DType::F32;
