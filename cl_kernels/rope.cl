@@ -1,6 +1,6 @@
 // Rotary position embedding (include/clattn/rope.hpp): apply_rope (q -> q_out, k -> k_out) and
 // rope_append_kv (q -> q_out; k rotated and v as is into the paged cache at slot_mapping[t],
-// stored = value / scale in the cache dtype, as append_kv.cl).
+// stored = value / scale in the cache dtype, as append_kv.cl; int8 caches: rope_append_kv_i8).
 //
 // Work-item (i, b, c): pair i (0 <= i < D/2) of head rows b*ROPE_ROWS .. b*ROPE_ROWS +
 // ROPE_ROWS - 1 of tokens c*ROPE_TOKENS .. c*ROPE_TOKENS + ROPE_TOKENS - 1. Pair i < R/2 is rotated (NeoX dims (i, i + R/2), GPT-J (2i, 2i+1));
@@ -15,6 +15,7 @@
 // f32 convention). A position < 0, or >= cache rows with a cache, writes nothing for the
 // token and sets CLATTN_FAULT_POSITION.
 #include "common.clh"
+#include "int8_quant.clh"
 
 #ifndef ROPE_WG
 #define ROPE_WG 64
@@ -123,6 +124,58 @@ void rope_append_kv(__global const void* q, __global void* q_out, long q_st, lon
         const float sc = kind == 1 ? k_scale : v_scale;
         store_elem(dst, db + ab.x, kv_dt, xo / sc);
         store_elem(dst, db + ab.y, kv_dt, yo / sc);
+      }
+    }
+  }
+}
+
+// int8 caches (rope_append_kv; rope_append_kv above then takes the q rows only): work-item
+// (h, t) quantises KV head h's k row of token t, rotated, and its v row as append_kv_i8 does
+// (int8_quant.clh): the row's largest |value| gives the scale, then each value its integer.
+// The rotation is computed twice (for the max, then for the values) rather than kept: a row
+// of D floats per work-item would not stay in registers.
+__kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
+void rope_append_kv_i8(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
+                       __global const void* slots, int slots_i64, long num_slots, __global char* k_cache,
+                       __global char* v_cache, long c_sp, long c_st, long c_sh, int page_size, int Hkv,
+                       __global void* k_scales, __global void* v_scales, long s_sp, long s_st, long s_sh, int s_f16,
+                       int D, int R, int gptj, __global const void* pos, int pos_i64, int has_cache,
+                       __global const float* cs, long cache_rows, float log2_theta, float inv_scale, long T,
+                       __global volatile int* faults) {
+  const int h = get_global_id(0);
+  const long t = get_global_id(1);
+  if (h >= Hkv || t >= T) return;
+  const long p = rope_position(pos, pos_i64, t, has_cache, cache_rows, h == 0, faults);
+  if (p < 0) return;
+  const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
+  if (slot >= num_slots && h == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
+  if (slot < 0 || slot >= num_slots) return;
+  const long page = slot / page_size, off = slot - page * page_size;
+  const size_t sb = (size_t)(t * src_st + h * src_sh), db = (size_t)(page * c_sp + off * c_st + h * c_sh);
+  const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
+  for (int kind = 0; kind < 2; ++kind) {  // k (rotated), v
+    __global const void* src = kind ? v : k;
+    float amax = 0.0f, scale = 0.0f;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int i = 0; i < D / 2; ++i) {
+        const bool turn = kind == 0 && i < R / 2;
+        const float2 cs2 = turn ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+        const int2 ab = rope_dims(i, R, gptj, kind == 0);
+        const float x = load_elem(src, sb + ab.x, src_dt), y = load_elem(src, sb + ab.y, src_dt);
+        const float xo = turn ? x * cs2.x - y * cs2.y : x, yo = turn ? y * cs2.x + x * cs2.y : y;
+        if (pass == 0) {
+          amax = fmax(amax, fmax(fabs(xo), fabs(yo)));
+        } else {
+          __global char* dst = kind ? v_cache : k_cache;
+          dst[db + ab.x] = int8_quantize(xo, scale);
+          dst[db + ab.y] = int8_quantize(yo, scale);
+        }
+      }
+      if (pass == 0) {
+        scale = int8_scale(amax, s_f16);
+        __global void* sc = kind ? v_scales : k_scales;
+        if (s_f16) vstore_half_rte(scale, so, (__global half*)sc);
+        else ((__global float*)sc)[so] = scale;
       }
     }
   }

@@ -171,8 +171,6 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   const char* fn = "rope_append_kv";
   const AppendKVArgs& a = r.append;
   const ops::AppendChecked ch = ops::check_append_kv(a);
-  if (a.cache.dtype == DType::I8)
-    throw Error(Status::Unsupported, "rope_append_kv: int8 caches are not supported yet (apply_rope, then append_kv)");
   if (a.k_head_scales)
     throw Error(Status::Unsupported, "rope_append_kv: per-head scales (k_head_scales) are not supported yet (apply_rope, "
                                      "then append_kv)");
@@ -200,19 +198,25 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   const RopeProgram rp = rope_program(c.profile, D);
   auto prog = c.programs.get(rp.v.file, rp.v.options);
   rt::Kernel& k = prog->kernel("rope_append_kv");
-  const int kv_rows = ch.empty ? 0 : Hkv;  // no pages: q rows only
+  // int8 caches: the k and v rows go to rope_append_kv_i8 (a row's max sets its scale), after
+  // the q rows; no pages: q rows only.
+  const bool i8 = a.cache.dtype == DType::I8 && !ch.empty;
+  const int kv_rows = ch.empty || i8 ? 0 : Hkv;
   const size_t rows = size_t(Hq + 2 * kv_rows);
-  if (rows == 0) {
+  if (rows == 0 && !i8) {
     ops::marker_if_needed(q, e);
     return;
   }
   size_t gws[3], lws[3];
   rope_grid(rp, D, rows, T, gws, lws);
   const cl_mem none = nullptr;
+  cl_event ev_q = nullptr;
+  cl_event* q_event = i8 ? &ev_q : e.event;
   rt::log().debug("rope_append_kv: {} tokens, Hq {} Hkv {} D {} R {} {}, {} -> {} cache ({})", T, Hq, Hkv, D, rr.R,
                   r.rope.style == RopeStyle::GptJ ? "gptj" : "neox", dtype_name(a.src_dtype), dtype_name(a.cache.dtype),
                   rp.source);
-  k.launch(q, 3, gws, lws, e.num_wait, e.wait, e.event, Hq ? r.q : none, Hq ? r.q_out : none, cl_long(qst), cl_long(qsh),
+  if (rows > 0)
+  k.launch(q, 3, gws, lws, e.num_wait, e.wait, q_event, Hq ? r.q : none, Hq ? r.q_out : none, cl_long(qst), cl_long(qsh),
            cl_int(Hq), cl_int(r.q_out_dtype), kv_rows ? a.k : none, kv_rows ? a.v : none, cl_int(a.src_dtype),
            cl_long(ch.st), cl_long(ch.sh), a.slot_mapping, cl_int(a.slot_dtype == DType::I64),
            cl_long(kv_rows ? int64_t(a.cache.num_pages) * a.cache.page_size : 0), kv_rows ? a.k_cache : none,
@@ -222,6 +226,28 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
            cl_int(r.pos.dtype == DType::I64), cl_int(r.rope.cos_sin_cache != nullptr),
            r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none, cl_long(r.rope.cache_positions), rr.log2_theta,
            rr.inv_scale, cl_long(T), c.faults);
+  if (!i8) return;
+  rt::Kernel& k8 = prog->kernel("rope_append_kv_i8");
+  const size_t wg = rp.v.wg;
+  size_t g8[2] = {(size_t(Hkv) + wg - 1) / wg * wg, size_t(T)}, l8[2] = {wg, 1};
+  // After the q rows' kernel where it ran (so the caller's event covers both).
+  const cl_uint nw = ev_q ? 1 : e.num_wait;
+  const cl_event* w = ev_q ? &ev_q : e.wait;
+  try {
+    k8.launch(q, 2, g8, l8, nw, w, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st), cl_long(ch.sh),
+              a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
+              a.k_cache, a.v_cache, cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),
+              cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), a.k_scale_cache, a.v_scale_cache,
+              cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
+              cl_long(a.cache.scale_head_stride()), cl_int(a.cache.scale_dtype == DType::F16), cl_int(D), cl_int(rr.R),
+              cl_int(r.rope.style == RopeStyle::GptJ), r.pos.positions, cl_int(r.pos.dtype == DType::I64),
+              cl_int(r.rope.cos_sin_cache != nullptr), r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none,
+              cl_long(r.rope.cache_positions), rr.log2_theta, rr.inv_scale, cl_long(T), c.faults);
+  } catch (...) {
+    if (ev_q) clReleaseEvent(ev_q);
+    throw;
+  }
+  if (ev_q) clReleaseEvent(ev_q);
 }
 
 }  // namespace clattn

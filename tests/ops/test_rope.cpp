@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "clattn/rope.hpp"
+#include "reference/kv_formats_reference.hpp"
 #include "reference/rope_reference.hpp"
 #include "support/test_support.hpp"
 
@@ -236,6 +237,89 @@ TEST(RopeAppendKV, MatchesTheReference) {
         ASSERT_EQ(kb[i * es], kSentinel) << "k cache element " << i << " written";
         ASSERT_EQ(vb[i * es], kSentinel) << "v cache element " << i << " written";
       }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// int8 caches: the rotated k row and the v row quantised as append_kv quantises them (a scale
+// per (token, head) row from its max). v rows and scales are bit-equal to the reference
+// quantiser; k's scale is within f32 rounding of the reference-rotated row's max / 127 (the
+// device rotates in f32) and each dequantised k value within half a step of the rotated value.
+TEST(RopeAppendKV, Int8CacheMatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2803);
+  for (int k = 0; k < 4; ++k) {
+    const int D = k % 2 ? 128 : 64, R = k == 3 ? D / 2 : D, Hkv = 1 + k % 2, Hq = Hkv * 2, P = k == 2 ? 1 : 16;
+    const bool f16s = k % 2 == 1;
+    RopeCase c = make_case(rng, rng.uniform_int(1, 9), Hq, Hkv, D, R, k % 2 == 0, k == 1, true);
+    SCOPED_TRACE(c.describe() + (f16s ? " f16 scales" : " f32 scales") + " P=" + std::to_string(P));
+    PagedKV cache = test::cache_geometry(P, Hkv, D, k % 2 ? KVLayout::HND : KVLayout::NHD, DType::I8, 0);
+    cache.num_pages = (c.T + P - 1) / P + 2;
+    cache.scale_dtype = f16s ? DType::F16 : DType::F32;
+    std::vector<int64_t> slots;
+    for (int t = 0; t < c.T; ++t) slots.push_back(t == 1 ? -1 : int64_t(t) + P);
+    const int64_t row = int64_t(Hkv) * D, qrow = int64_t(Hq) * D;
+    const auto q = test::quantize(rng.vec(size_t(c.T * qrow), -2, 2), DType::F32);
+    const auto kk = test::quantize(rng.vec(size_t(c.T * row), -2, 2), DType::F32);
+    const auto vv = test::quantize(rng.vec(size_t(c.T * row), -2, 2), DType::F32);
+    auto dq = test::upload(test::pack(q, DType::F32)), dk = test::upload(test::pack(kk, DType::F32));
+    auto dv = test::upload(test::pack(vv, DType::F32));
+    auto dqo = test::upload(std::vector<float>(size_t(c.T * qrow), 0.0f));
+    const size_t cb = size_t(cache.required_bytes()), sb = size_t(cache.scale_required_bytes());
+    auto kc = test::upload(std::vector<uint8_t>(cb, kSentinel)), vc = test::upload(std::vector<uint8_t>(cb, kSentinel));
+    auto ksc = test::upload(std::vector<uint8_t>(sb, kSentinel)), vsc = test::upload(std::vector<uint8_t>(sb, kSentinel));
+    auto dpos = upload_positions(c);
+    auto dslots = test::upload(slots);
+    DeviceBuffer dcs;
+    if (c.with_cache) dcs = test::upload(c.cs);
+    RopeAppendKVArgs a;
+    a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = DType::F32;
+    a.append.slot_mapping = dslots.get(), a.append.slot_dtype = DType::I64;
+    a.append.num_tokens = c.T, a.append.k_cache = kc.get(), a.append.v_cache = vc.get(), a.append.cache = cache;
+    a.append.k_scale_cache = ksc.get(), a.append.v_scale_cache = vsc.get();
+    a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = Hq, a.q_out_dtype = DType::F32;
+    a.pos.positions = dpos.get(), a.pos.dtype = DType::I64;
+    a.rope = config_of(c, c.with_cache ? &dcs : nullptr);
+    rope_append_kv(ctx(), a);
+    ctx().finish();
+    EXPECT_EQ(ctx().device_faults(true), 0u);
+    const auto gq = test::download<float>(dqo, size_t(c.T * qrow));
+    EXPECT_TRUE(test::all_close(std::vector<double>(gq.begin(), gq.end()), rotate_rows(c, q, Hq, qrow, D),
+                                c.angle_err() * 3.0 + 1e-6, 1e-6, "q_out"));
+    const auto wk = rotate_rows(c, kk, Hkv, row, D);
+    const auto kb = test::download<uint8_t>(kc, cb), vb = test::download<uint8_t>(vc, cb);
+    const auto ksb = test::download<uint8_t>(ksc, sb), vsb = test::download<uint8_t>(vsc, sb);
+    const size_t ses = f16s ? 2 : 4;
+    auto scale_at = [&](const std::vector<uint8_t>& b, int64_t i) {
+      return test::unpack(std::vector<uint8_t>(b.begin() + i * ses, b.begin() + (i + 1) * ses), cache.scale_dtype)[0];
+    };
+    int bad_v = 0, bad_k = 0;
+    for (int t = 0; t < c.T; ++t) {
+      const int64_t sl = slots[size_t(t)];
+      if (sl < 0) continue;
+      for (int h = 0; h < Hkv; ++h) {
+        const int64_t co = (sl / P) * cache.page_stride() + (sl % P) * cache.token_stride() + h * cache.head_stride();
+        const int64_t so = (sl / P) * cache.scale_page_stride() + (sl % P) * cache.scale_token_stride() +
+                           h * cache.scale_head_stride();
+        std::vector<float> x(static_cast<size_t>(D));
+        for (int d = 0; d < D; ++d) x[size_t(d)] = float(vv[size_t(t * row + h * D + d)]);
+        std::vector<int8_t> want(static_cast<size_t>(D));
+        float want_scale = 0.0f;
+        ref::int8_quantize_row(x.data(), D, f16s, want.data(), &want_scale);
+        if (scale_at(vsb, so) != double(want_scale) || std::memcmp(&vb[size_t(co)], want.data(), size_t(D)) != 0) ++bad_v;
+        double amax = 0.0;
+        for (int d = 0; d < D; ++d) amax = std::max(amax, std::fabs(wk[size_t(t * row + h * D + d)]));
+        const double ks = scale_at(ksb, so);
+        const double tol_s = amax / 127.0 * ((f16s ? 1.0 / 1024 : 1e-6) + c.angle_err());
+        if (std::fabs(ks - amax / 127.0) > tol_s) ++bad_k;
+        for (int d = 0; d < D; ++d) {
+          const double got = double(int8_t(kb[size_t(co + d)])) * ks, w = wk[size_t(t * row + h * D + d)];
+          if (std::fabs(got - w) > ks * 0.5 + amax * (c.angle_err() + 1e-6)) ++bad_k;
+        }
+      }
+    }
+    EXPECT_EQ(bad_v, 0) << "v rows or scales differ from the reference quantiser";
+    EXPECT_EQ(bad_k, 0) << "k rows or scales off the rotated rows";
     if (::testing::Test::HasFailure()) return;
   }
 }
