@@ -191,12 +191,13 @@ struct GenericTile {
 // extend.cl: the stage (Q and K chunks [ROWS + KEYS][DC + 4], or with QRES K chunks
 // [KEYS][DC + 4]; or a V chunk [VC][D + 4]), with QRES the Q rows [ROWS][D + 4], P^T
 // [KEYS][ROWS + 4], the row partials [ROWS][TX + 4] (floats), KEYS row offsets (long) and
-// the K and V row scales of an int8 tile (2 x KEYS floats; one float otherwise).
+// the K and V row scales of an int8 tile (2 x KEYS floats; other builds never read their
+// one-float placeholder, which the compilers drop).
 size_t generic_local_bytes(const GenericTile& g, int d, bool i8 = false) {
   const size_t srows = size_t(g.qres ? g.keys : g.rows + g.keys);
   const size_t stage = std::max(srows * (g.dc + 4), size_t(g.vc) * (d + 4));
   const size_t qs = g.qres ? size_t(g.rows) * (d + 4) : 0;
-  const size_t scales = i8 ? 2 * size_t(g.keys) : 1;
+  const size_t scales = i8 ? 2 * size_t(g.keys) : 0;
   return (stage + qs + size_t(g.keys) * (g.rows + 4) + size_t(g.rows) * (g.tx() + 4) + scales) * 4 +
          size_t(g.keys) * 8;
 }

@@ -49,12 +49,14 @@ TEST(Variants, LocalMemoryEstimatesMatchTheDriver) {
     }
   }
   for (int head_dim : {64, 128, 256}) {
-    PagedKV cache;
-    cache.num_pages = 8, cache.page_size = 16, cache.num_kv_heads = 2, cache.head_dim = head_dim;
-    ExtendOptions o;
-    o.num_qo_heads = 4;
-    extend_plan(ctx(), csr(true), cache, o);
-    expect_estimates_match("extend");
+    for (DType kv : {DType::BF16, DType::I8}) {  // (int8: the generic kernel's row-scale arrays)
+      PagedKV cache;
+      cache.num_pages = 8, cache.page_size = 16, cache.num_kv_heads = 2, cache.head_dim = head_dim, cache.dtype = kv;
+      ExtendOptions o;
+      o.num_qo_heads = 4;
+      extend_plan(ctx(), csr(true), cache, o);
+      expect_estimates_match("extend");
+    }
   }
   for (DType kv : {DType::BF16, DType::FP8_E4M3, DType::F32, DType::I8}) {
     MlaCache m;
