@@ -200,15 +200,20 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
     throw Error(Status::Unsupported, "paged cache strides (" + std::to_string(c.page_stride()) + ", " +
                                          std::to_string(c.token_stride()) + ", " + std::to_string(c.head_stride()) +
                                          " elements of " + dtype_name(c.dtype) + ") must be multiples of 4 bytes");
-  t.load_bytes = lb;
-  const int vec = load_elems(c.dtype, lb);
-  const int nchunk = c.head_dim / vec;
-
   const int gb = std::min(pow2_ceil(std::min(group, 16)), gcap);
-  const int tpt_max = std::min({pow2_ceil(nchunk), 32, t.wg});
   int tpt = pow2_ceil((int64_t(gb) * c.head_dim + qregs - 1) / qregs);
   auto over_tpt = over.find("TPT");
   if (over_tpt != over.end()) tpt = over_tpt->second;
+  // int4 rows are half int8's bytes: where the row has fewer loads than the lanes per token
+  // the rows ask for, the loads narrow (to 8 bytes, int8's 16 elements per load) instead of
+  // each lane holding twice the q and output elements (256 floats a lane at the amd row's
+  // GMAX 4: clattn-kernel-report gfx90a).
+  if (c.dtype == DType::I4)
+    while (lb > 8 && tpt > c.head_dim / load_elems(c.dtype, lb)) lb /= 2;
+  t.load_bytes = lb;
+  const int vec = load_elems(c.dtype, lb);
+  const int nchunk = c.head_dim / vec;
+  const int tpt_max = std::min({pow2_ceil(nchunk), 32, t.wg});
   t.tpt = std::clamp(tpt, 1, tpt_max);
   if (!is_pow2(t.tpt)) rt::invalid("decode parameter TPT = " + std::to_string(t.tpt) + " is not a power of two");
   const int el = vec * ((nchunk + t.tpt - 1) / t.tpt);
