@@ -1,12 +1,14 @@
 // clattn-bench decode: paged decode throughput against the same-process streaming-read
 // limit. Bytes counted = the K and V bytes of every visible key (each read once) + q + o;
-// page ids and the split-K partials are not counted (they are the kernel's overhead).
+// page ids and the split-K partials are not counted (they are the kernel's overhead); int8 /
+// int4 caches count their scale caches' bytes too (f32 row scales, f32 [scale, zero] pairs).
 // Time = the harness's median of marker-to-marker device time (an idle device at each
 // start, so the host's enqueue latency of the first kernel is included).
 //
 //   clattn-bench decode                      the sweep (H100 targets)
 //   clattn-bench decode --quick              a small sweep for CPU devices (PoCL)
 //   clattn-bench decode -B 64 -S 4096 --kv e4m3 --page 16 --layout hnd
+//   clattn-bench decode -B 8 -S 1024 --kv int4 --quant-group 128
 //   clattn-bench decode --param TPT=16 --param UNROLL=2      parameter overrides
 //   clattn-bench decode --grid "UNROLL=2,4;QREGS=64,128"     every combination, per case
 #include <algorithm>
@@ -27,6 +29,7 @@ namespace {
 struct DecodeCase {
   int B = 64, S = 4096, Hq = 32, Hkv = 8, D = 128, P = 16;
   DType kv = DType::BF16, q = DType::BF16;
+  int group = 64;  // int4: quant_group
   KVLayout layout = KVLayout::NHD;
   bool page_table = false, deterministic = false;
   int max_splits = 0;
@@ -39,13 +42,15 @@ DType parse_dtype(const std::string& s) {
   if (s == "bf16") return DType::BF16;
   if (s == "e4m3" || s == "fp8" || s == "fp8_e4m3") return DType::FP8_E4M3;
   if (s == "int8") return DType::I8;
+  if (s == "int4") return DType::I4;
   return DType::FP8_E5M2;
 }
 
 std::string shape_of(const DecodeCase& c) {
   char buf[200];
+  const std::string kv = c.kv == DType::I4 ? "int4 g" + std::to_string(c.group) : dtype_name(c.kv);
   std::snprintf(buf, sizeof buf, "B=%d S=%d Hq=%d Hkv=%d D=%d P=%d %s %s%s%s", c.B, c.S, c.Hq, c.Hkv, c.D, c.P,
-                dtype_name(c.kv), c.layout == KVLayout::NHD ? "NHD" : "HND", c.page_table ? " table" : "",
+                kv.c_str(), c.layout == KVLayout::NHD ? "NHD" : "HND", c.page_table ? " table" : "",
                 c.deterministic ? " det" : "");
   return buf;
 }
@@ -55,6 +60,7 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   PagedKV cache;
   cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D, cache.layout = c.layout,
   cache.dtype = c.kv;
+  if (c.kv == DType::I4) cache.quant_group = c.group;
   const int pages_per = (c.S + c.P - 1) / c.P;
   const PagedCsr csr = shuffled_csr(c.B, c.S, c.P, 7);
   const std::vector<int32_t>& ids = csr.kv_indices;
@@ -76,7 +82,7 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   }
   const std::vector<int32_t>& page_ids = ids;
   const size_t cache_bytes = size_t(cache.required_bytes());
-  const size_t scale_bytes = size_t(cache.scale_required_bytes());  // int8: f32 row scales
+  const size_t scale_bytes = size_t(cache.scale_required_bytes());  // int8 / int4: f32 scales
   const size_t qo_bytes = size_t(c.B) * c.Hq * c.D * dtype_size(c.q);
   // Back-to-back samples rotate through copies of the cache so no call reads K/V from L2.
   const int copies = h.rotation_copies(2.0 * double(cache_bytes));
@@ -125,8 +131,12 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
                 t.last_us, t.call_us);
   }
   if (verbose_build) h.print_build_log("decode.cl", plan.kernel_options);
-  // int8: the row scales are read too (one f32 per token and head, K and V).
-  const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * (c.D * double(dtype_size(c.kv)) + (scale_bytes ? 4.0 : 0.0));
+  // int8 / int4: the scales are read too (per token and head, K and V: one f32, or an f32
+  // [scale, zero] pair per group).
+  const bool i4 = c.kv == DType::I4;
+  const double row = i4 ? c.D / 2.0 : c.D * double(dtype_size(c.kv));
+  const double scales = !scale_bytes ? 0.0 : i4 ? 8.0 * (c.D / c.group) : 4.0;
+  const double kv_bytes = 2.0 * c.B * double(c.S) * c.Hkv * (row + scales);
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
   h.report("decode", shape_of(c) + " " + plan.variant + param_suffix(params), ms, bytes, flops);
@@ -160,7 +170,9 @@ void register_decode(CLI::App& app, Harness& h) {
   shape_opt("-D,--dim", o->c.D, "one case: head dim");
   shape_opt("--page", o->c.P, "one case: page size");
   cmd->add_option("--kv", o->kv, "KV dtype")
-      ->check(one_of({"f32", "f16", "bf16", "e4m3", "e5m2", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"}));
+      ->check(one_of({"f32", "f16", "bf16", "e4m3", "e5m2", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4"}));
+  cmd->add_option("--quant-group", o->c.group, "int4: head-dim elements per scale/zero pair (32, 64, 128)")
+      ->check(one_of({"32", "64", "128"}));
   cmd->add_option("--q", o->q, "q/o dtype")->check(one_of({"f32", "f16", "bf16"}));
   cmd->add_option("--layout", o->layout, "KV layout")->check(one_of({"nhd", "hnd"}));
   cmd->add_option("--meta", o->meta, "metadata form")->check(one_of({"csr", "table"}));
@@ -182,6 +194,9 @@ void register_decode(CLI::App& app, Harness& h) {
                                      std::to_string(base.Hq) + ")");
     const std::map<std::string, int> fixed = op_params(o->params, {"decode"});
     const auto grid = op_grid(o->grid, {"decode"});
+    if (base.kv == DType::I4 && base.D % base.group != 0)
+      cli::bad_argument("--quant-group", std::to_string(base.group) + " does not divide the head dim (" +
+                                             std::to_string(base.D) + ")");
     if (check_args_only()) return;
     std::vector<DecodeCase> cases;
     auto with = [&](int B, int S, int P, DType kv) {
@@ -197,6 +212,7 @@ void register_decode(CLI::App& app, Harness& h) {
       with(32, 256, 1, DType::BF16);
       with(8, 1024, 16, DType::FP8_E4M3);
       with(8, 1024, 16, DType::I8);
+      with(8, 1024, 16, DType::I4);
     } else {
       with(64, 4096, 16, DType::BF16);
       with(1, 32768, 16, DType::BF16);
@@ -206,6 +222,8 @@ void register_decode(CLI::App& app, Harness& h) {
       with(256, 1024, 1, DType::FP8_E4M3);
       with(64, 4096, 16, DType::I8);
       with(1, 32768, 16, DType::I8);
+      with(64, 4096, 16, DType::I4);
+      with(1, 32768, 16, DType::I4);
     }
     note_variant_mode(h);
     h.get_limits();

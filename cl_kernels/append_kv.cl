@@ -126,3 +126,63 @@ void append_kv_i8(__global const void* k, __global const void* v, int src_dt, lo
   quantize_row_i8(k, src, src_dt, D, k_cache, dst, k_scales, so, s_f16);
   quantize_row_i8(v, src, src_dt, D, v_cache, dst, v_scales, so, s_f16);
 }
+
+// int4 caches (PagedKV dtype I4): work-item (h, t) quantises token t's head-h K and V rows,
+// group by group (G = quant_group consecutive elements): lo = min(min x, 0), hi = max(max x,
+// 0), scale = (hi - lo) * fl(1/15) (rounded to f16 with s_f16), zero = the integer nearest to
+// -lo / scale, u = the integer nearest to x / scale, plus zero, clamped to [0, 15]; the
+// quotients are exact (nearest_quotient) with the scale as stored, so every device stores the
+// same bytes; a group whose stored scale is 0 stores scale 0, zero 0 and zeros. Nibble pairs:
+// element 2i in the low nibble of byte i. The pair [scale, zero] sits at so + 2 * group.
+inline float store_scale(__global void* scales, size_t i, int s_f16, float x) {
+  if (s_f16) {
+    vstore_half_rte(x, i, (__global half*)scales);
+    return vload_half(i, (__global const half*)scales);
+  }
+  ((__global float*)scales)[i] = x;
+  return x;
+}
+
+inline void quantize_row_i4(__global const void* src, size_t s0, int src_dt, int D, int G, __global uchar* dst,
+                            size_t b0, __global void* scales, size_t so, int s_f16) {
+  for (int g0 = 0; g0 < D; g0 += G) {
+    float lo = 0.0f, hi = 0.0f;
+    for (int d = 0; d < G; ++d) {
+      const float x = load_elem(src, s0 + g0 + d, src_dt);
+      lo = fmin(lo, x), hi = fmax(hi, x);
+    }
+    const size_t at = so + 2 * (size_t)(g0 / G);
+    const float scale = store_scale(scales, at, s_f16, (hi - lo) * (1.0f / 15.0f));
+    const float zero = scale > 0.0f ? clamp(nearest_quotient(-lo, scale), 0.0f, 15.0f) : 0.0f;
+    store_scale(scales, at + 1, s_f16, zero);
+    for (int d = 0; d < G; d += 2) {
+      uint u[2];
+      for (int j = 0; j < 2; ++j) {
+        const float x = load_elem(src, s0 + g0 + d + j, src_dt);
+        u[j] = scale > 0.0f ? (uint)clamp(nearest_quotient(x, scale) + zero, 0.0f, 15.0f) : 0u;
+      }
+      dst[b0 + (size_t)((g0 + d) / 2)] = (uchar)(u[0] | u[1] << 4);
+    }
+  }
+}
+
+// c_* strides in elements (nibbles, even); D and G as the cache's head_dim and quant_group.
+__kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1))) SIMD_ATTR
+void append_kv_i4(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
+                  __global const void* slots, int slots_i64, long num_slots, __global uchar* k_cache,
+                  __global uchar* v_cache, long c_sp, long c_st, long c_sh, int page_size, int Hkv, int D, int G,
+                  __global void* k_scales, __global void* v_scales, long s_sp, long s_st, long s_sh, int s_f16,
+                  __global volatile int* faults) {
+  const int h = get_global_id(0);
+  const long t = get_global_id(1);
+  if (h >= Hkv) return;
+  const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
+  if (slot >= num_slots && h == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
+  if (slot < 0 || slot >= num_slots) return;
+  const long page = slot / page_size, off = slot - page * page_size;
+  const size_t src = (size_t)(t * src_st + h * src_sh);
+  const size_t dst = (size_t)((page * c_sp + off * c_st + h * c_sh) / 2);
+  const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
+  quantize_row_i4(k, src, src_dt, D, G, k_cache, dst, k_scales, so, s_f16);
+  quantize_row_i4(v, src, src_dt, D, G, v_cache, dst, v_scales, so, s_f16);
+}

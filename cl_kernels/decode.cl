@@ -31,6 +31,11 @@
 // SPARSE (per-head page lists with page lengths, HSA). KV_DT = DT_I8 (int8 caches): each
 // token's score is scaled by its K row's scale and its softmax weight by its V row's before
 // they meet V (the scales: sc_* arguments; PREFETCH and SPARSE are 0 in these builds).
+// KV_DT = DT_I4 (int4 caches, QGROUP = quant_group): a lane's load lies inside one group, so
+// each load of K and V comes with its group's scale and zero point; the nibbles are read as
+// the f32 2^23 + u (no conversion instruction) and 2^23 + zero is subtracted, giving u - zero
+// exactly; the load's partial dot product takes its K scale before the lanes' sum, and the
+// softmax weight its V scale per load (same PREFETCH / SPARSE restriction).
 // Everything else (page size, strides, lengths, flags, q/o dtypes) is a kernel argument.
 #include "common.clh"
 #include "kernel_args.clh"
@@ -119,8 +124,28 @@
 #define KV_ESIZE 1
 // Signed byte e of a 32-bit word, as f32 (an arithmetic shift sign-extends it).
 #define WORD_ELEM(w, e) ((float)(((int)((w) << (24 - 8 * (e)))) >> 24))
+#elif KV_DT == DT_I4
+#define KV_ESIZE 1
+#define KV_EPB 2  // elements per byte
+// Nibble e of a 32-bit word as the f32 2^23 + nibble: one LOP (its bits 0x4B000000 | nibble),
+// no int -> float conversion (1/8 rate on NVIDIA). The group's 2^23 + zero comes off after.
+#define WORD_ELEM(w, e) as_float(0x4B000000u | (((w) >> (4 * (e))) & 15u))
 #else
 #define KV_ESIZE 1
+#endif
+#ifndef KV_EPB
+#define KV_EPB 1
+#endif
+#if KV_DT == DT_I4
+#define KV_I4 1
+#if PREFETCH || SPARSE
+#error "int4 builds take PREFETCH=0 and SPARSE=0"
+#endif
+#ifndef QGROUP
+#define QGROUP 64
+#endif
+#else
+#define KV_I4 0
 #endif
 #if KV_DT == DT_I8
 #define KV_I8 1
@@ -175,8 +200,9 @@
 #endif
 
 #define LOAD_WORDS (LOAD_BYTES / 4)
-#define EPW (4 / KV_ESIZE)                   // elements per 32-bit word
-#define VEC (LOAD_BYTES / KV_ESIZE)          // elements per load
+#define EPW (4 * KV_EPB / KV_ESIZE)          // elements per 32-bit word
+#define VEC (LOAD_BYTES * KV_EPB / KV_ESIZE) // elements per load
+#define KV_BYTES_OF(n) ((n) * KV_ESIZE / KV_EPB)  // bytes of n elements (int4: n even)
 #define NCHUNK (HEAD_DIM / VEC)              // loads per row
 #define NCH ((NCHUNK + TPT - 1) / TPT)       // loads per lane per row
 #define EL (NCH * VEC)                       // elements per lane
@@ -194,6 +220,9 @@
 #define LMEM_FLOATS (SCR_FLOATS > MERGE_FLOATS ? SCR_FLOATS : MERGE_FLOATS)
 
 #include "decode_lanes.clh"
+#if KV_I4 && (QGROUP % VEC)
+#error "int4: a load must lie inside one quantisation group (QGROUP a multiple of VEC)"
+#endif
 
 // tab layout (int32): work items of 8 at work_off: {req, begin, end, part, page_base,
 // token_offset, merge, list stride (SPARSE; else 0)}. part < 0: the item is the whole request, write o/lse; else write
@@ -337,6 +366,10 @@ UNROLL_LOOP
 #if KV_I8
     float ksc[UNROLL], vsc[UNROLL];  // the tokens' row scales
 #endif
+#if KV_I4
+    // Per token and lane load: its group's scale and 2^23 + zero point (K, V).
+    float ksc[UNROLL][NCH], kzb[UNROLL][NCH], vsc[UNROLL][NCH], vzb[UNROLL][NCH];
+#endif
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       const int tok = tbase + u * NSLOT + slot;
@@ -344,13 +377,27 @@ UNROLL_LOOP
       const int ls = tok_off + (valid[u] ? tok : begin);
       valid[u] = valid[u] && KEEP_KEY(ls);
       bad |= (uint)pid[u] >= (uint)num_pages;
-      roff[u] = (size_t)((long)POOL_PAGE(pid[u]) * stride_page + (long)(ls & pmask) * stride_token + head_off) *
-                KV_ESIZE;
+      roff[u] = (size_t)KV_BYTES_OF((long)POOL_PAGE(pid[u]) * stride_page + (long)(ls & pmask) * stride_token + head_off);
 #if KV_I8
       {
         const size_t so = (size_t)((long)POOL_PAGE(pid[u]) * sc_page + (long)(ls & pmask) * sc_token + (long)kvh * sc_head);
         ksc[u] = kv_row_scale(k_scales, so, sc_f16);
         vsc[u] = kv_row_scale(v_scales, so, sc_f16);
+      }
+#endif
+#if KV_I4
+      {
+        const size_t so = (size_t)((long)POOL_PAGE(pid[u]) * sc_page + (long)(ls & pmask) * sc_token + (long)kvh * sc_head);
+UNROLL_LOOP
+        for (int j = 0; j < NCH; ++j) {
+          const int c = tl + j * TPT;
+          const bool in_row = FULL_CHUNKS || c < NCHUNK;
+          const size_t at = so + 2 * (size_t)(c * VEC / QGROUP);
+          ksc[u][j] = in_row ? kv_row_scale(k_scales, at, sc_f16) : 0.0f;
+          kzb[u][j] = 0x1p23f + (in_row ? kv_row_scale(k_scales, at + 1, sc_f16) : 0.0f);
+          vsc[u][j] = in_row ? kv_row_scale(v_scales, at, sc_f16) : 0.0f;
+          vzb[u][j] = 0x1p23f + (in_row ? kv_row_scale(v_scales, at + 1, sc_f16) : 0.0f);
+        }
       }
 #endif
       const int tok_n = tok + TILE;
@@ -367,6 +414,31 @@ UNROLL_LOOP
 
     // Partial dot products of this lane's elements, then the slot sum.
     float s[NSCORE];
+#if KV_I4
+    // Per load: sum q * (u - zero), exact u - zero shared by the heads, times the K scale.
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) {
+      float d[GMAX];
+UNROLL_LOOP
+      for (int g = 0; g < GMAX; ++g) d[g] = 0.0f;
+UNROLL_LOOP
+      for (int j = 0; j < NCH; ++j) {
+        float dj[GMAX];
+UNROLL_LOOP
+        for (int g = 0; g < GMAX; ++g) dj[g] = 0.0f;
+UNROLL_LOOP
+        for (int e = 0; e < VEC; ++e) {
+          const float k = ROW_ELEM(kw[u], j * VEC + e) - kzb[u][j];
+UNROLL_LOOP
+          for (int g = 0; g < GMAX; ++g) dj[g] = fma(qr[g][j * VEC + e], k, dj[g]);
+        }
+UNROLL_LOOP
+        for (int g = 0; g < GMAX; ++g) d[g] = fma(ksc[u][j], dj[g], d[g]);
+      }
+UNROLL_LOOP
+      for (int g = 0; g < GMAX; ++g) s[u * GMAX + g] = d[g];
+    }
+#else
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
 UNROLL_LOOP
@@ -377,6 +449,7 @@ UNROLL_LOOP
         s[u * GMAX + g] = d;
       }
     }
+#endif
     slot_allreduce(s, lmem, pos);
 
     // Soft cap and masking, then one online-softmax update per head for the whole tile.
@@ -386,6 +459,8 @@ UNROLL_LOOP
       for (int g = 0; g < GMAX; ++g) {
 #if KV_I8
         float x = s[u * GMAX + g] * ksc[u];
+#elif KV_I4
+        float x = s[u * GMAX + g];  // the K scales are in (per load)
 #else
         float x = s[u * GMAX + g] * RAW_HALF;
 #endif
@@ -417,6 +492,8 @@ UNROLL_LOOP
         const float p = x == CLATTN_NEG_INF ? 0.0f : exp2(x - mnew);
 #if KV_I8
         s[u * GMAX + g] = p * vsc[u];  // the weight carries the V row's scale
+#elif KV_I4
+        s[u * GMAX + g] = p;  // the V scales join per load below
 #else
         s[u * GMAX + g] = p * RAW_FULL;  // V rows are raw fp8 too (RAW_FULL = 1 otherwise)
 #endif
@@ -430,6 +507,26 @@ UNROLL_LOOP
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) pid[u] = pid_next[u];
 #endif
+#if KV_I4
+    // Per load: the weight times the group's V scale, on the exact u - zero.
+UNROLL_LOOP
+    for (int u = 0; u < UNROLL; ++u) {
+      if (valid[u]) {
+UNROLL_LOOP
+        for (int j = 0; j < NCH; ++j) {
+          float w[GMAX];
+UNROLL_LOOP
+          for (int g = 0; g < GMAX; ++g) w[g] = s[u * GMAX + g] * vsc[u][j];
+UNROLL_LOOP
+          for (int e = 0; e < VEC; ++e) {
+            const float v = ROW_ELEM(vw[u], j * VEC + e) - vzb[u][j];
+UNROLL_LOOP
+            for (int g = 0; g < GMAX; ++g) acc[g][j * VEC + e] = fma(w[g], v, acc[g][j * VEC + e]);
+          }
+        }
+      }
+    }
+#else
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
       if (valid[u]) {
@@ -441,6 +538,7 @@ UNROLL_LOOP
         }
       }
     }
+#endif
   }
 
   if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);

@@ -22,6 +22,9 @@
 // Build options (-D): HEAD_DIM, KV_DT, GMAX, VW (4, 8 or 16; divides HEAD_DIM), FP8_FAST,
 // TOUCH_AHEAD, SPARSE (per-head page lists, decode.cl). KV_DT = DT_I8 (int8 caches): the
 // block's K row scales multiply its score vector and its V row scales the weights (decode.cl).
+// KV_DT = DT_I4 (int4 caches, QGROUP = quant_group; a VW chunk lies inside one group): K rows
+// are dequantised into the f32 block ((2^23 + u) - (2^23 + zero), times the scale: exact up to
+// the one multiplication), V chunks the same way on the fly.
 #include "kernel_args.clh"
 #include "cpu_vec.clh"  // floatV, KV dtype decoding, q/o row loads/stores, fold_scores, hmax, hsum
 
@@ -36,6 +39,17 @@
 #endif
 
 #define NV (HEAD_DIM / VW)
+#if KV_DT == DT_I4
+#ifndef QGROUP
+#define QGROUP 64
+#endif
+#if QGROUP % VW
+#error "int4: QGROUP must be a multiple of VW"
+#endif
+#define KV_BOFF(n) ((n) / 2)  // bytes of n elements (n even)
+#else
+#define KV_BOFF(n) ((n) * KV_BYTES)
+#endif
 // TOUCH_AHEAD, SPARSE (per-head page lists, decode.cl). the K and V rows of the block this many blocks ahead are prefetched (one
 // CPU_PREFETCH per 64-byte line, cpu_vec.clh) while the current block is computed, so their
 // cache misses overlap the math. 0: off.
@@ -43,7 +57,7 @@
 #define TOUCH_AHEAD 2
 #endif
 #define PREFETCH_ROW(p, sink) \
-  for (int l_ = 0; l_ < HEAD_DIM * KV_BYTES; l_ += 64) CPU_PREFETCH((p) + l_, sink)
+  for (int l_ = 0; l_ < KV_BOFF(HEAD_DIM); l_ += 64) CPU_PREFETCH((p) + l_, sink)
 // Micro-tiles (accumulator vectors in registers: 16 of 32 on AVX-512, 8 of 16 below):
 //   q.k  HB heads x 4 tokens;  P.V  HP heads x PC chunks of VW dims (PC divides NV).
 #define REGS_ACC (VW >= 16 ? 16 : 8)
@@ -104,6 +118,9 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
 #if KV_DT == DT_I8
   float ksc[VW], vsc[VW];  // the block's row scales (lanes past the end: the first token's)
 #endif
+#if KV_DT == DT_I4
+  long soff[VW];  // the block's scale-pair offsets (group 0)
+#endif
   for (int t0 = begin; t0 < end; t0 += VW) {
     const int nt = min(VW, end - t0);
     // Row offsets (elements) of the block's tokens; lanes past the end re-read the first
@@ -123,6 +140,9 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
         vsc[t] = kv_row_scale(v_scales, so, sc_f16);
       }
 #endif
+#if KV_DT == DT_I4
+      soff[t] = (long)POOL_PAGE(pid) * sc_page + (long)(ls & pmask) * sc_token + (long)kvh * sc_head;
+#endif
 #if SPARSE
       const int w = lstride ? page_ids[lens_at + (ls >> log2_page)] : 0xffff;
       keep[t] = t < nt && (ls & pmask) >= (w >> 16) && (ls & pmask) < (w & 0xffff) ? -1 : 0;
@@ -136,13 +156,22 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
     for (int t = 0; t < VW; ++t) {
       const int tn = t0 + TOUCH_AHEAD * VW + t;
       const int ls = tok_off + tn;
-      pro[t] = tn < end ? ((long)POOL_PAGE(page_ids[page_base + (ls >> log2_page)]) * stride_page +
-                           (long)(ls & pmask) * stride_token + head_off) * KV_BYTES
+      pro[t] = tn < end ? KV_BOFF((long)POOL_PAGE(page_ids[page_base + (ls >> log2_page)]) * stride_page +
+                                  (long)(ls & pmask) * stride_token + head_off)
                         : -1;
     }
 #endif
+#if KV_DT == DT_I4
+    for (int t = 0; t < VW; ++t)
+      for (int c = 0; c < NV; ++c) {
+        const size_t at = (size_t)(soff[t] + 2 * (c * VW / QGROUP));
+        const float s = kv_row_scale(k_scales, at, sc_f16), zb = 0x1p23f + kv_row_scale(k_scales, at + 1, sc_f16);
+        vstoreV((load_kv4_biased(k_cache, roff[t] + c * VW) - zb) * s, c, kf[t]);
+      }
+#else
     for (int t = 0; t < VW; ++t)
       for (int c = 0; c < NV; ++c) vstoreV(load_kv(k_cache, roff[t] + c * VW), c, kf[t]);
+#endif
 
 #if SPARSE
     const intV valid = CAT(vload, VW)(0, keep);
@@ -221,8 +250,17 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
           if (g0 == 0 && c0 == 0 && pro[t] >= 0) PREFETCH_ROW(v_cache + pro[t], touch);
 #endif
           floatV v[PC];
+#if KV_DT == DT_I4
+#pragma unroll
+          for (int j = 0; j < PC; ++j) {
+            const size_t at = (size_t)(soff[t] + 2 * ((c0 + j) * VW / QGROUP));
+            const float s = kv_row_scale(v_scales, at, sc_f16), zb = 0x1p23f + kv_row_scale(v_scales, at + 1, sc_f16);
+            v[j] = (load_kv4_biased(v_cache, roff[t] + (c0 + j) * VW) - zb) * s;
+          }
+#else
 #pragma unroll
           for (int j = 0; j < PC; ++j) v[j] = load_kv(v_cache, roff[t] + (c0 + j) * VW);
+#endif
 #pragma unroll
           for (int h = 0; h < HP; ++h) {
             const floatV p = (floatV)(pw[g0 + h][t]);

@@ -77,6 +77,7 @@ inline PagedKV to_cpp(const clattn_paged_kv& c) {
   k.scale_stride_page = c.scale_stride_page;
   k.scale_stride_token = c.scale_stride_token;
   k.scale_stride_head = c.scale_stride_head;
+  k.quant_group = c.quant_group;
   return k;
 }
 

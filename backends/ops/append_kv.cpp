@@ -42,7 +42,7 @@ void catalog_append_kv(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
 
 namespace ops {
 AppendChecked check_append_kv(const AppendKVArgs& a) {
-  ops::check_paged_kv(a.cache, "cache", true);
+  ops::check_paged_kv(a.cache, "cache", true, true);
   ops::require_io_dtype(a.src_dtype, "append_kv src_dtype");
   if (a.slot_dtype != DType::I32 && a.slot_dtype != DType::I64)
     rt::invalid("slot_mapping: dtype " + std::string(dtype_name(a.slot_dtype)) + ", must be i32 or i64");
@@ -106,6 +106,18 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
               cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), cl_int(D), a.k_scale_cache,
               a.v_scale_cache, cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
               cl_long(a.cache.scale_head_stride()), cl_int(a.cache.scale_dtype == DType::F16), c.faults);
+    return;
+  }
+  if (a.cache.dtype == DType::I4) {  // one work-item per (token, head) row, group by group
+    rt::Kernel& k4 = prog->kernel("append_kv_i4");
+    size_t g4[2] = {(size_t(Hkv) + wg - 1) / wg * wg, size_t(N)}, l4[2] = {wg, 1};
+    k4.launch(q, 2, g4, l4, e.num_wait, e.wait, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(st), cl_long(sh),
+              a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
+              a.k_cache, a.v_cache, cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),
+              cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), cl_int(D),
+              cl_int(a.cache.quant_group), a.k_scale_cache, a.v_scale_cache, cl_long(a.cache.scale_page_stride()),
+              cl_long(a.cache.scale_token_stride()), cl_long(a.cache.scale_head_stride()),
+              cl_int(a.cache.scale_dtype == DType::F16), c.faults);
     return;
   }
   rt::Kernel& k = prog->kernel("append_kv");

@@ -49,7 +49,7 @@ struct DecodePlanState : ops::PlanTable {
   int num_work = 0, num_merges = 0, num_partials = 0;
   // Buffer sizes in bytes (checked arithmetic; 0 = not needed).
   int64_t q_bytes = 0, o_bytes = 0, lse_bytes = 0, sinks_bytes = 0, kv_bytes = 0, page_id_bytes = 0;
-  int64_t scale_bytes = 0;  // int8: each scale cache
+  int64_t scale_bytes = 0;  // int8 / int4: each scale cache
   int64_t workspace_bytes = 0;
 
   void freeze(const DecodePlan& p) {
@@ -77,7 +77,7 @@ using ops::log2_int;
 using ops::pow2_ceil;
 
 constexpr int64_t kPlanMagic = 0x434c4154444543LL;  // "CLATDEC"
-constexpr int64_t kPlanVersion = 4;
+constexpr int64_t kPlanVersion = 5;
 
 // Parts one request may be split into: the merge pass keeps their weights in local memory
 // (MERGE_MAXP in merge_state.cl).
@@ -93,6 +93,11 @@ const char* kv_key(DType t) {
   }
 }
 
+
+// Bytes of n cache elements (int4: two a byte; its strides and head dims are even).
+int64_t kv_nbytes(DType t, int64_t n) { return t == DType::I4 ? n / 2 : n * int64_t(dtype_size(t)); }
+// Cache elements per LOAD_BYTES load.
+int load_elems(DType t, int load_bytes) { return t == DType::I4 ? 2 * load_bytes : load_bytes / int(dtype_size(t)); }
 
 // KTile parameters of one decode kernel build.
 struct KTile {
@@ -188,27 +193,31 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   t.wg = int(std::min<size_t>(size_t(t.wg), prof.max_work_group_size ? prof.max_work_group_size : size_t(t.wg)));
 
   // Widest load that keeps every row aligned: rows start at multiples of the strides.
-  const int64_t es = int64_t(dtype_size(c.dtype));
   int lb = ops::param(e, over, "LOAD_BYTES");
   if (lb != 16 && lb != 8 && lb != 4) rt::invalid("decode parameter LOAD_BYTES must be 4, 8 or 16");
   auto aligned = [&](int b) {
-    return (c.page_stride() * es) % b == 0 && (c.token_stride() * es) % b == 0 && (c.head_stride() * es) % b == 0 &&
-           (int64_t(c.head_dim) * es) % b == 0;
+    return kv_nbytes(c.dtype, c.page_stride()) % b == 0 && kv_nbytes(c.dtype, c.token_stride()) % b == 0 &&
+           kv_nbytes(c.dtype, c.head_stride()) % b == 0 && kv_nbytes(c.dtype, c.head_dim) % b == 0;
   };
   while (lb > 4 && !aligned(lb)) lb /= 2;
   if (!aligned(lb))
     throw Error(Status::Unsupported, "paged cache strides (" + std::to_string(c.page_stride()) + ", " +
                                          std::to_string(c.token_stride()) + ", " + std::to_string(c.head_stride()) +
                                          " elements of " + dtype_name(c.dtype) + ") must be multiples of 4 bytes");
-  t.load_bytes = lb;
-  const int vec = int(lb / es);
-  const int nchunk = c.head_dim / vec;
-
   const int gb = std::min(pow2_ceil(std::min(group, 16)), gcap);
-  const int tpt_max = std::min({pow2_ceil(nchunk), 32, t.wg});
   int tpt = pow2_ceil((int64_t(gb) * c.head_dim + qregs - 1) / qregs);
   auto over_tpt = over.find("TPT");
   if (over_tpt != over.end()) tpt = over_tpt->second;
+  // int4 rows are half int8's bytes: where the row has fewer loads than the lanes per token
+  // the rows ask for, the loads narrow (to 8 bytes, int8's 16 elements per load) instead of
+  // each lane holding twice the q and output elements (256 floats a lane at the amd row's
+  // GMAX 4: clattn-kernel-report gfx90a).
+  if (c.dtype == DType::I4)
+    while (lb > 8 && tpt > c.head_dim / load_elems(c.dtype, lb)) lb /= 2;
+  t.load_bytes = lb;
+  const int vec = load_elems(c.dtype, lb);
+  const int nchunk = c.head_dim / vec;
+  const int tpt_max = std::min({pow2_ceil(nchunk), 32, t.wg});
   t.tpt = std::clamp(tpt, 1, tpt_max);
   if (!is_pow2(t.tpt)) rt::invalid("decode parameter TPT = " + std::to_string(t.tpt) + " is not a power of two");
   const int el = vec * ((nchunk + t.tpt - 1) / t.tpt);
@@ -261,7 +270,7 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
   // Unroll hints only where the per-lane arrays can live in registers: CPU compilers keep
   // them on the stack anyway (and spend most of a cold build unrolling), and a GPU tile
   // with more than 256 floats of q per lane (e.g. the CPU tile forced onto a GPU) spills.
-  const int vec = t.load_bytes / int(dtype_size(c.dtype));
+  const int vec = load_elems(c.dtype, t.load_bytes);
   const int el = vec * ((c.head_dim / vec + t.tpt - 1) / t.tpt);
   const bool hints = t.unroll_hints >= 0 ? t.unroll_hints != 0 : (!cpu && t.gmax * el <= 256);
   std::map<std::string, std::string> d = {
@@ -277,6 +286,7 @@ std::string build_options(const KTile& t, const PagedKV& c, bool shfl, bool cpu,
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   if (t.sparse) d["SPARSE"] = std::to_string(t.sparse);
+  if (c.dtype == DType::I4) d["QGROUP"] = std::to_string(c.quant_group);
   if (sg.kind) {
     d["USE_SUBGROUP"] = std::to_string(sg.kind);
     d["SG_SIZE"] = std::to_string(sg.size);
@@ -299,6 +309,7 @@ std::string cpu_build_options(const DeviceProfile& prof, const KTile& t, const P
                                           {"PREFETCH_LOCALITY", std::to_string(t.prefetch_locality)},
                                           {"PREFETCH_BUILTIN", ops::prefetch_builtin(prof)}};
   if (t.sparse) d["SPARSE"] = std::to_string(t.sparse);
+  if (c.dtype == DType::I4) d["QGROUP"] = std::to_string(c.quant_group);
   if (c.dtype == DType::FP8_E4M3 || c.dtype == DType::FP8_E5M2)
     d["FP8_FAST"] = (t.fp8_fast >= 0 ? t.fp8_fast : denorms) ? "1" : "0";
   return rt::make_options(d);
@@ -361,7 +372,7 @@ meta::RequestOptions request_options(const DecodeOptions& opt) {
 }
 
 void check_options(const PagedKV& cache, const DecodeOptions& opt) {
-  ops::check_paged_kv(cache, "cache", true);
+  ops::check_paged_kv(cache, "cache", true, true);
   ops::check_attention_options({opt.num_qo_heads, cache.num_kv_heads, cache.head_dim, opt.q_dtype, opt.o_dtype,
                                 opt.sm_scale, opt.logits_soft_cap, opt.window_left});
   if (!is_pow2(cache.page_size) || cache.page_size > 256)
@@ -554,7 +565,8 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   // PREFETCH doubles the K/V registers: it pays where the planner sized a split grid to
   // one wave (each work-group's latency is the time), not for big unsplit batches, which
   // need the occupancy (docs/results-h100.md).
-  if (sk.merges.empty() || r.sparse || cache.dtype == DType::I8) tile.prefetch = 0;  // (int8: the scales ride the plain path)
+  // (int8 / int4: the scales ride the plain path)
+  if (sk.merges.empty() || r.sparse || cache.dtype == DType::I8 || cache.dtype == DType::I4) tile.prefetch = 0;
   planner::WorkspaceLayout ws = planner::workspace_layout(sk.num_partials, opt.num_qo_heads, cache.head_dim);
   // Sparse: the page lists follow the partial states in the workspace (sparse_lists_offset),
   // which is also the run's page_ids buffer.
@@ -736,7 +748,7 @@ void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuff
   cl_mem k_cache = b.k_cache ? b.k_cache : dummy, v_cache = b.v_cache ? b.v_cache : dummy;
   cl_mem page_ids = b.page_ids ? b.page_ids : dummy;
   cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
-  const bool i8 = st->cache.dtype == DType::I8;
+  const bool i8 = st->cache.dtype == DType::I8 || st->cache.dtype == DType::I4;  // scale caches
   cl_mem k_sc = i8 && b.k_scale_cache ? b.k_scale_cache : dummy, v_sc = i8 && b.v_scale_cache ? b.v_scale_cache : dummy;
   cl_mem ws = st->workspace_bytes > 0 ? b.workspace : dummy;
   const bool merge = st->num_merges > 0;
@@ -815,7 +827,8 @@ std::vector<int64_t> DecodePlan::to_vector() const {
   std::vector<int64_t> v = {kPlanMagic, kPlanVersion, batch_size, num_qo_heads, num_kv_heads, head_dim, page_size,
                             page_table, page_ids_needed, int64_t(q_dtype), int64_t(o_dtype), cache.num_pages,
                             int64_t(cache.layout), int64_t(cache.dtype), cache.page_stride(), cache.token_stride(),
-                            cache.head_stride(), num_work, num_partials, num_merges, chunk_tokens, workspace_bytes,
+                            cache.head_stride(), int64_t(cache.scale_dtype), cache.scale_stride_page,
+                            cache.scale_stride_token, cache.scale_stride_head, cache.quant_group, num_work, num_partials, num_merges, chunk_tokens, workspace_bytes,
                             tile.wg, tile.tpt, tile.gmax, tile.unroll, tile.load_bytes,
                             tile.head_blocks, variant_code(variant), int64_t(st.fuse), int64_t(st.prefetch), st.group, st.log2_page, fbits(st.q_scale),
                             fbits(st.cap_log2), fbits(st.inv_cap), st.lse_off_floats, st.work_off, st.merge_off,
@@ -854,9 +867,9 @@ void check_vector_tile(const DecodePlan& p, const KTile& t, const DecodePlanStat
   need(!t.cpu || ((t.unroll == 4 || t.unroll == 8 || t.unroll == 16) && p.head_dim % t.unroll == 0),
        "CPU tile VW (UNROLL) must be 4, 8 or 16 and divide head_dim");
   need(!t.cpu || !t.fuse_merge, "CPU tile with a fused merge");
-  const int64_t es = int64_t(dtype_size(p.cache.dtype));
-  need((p.cache.page_stride() * es) % t.load_bytes == 0 && (p.cache.token_stride() * es) % t.load_bytes == 0 &&
-           (p.cache.head_stride() * es) % t.load_bytes == 0 && (int64_t(p.head_dim) * es) % t.load_bytes == 0,
+  const DType kt = p.cache.dtype;
+  need(kv_nbytes(kt, p.cache.page_stride()) % t.load_bytes == 0 && kv_nbytes(kt, p.cache.token_stride()) % t.load_bytes == 0 &&
+           kv_nbytes(kt, p.cache.head_stride()) % t.load_bytes == 0 && kv_nbytes(kt, p.head_dim) % t.load_bytes == 0,
        "LOAD_BYTES does not divide the cache strides");
   need(t.n_hblk == (st.group + t.gmax - 1) / t.gmax, "head blocks != ceil(group / GMAX)");
   need(p.num_work >= 0 && p.num_partials >= 0 && p.num_merges >= 0 && p.num_merges <= p.num_partials,
@@ -899,7 +912,7 @@ void check_vector_table(const DecodePlan& p, const DecodePlanState& st) {
 }  // namespace
 
 DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t>& v, cl_command_queue queue) {
-  constexpr size_t kHeader = 41;
+  constexpr size_t kHeader = 46;
   if (v.size() < kHeader || v[0] != kPlanMagic || v[1] != kPlanVersion)
     bad_vector("not a decode plan vector (magic/version mismatch)");
   auto fval = [](int64_t x) {
@@ -918,6 +931,9 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   p.cache.num_pages = next_int("num_pages"), p.cache.layout = KVLayout(next_int("layout"));
   p.cache.dtype = DType(next_int("kv dtype"));
   p.cache.stride_page = v[i++], p.cache.stride_token = v[i++], p.cache.stride_head = v[i++];
+  p.cache.scale_dtype = DType(next_int("scale dtype"));
+  p.cache.scale_stride_page = v[i++], p.cache.scale_stride_token = v[i++], p.cache.scale_stride_head = v[i++];
+  p.cache.quant_group = next_int("quant_group");
   p.cache.page_size = p.page_size, p.cache.num_kv_heads = p.num_kv_heads, p.cache.head_dim = p.head_dim;
   p.num_work = next_int("num_work"), p.num_partials = next_int("num_partials");
   p.num_merges = next_int("num_merges"), p.chunk_tokens = next_int("chunk_tokens");
@@ -945,7 +961,7 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   const int64_t counter_base = v[i++];
   const int64_t n = v[i++];
   if (i != kHeader || n < 0 || v.size() - kHeader != uint64_t(n)) bad_vector("table length does not match the vector");
-  ops::check_paged_kv(p.cache, "plan cache", true);
+  ops::check_paged_kv(p.cache, "plan cache", true, true);
   check_vector_tile(p, t, *st);
   // The workspace layout and the counter sets are recomputed, not trusted.
   planner::WorkspaceLayout ws = planner::workspace_layout(p.num_partials, p.num_qo_heads, p.head_dim);
@@ -1015,17 +1031,20 @@ void catalog_decode(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
       tile.sparse = sparse, tile.prefetch = 0;
       return variants(t.profile, tile, cache, t.fp32_denorms);
     });
-  // int8 KV (row scales), split and not.
-  for (bool split : {false, true})
-    catalog_add(out, "decode", std::string("int8 d128 group 4") + (split ? " split" : ""), [&] {
-      PagedKV cache;
-      cache.num_pages = 1024, cache.page_size = 16, cache.num_kv_heads = 8, cache.head_dim = 128, cache.dtype = DType::I8;
-      SplitParams sp;
-      KTile tile = choose_tile(t.profile, cache, 4, {}, &sp, t.preferred_float_width);
-      tile.prefetch = 0;
-      if (!split) tile.fuse_merge = 0;
-      return variants(t.profile, tile, cache, t.fp32_denorms);
-    });
+  // int8 KV (row scales) and int4 KV (group 64 scale/zero pairs), split and not.
+  for (DType qt : {DType::I8, DType::I4}) {
+    for (bool split : {false, true})
+      catalog_add(out, "decode", std::string(dtype_name(qt)) + " d128 group 4" + (split ? " split" : ""), [&] {
+        PagedKV cache;
+        cache.num_pages = 1024, cache.page_size = 16, cache.num_kv_heads = 8, cache.head_dim = 128, cache.dtype = qt;
+        if (qt == DType::I4) cache.quant_group = 64;
+        SplitParams sp;
+        KTile tile = choose_tile(t.profile, cache, 4, {}, &sp, t.preferred_float_width);
+        tile.prefetch = 0;
+        if (!split) tile.fuse_merge = 0;
+        return variants(t.profile, tile, cache, t.fp32_denorms);
+      });
+  }
   catalog_add(out, "merge", "*", [&] { return std::vector<Variant>{merge_variant(t.profile)}; });
 }
 

@@ -39,10 +39,16 @@ Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const
   Queue queue;
   make(queue, c);
   Mem qb, kb, vb, ids, o[2], lse[2], ws[2], ksc, vsc;
-  if (cache.dtype == DType::I8) {  // row scales 1/8 and 1/4 (f32) or their f16 bits
+  if (cache.dtype == DType::I8 || cache.dtype == DType::I4) {
+    // int8: row scales 1/8 and 1/4 (f32) or their f16 bits; int4: [scale, zero] pairs
+    // [1/8, 8] and [1/4, 2] (the pairs' scale sits at even elements).
+    const bool i4 = cache.dtype == DType::I4;
     const size_t n = size_t(cache.scale_required_bytes()) / dtype_size(cache.scale_dtype);
     std::vector<uint8_t> a, bv;
-    for (size_t i = 0; i < n; ++i) put(a, cache.scale_dtype, false, -3, 0), put(bv, cache.scale_dtype, false, -2, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const bool zero = i4 && i % 2;
+      put(a, cache.scale_dtype, false, zero ? 3 : -3, 0), put(bv, cache.scale_dtype, false, zero ? 1 : -2, 0);
+    }
     make(ksc, c.ctx, a.size(), a.data());
     make(vsc, c.ctx, bv.size(), bv.data());
   }

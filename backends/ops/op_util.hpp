@@ -140,17 +140,18 @@ void require_io_dtype(DType t, const std::string& what);
 
 // Checks a cache descriptor (positive shapes, supported page size and dtype, strides that
 // fit) and returns nothing; `what` names the argument in messages. In paged_kv.cpp.
-// allow_int8: the op reads int8 caches (append_kv, decode, extend, cascade); elsewhere int8 is
-// Unsupported.
-void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8 = false);
+// allow_int8 / allow_int4: the op reads int8 caches (append_kv, decode, extend, cascade) /
+// int4 caches (append_kv, decode); elsewhere they are Unsupported. int4 also needs quant_group
+// 32/64/128 dividing head_dim and even strides.
+void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8 = false, bool allow_int4 = false);
 
 // The scale arguments of an op that reads or writes cache c (append_kv, decode_run; `fn`
-// prefixes the messages): an int8 cache takes k_scale = v_scale = 1; the per-KV-head scale
-// arrays come in pairs, not with int8, each [Hkv] f32. In paged_kv.cpp.
+// prefixes the messages): an int8 / int4 cache takes k_scale = v_scale = 1; the per-KV-head
+// scale arrays come in pairs, not with int8 / int4, each [Hkv] f32. In paged_kv.cpp.
 void check_kv_scales(const PagedKV& c, float k_scale, float v_scale, cl_mem k_head_scales, cl_mem v_head_scales,
                      const std::string& fn);
-// An int8 cache's two scale caches hold `bytes` each (c.scale_required_bytes()); nothing for
-// other dtypes. In paged_kv.cpp.
+// An int8 / int4 cache's two scale caches hold `bytes` each (c.scale_required_bytes());
+// nothing for other dtypes. In paged_kv.cpp.
 void require_scale_caches(const PagedKV& c, int64_t bytes, cl_mem k_scale_cache, cl_mem v_scale_cache);
 
 

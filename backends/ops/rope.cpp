@@ -171,6 +171,8 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   const char* fn = "rope_append_kv";
   const AppendKVArgs& a = r.append;
   const ops::AppendChecked ch = ops::check_append_kv(a);
+  if (a.cache.dtype == DType::I4)
+    throw Error(Status::Unsupported, "rope_append_kv: int4 caches are not supported yet (apply_rope, then append_kv)");
   if (a.k_head_scales)
     throw Error(Status::Unsupported, "rope_append_kv: per-head scales (k_head_scales) are not supported yet (apply_rope, "
                                      "then append_kv)");

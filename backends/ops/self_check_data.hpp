@@ -32,6 +32,7 @@ inline void put(std::vector<uint8_t>& out, DType dt, bool neg, int e, int m) {
     case DType::FP8_E4M3: out.push_back(uint8_t(s << 7 | uint32_t(e + 7) << 3 | uint32_t(m) << 1)); return;
     case DType::FP8_E5M2: out.push_back(uint8_t(s << 7 | uint32_t(e + 15) << 2 | uint32_t(m))); return;
     case DType::I8: out.push_back(uint8_t(int8_t((neg ? -1 : 1) * (4 + m) << (-e % 3)))); return;  // |x| <= 28
+    case DType::I4: out.push_back(uint8_t((neg ? 8 : 0) | m | (-e) << 4)); return;  // two nibbles: a pair of elements
     default: rt::invalid("self-check: no values for dtype " + std::string(dtype_name(dt)));
   }
 }
@@ -44,6 +45,7 @@ inline void put_nan(std::vector<uint8_t>& out, DType dt) {
     case DType::BF16: out.push_back(0xc0), out.push_back(0x7f); return;
     case DType::FP8_E4M3: out.push_back(0x7f); return;
     case DType::I8: out.push_back(0x7f); return;  // no NaN: the largest value, which moves any result it enters
+    case DType::I4: out.push_back(0xff); return;  // the same for both nibbles
     default: out.push_back(0x7e); return;  // e5m2
   }
 }
@@ -133,7 +135,8 @@ inline PagePool reversed_pages(const std::vector<int>& lens, int page_size) {
 }
 
 // K and V buffers of `cache` (its layout and strides, num_pages = the pool's): values in every
-// slot the pool's requests cover (K then V per slot, from `rng`), NaN elsewhere.
+// slot the pool's requests cover (K then V per slot, from `rng`), NaN elsewhere. int4: a byte
+// of random_values is a pair of elements.
 inline void fill_kv(const PagedKV& cache, const PagePool& pp, std::mt19937& rng, std::vector<uint8_t>& kbuf,
                     std::vector<uint8_t>& vbuf) {
   const size_t es = dtype_size(cache.dtype), bytes = size_t(cache.required_bytes());
@@ -145,10 +148,11 @@ inline void fill_kv(const PagedKV& cache, const PagePool& pp, std::mt19937& rng,
   for (int page = 0; page < pp.pages; ++page)
     for (int t = 0; t < pp.fill[size_t(page)]; ++t)
       for (int h = 0; h < cache.num_kv_heads; ++h) {
-        const size_t at =
-            size_t(page * cache.page_stride() + t * cache.token_stride() + h * cache.head_stride()) * es;
+        const bool i4 = cache.dtype == DType::I4;
+        const size_t el = size_t(page * cache.page_stride() + t * cache.token_stride() + h * cache.head_stride());
+        const size_t at = i4 ? el / 2 : el * es;
         for (auto* buf : {&kbuf, &vbuf}) {
-          const auto vals = random_values(rng, size_t(cache.head_dim), cache.dtype);
+          const auto vals = random_values(rng, size_t(cache.head_dim) / (i4 ? 2 : 1), cache.dtype);
           std::memcpy(buf->data() + at, vals.data(), vals.size());
         }
       }

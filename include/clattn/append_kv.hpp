@@ -15,8 +15,11 @@ namespace clattn {
 // cache's: stored = value / scale, round-to-nearest-even, fp8 saturating to its max. int8
 // caches: each (token, head) row gets scale = max |row| * fl(1/127) in k/v_scale_cache (the
 // cache's scale_dtype) and stored = the integer nearest to row / scale (exact quotient by
-// the stored scale, ties to even), saturated to [-127, 127]; k_scale and v_scale must then
-// be 1 (PagedKV, docs/kv_formats.md).
+// the stored scale, ties to even), saturated to [-127, 127]. int4 caches: each group of
+// quant_group elements gets scale = (max(max x, 0) - min(min x, 0)) * fl(1/15) and zero =
+// the integer nearest to -min(min x, 0) / scale, stored = nearest(x / scale) + zero clamped to
+// [0, 15] (exact quotients, ties to even). With either, k_scale and v_scale must be 1
+// (PagedKV, docs/kv_formats.md).
 struct AppendKVArgs {
   cl_mem k = nullptr, v = nullptr;   // new rows [num_tokens, Hkv, D] (strides below)
   DType src_dtype = DType::BF16;     // f32 f16 bf16
@@ -31,9 +34,9 @@ struct AppendKVArgs {
   cl_mem k_cache = nullptr, v_cache = nullptr;
   PagedKV cache;
   float k_scale = 1.0f, v_scale = 1.0f;
-  cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;  // int8 caches only
+  cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;  // int8 / int4 caches only
   // Optional per-KV-head scales [Hkv] f32 (> 0), multiplied with k_scale / v_scale: stored =
-  // value / (k_scale * k_head_scales[head]). Both or neither; not with int8 caches.
+  // value / (k_scale * k_head_scales[head]). Both or neither; not with int8 / int4 caches.
   cl_mem k_head_scales = nullptr, v_head_scales = nullptr;
 };
 CLATTN_API void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e = {});

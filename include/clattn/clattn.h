@@ -70,18 +70,22 @@ CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32
 
 
 /* ------------------------ ops (see clattn/paged_kv.hpp, decode.hpp, append_kv.hpp, rope.hpp, merge_state.hpp)
- * dtype codes match clattn::DType: 0 f32, 1 f16, 2 bf16, 3 fp8 e4m3, 4 fp8 e5m2, 5 i32, 6 i64.
+ * dtype codes match clattn::DType: 0 f32, 1 f16, 2 bf16, 3 fp8 e4m3, 4 fp8 e5m2, 5 i32, 6 i64,
+ * 7 int8, 8 int4 (KV caches).
  * layout: 0 NHD [pages, P, Hkv, D], 1 HND [pages, Hkv, P, D]. Strides in elements, 0 = the
  * layout's contiguous stride. Every op only enqueues on `queue` (NULL = the context's
  * queue) after `num_wait` events; `event` (nullable) receives its last command. */
 typedef struct clattn_paged_kv {
   int num_pages, page_size, num_kv_heads, head_dim;
-  int layout, dtype;                       /* dtype 7 = int8 (append_kv, decode, extend, cascade) */
+  int layout, dtype;                       /* dtype 7 int8 (append_kv, decode, extend, cascade), 8 int4 (append_kv, decode) */
   int64_t stride_page, stride_token, stride_head;
-  /* int8: the scale caches' dtype (0 f32, 1 f16) and strides (elements; 0 = the layout's
-   * order, clattn/paged_kv.hpp). Zero-initialised: f32, contiguous. */
+  /* int8 / int4: the scale caches' dtype (0 f32, 1 f16) and strides (elements; 0 = the
+   * layout's order, clattn/paged_kv.hpp). Zero-initialised: f32, contiguous. */
   int scale_dtype;
   int64_t scale_stride_page, scale_stride_token, scale_stride_head;
+  /* int4: head-dim elements per [scale, zero] pair (32, 64 or 128, dividing head_dim);
+   * unused otherwise. Int4 strides are in elements (nibbles) and even. */
+  int quant_group;
 } clattn_paged_kv;
 
 typedef struct clattn_enqueue {
@@ -140,7 +144,7 @@ typedef struct clattn_decode_buffers {
   cl_mem workspace;  /* >= workspace bytes */
   cl_mem sinks;      /* [Hq] f32, nullable */
   float k_scale, v_scale;
-  cl_mem k_scale_cache, v_scale_cache;  /* int8 caches: the row scales; NULL otherwise */
+  cl_mem k_scale_cache, v_scale_cache;  /* int8 / int4 caches: the row / group scales; NULL otherwise */
   cl_mem k_head_scales, v_head_scales;  /* optional [Hkv] f32 per-head scales (x k_scale / v_scale); both or NULL */
 } clattn_decode_buffers;
 CLATTN_API clattn_status clattn_decode_run(clattn_context ctx, clattn_decode_plan plan, const clattn_decode_buffers* b,
@@ -157,7 +161,7 @@ typedef struct clattn_append_kv_args {
   cl_mem k_cache, v_cache;
   clattn_paged_kv cache;
   float k_scale, v_scale;
-  cl_mem k_scale_cache, v_scale_cache;  /* int8 caches: the row scales written; NULL otherwise */
+  cl_mem k_scale_cache, v_scale_cache;  /* int8 / int4 caches: the scales written; NULL otherwise */
   cl_mem k_head_scales, v_head_scales;  /* optional [Hkv] f32 per-head scales (x k_scale / v_scale); both or NULL */
 } clattn_append_kv_args;
 CLATTN_API clattn_status clattn_append_kv(clattn_context ctx, const clattn_append_kv_args* a, const clattn_enqueue* e);

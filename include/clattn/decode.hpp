@@ -92,8 +92,8 @@ struct DecodeBuffers {
   cl_mem lse = nullptr;        // [B, Hq] f32, optional
   cl_mem workspace = nullptr;  // >= plan.workspace_bytes (when nonzero)
   cl_mem sinks = nullptr;      // [Hq] f32 sink logits, optional
-  float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale (int8 caches: must be 1)
-  cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;  // int8 caches: the row scales (PagedKV)
+  float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale (int8 / int4 caches: must be 1)
+  cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;  // int8 / int4 caches: the scales (PagedKV)
   // Optional per-KV-head scales [Hkv] f32 (> 0), multiplied with k_scale / v_scale: loaded =
   // stored * k_scale * k_head_scales[head] (vLLM / FlashInfer per-head fp8 scales). Both or neither.
   cl_mem k_head_scales = nullptr, v_head_scales = nullptr;

@@ -34,9 +34,12 @@ class CLATTN_API Error : public std::runtime_error {
   int cl_error_;
 };
 
-// I8: the int8 KV cache format (PagedKV, with a scale per (token, KV head); docs/kv_formats.md).
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, FP8_E4M3 = 3, FP8_E5M2 = 4, I32 = 5, I64 = 6, I8 = 7 };
+// I8: the int8 KV cache format (PagedKV, with a scale per (token, KV head)); I4: the int4 one
+// (two nibbles a byte, a scale and zero point per group of head-dim elements). docs/kv_formats.md.
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, FP8_E4M3 = 3, FP8_E5M2 = 4, I32 = 5, I64 = 6, I8 = 7, I4 = 8 };
 CLATTN_API const char* dtype_name(DType t) noexcept;
+// Bytes per element; int4 reports 1, the byte a pair of its elements shares (an upper bound,
+// so a size computed from it never falls short). int4 byte sizes: PagedKV::required_bytes.
 CLATTN_API std::size_t dtype_size(DType t) noexcept;
 
 // Paged KV layout: NHD [pages, P, Hkv, D] (default) or HND [pages, Hkv, P, D].

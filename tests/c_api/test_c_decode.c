@@ -158,6 +158,41 @@ int main(void) {
     if (wsm8) clReleaseMemObject(wsm8);
   }
 
+  /* The same rows through an int4 cache (groups of 32, [scale, zero] pairs in f32 scale
+   * caches): within int4's quantisation error (a step of range / 15) of the f32 result; a
+   * quant_group that does not divide head_dim is rejected naming it. */
+  {
+    clattn_paged_kv c4 = cache;
+    c4.dtype = 8; /* int4 */
+    c4.quant_group = 48;
+    const size_t n4 = (size_t)PAGES * P * HKV * D / 2, ns = (size_t)PAGES * P * HKV * (D / 32) * 2 * sizeof(float);
+    cl_mem k4 = buffer(c, n4, NULL, q), v4 = buffer(c, n4, NULL, q), ks4 = buffer(c, ns, NULL, q),
+           vs4 = buffer(c, ns, NULL, q);
+    clattn_append_kv_args a4 = ap;
+    a4.k_cache = k4; a4.v_cache = v4; a4.cache = c4; a4.k_scale_cache = ks4; a4.v_scale_cache = vs4;
+    CHECK(clattn_append_kv(ctx, &a4, NULL) == CLATTN_INVALID_ARGUMENT);
+    CHECK(strstr(clattn_last_error(), "quant_group") != NULL);
+    c4.quant_group = a4.cache.quant_group = 32;
+    CHECK(clattn_append_kv(ctx, &a4, NULL) == CLATTN_SUCCESS);
+    clattn_decode_plan p4 = NULL;
+    CHECK(clattn_decode_plan_csr(ctx, &csr, &c4, &opt, &p4) == CLATTN_SUCCESS);
+    int64_t ws4 = 0;
+    CHECK(clattn_decode_plan_workspace_bytes(p4, &ws4) == CLATTN_SUCCESS);
+    cl_mem wsm4 = ws4 > 0 ? buffer(c, (size_t)ws4, NULL, q) : NULL;
+    clattn_decode_buffers b4 = bufs;
+    b4.k_cache = k4; b4.v_cache = v4; b4.workspace = wsm4; b4.k_scale_cache = ks4; b4.v_scale_cache = vs4;
+    float out4[B * HQ * D];
+    CHECK(clattn_decode_run(ctx, p4, &b4, NULL) == CLATTN_SUCCESS);
+    read_back(q, od, out4, sizeof out4);
+    double e4 = 0;
+    for (int e = 0; e < B * HQ * D; ++e) e4 = fmax(e4, fabs((double)out4[e] - out[e]));
+    CHECK(e4 < 0.15);
+    if (e4 >= 0.15) fprintf(stderr, "int4 vs f32: worst difference %g\n", e4);
+    clattn_decode_plan_release(p4);
+    clReleaseMemObject(k4); clReleaseMemObject(v4); clReleaseMemObject(ks4); clReleaseMemObject(vs4);
+    if (wsm4) clReleaseMemObject(wsm4);
+  }
+
   clattn_decode_plan_release(plan);
   clReleaseMemObject(kc); clReleaseMemObject(vc); clReleaseMemObject(kn); clReleaseMemObject(vn);
   clReleaseMemObject(sl); clReleaseMemObject(qd); clReleaseMemObject(ids); clReleaseMemObject(od);
