@@ -4,6 +4,7 @@
 // program for every combination): stored = value / scale, rounded to nearest even, fp8
 // saturating (common.clh). Work-item (i, t): elements i*APPEND_ITEMS .. of token t's [Hkv, D] rows.
 #include "common.clh"
+#include "int8_quant.clh"
 
 #ifndef APPEND_WG
 #define APPEND_WG 64
@@ -76,35 +77,13 @@ void append_kv(__global const void* k, __global const void* v, int src_dt, long 
 // as stored (so loaded = stored * scale is what decode reads); an all-zero row stores scale 0
 // and zeros. Slots as append_kv.
 
-// The integer nearest to x / s (s > 0, the exact quotient), ties to even. The quotient's
-// rounding error is far below 1/2, so one step from rint(x / s) reaches it; fma(h, s, -x)
-// has the sign of h * s - x exactly (one rounding cannot cross zero).
-inline float nearest_quotient(float x, float s) {
-  float n = rint(x / s);
-  const float dh = fma(n + 0.5f, s, -x), dl = fma(n - 0.5f, s, -x);
-  if (dh < 0.0f) n += 1.0f;
-  else if (dh == 0.0f) n += (((int)n) & 1) ? 1.0f : 0.0f;  // x / s = n + 1/2: the even one
-  else if (dl > 0.0f) n -= 1.0f;
-  else if (dl == 0.0f) n -= (((int)n) & 1) ? 1.0f : 0.0f;  // x / s = n - 1/2
-  return n;
-}
-
+// (int8_quant.clh's rules, shared with mla_append.cl and rope.cl.)
 inline void quantize_row_i8(__global const void* src, size_t s0, int src_dt, int D, __global char* dst, size_t d0,
                             __global void* scales, size_t so, int s_f16) {
   float amax = 0.0f;
   for (int d = 0; d < D; ++d) amax = fmax(amax, fabs(load_elem(src, s0 + d, src_dt)));
-  float scale = amax * (1.0f / 127.0f);
-  if (s_f16) {
-    vstore_half_rte(scale, so, (__global half*)scales);
-    scale = vload_half(so, (__global const half*)scales);
-  } else {
-    ((__global float*)scales)[so] = scale;
-  }
-  for (int d = 0; d < D; ++d) {
-    const float x = load_elem(src, s0 + d, src_dt);
-    const float q = scale > 0.0f ? clamp(nearest_quotient(x, scale), -127.0f, 127.0f) : 0.0f;
-    dst[d0 + d] = (char)(int)q;
-  }
+  const float scale = store_scale(scales, so, s_f16, amax * (1.0f / 127.0f));
+  for (int d = 0; d < D; ++d) dst[d0 + d] = int8_quantize(load_elem(src, s0 + d, src_dt), scale);
 }
 
 __kernel __attribute__((reqd_work_group_size(APPEND_WG, 1, 1))) SIMD_ATTR
@@ -131,17 +110,9 @@ void append_kv_i8(__global const void* k, __global const void* v, int src_dt, lo
 // group by group (G = quant_group consecutive elements): lo = min(min x, 0), hi = max(max x,
 // 0), scale = (hi - lo) * fl(1/15) (rounded to f16 with s_f16), zero = the integer nearest to
 // -lo / scale, u = the integer nearest to x / scale, plus zero, clamped to [0, 15]; the
-// quotients are exact (nearest_quotient) with the scale as stored, so every device stores the
+// quotients are exact (int8_nearest_quotient) with the scale as stored, so every device stores the
 // same bytes; a group whose stored scale is 0 stores scale 0, zero 0 and zeros. Nibble pairs:
 // element 2i in the low nibble of byte i. The pair [scale, zero] sits at so + 2 * group.
-inline float store_scale(__global void* scales, size_t i, int s_f16, float x) {
-  if (s_f16) {
-    vstore_half_rte(x, i, (__global half*)scales);
-    return vload_half(i, (__global const half*)scales);
-  }
-  ((__global float*)scales)[i] = x;
-  return x;
-}
 
 inline void quantize_row_i4(__global const void* src, size_t s0, int src_dt, int D, int G, __global uchar* dst,
                             size_t b0, __global void* scales, size_t so, int s_f16) {
@@ -153,13 +124,13 @@ inline void quantize_row_i4(__global const void* src, size_t s0, int src_dt, int
     }
     const size_t at = so + 2 * (size_t)(g0 / G);
     const float scale = store_scale(scales, at, s_f16, (hi - lo) * (1.0f / 15.0f));
-    const float zero = scale > 0.0f ? clamp(nearest_quotient(-lo, scale), 0.0f, 15.0f) : 0.0f;
+    const float zero = scale > 0.0f ? clamp(int8_nearest_quotient(-lo, scale), 0.0f, 15.0f) : 0.0f;
     store_scale(scales, at + 1, s_f16, zero);
     for (int d = 0; d < G; d += 2) {
       uint u[2];
       for (int j = 0; j < 2; ++j) {
         const float x = load_elem(src, s0 + g0 + d + j, src_dt);
-        u[j] = scale > 0.0f ? (uint)clamp(nearest_quotient(x, scale) + zero, 0.0f, 15.0f) : 0u;
+        u[j] = scale > 0.0f ? (uint)clamp(int8_nearest_quotient(x, scale) + zero, 0.0f, 15.0f) : 0u;
       }
       dst[b0 + (size_t)((g0 + d) / 2)] = (uchar)(u[0] | u[1] << 4);
     }

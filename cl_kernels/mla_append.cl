@@ -65,9 +65,7 @@ __kernel void append_latent_i8(__global const void* src_ckv, __global const void
   const float sc = int8_scale(mc, sc_f16), sk = int8_scale(mk, sc_f16);
   if (wi < 2) {
     const size_t so = (size_t)(page * sc_sp + off * sc_st) + wi;
-    const float s = wi ? sk : sc;
-    if (sc_f16) vstore_half_rte(s, so, (__global half*)scales);
-    else ((__global float*)scales)[so] = s;
+    store_scale(scales, so, sc_f16, wi ? sk : sc);  // (already rounded: stores the same value)
   }
   for (int d = wi; d < 576; d += ls) {
     if (d < 512) {

@@ -172,10 +172,7 @@ void rope_append_kv_i8(__global const void* k, __global const void* v, int src_d
         }
       }
       if (pass == 0) {
-        scale = int8_scale(amax, s_f16);
-        __global void* sc = kind ? v_scales : k_scales;
-        if (s_f16) vstore_half_rte(scale, so, (__global half*)sc);
-        else ((__global float*)sc)[so] = scale;
+        scale = store_scale(kind ? v_scales : k_scales, so, s_f16, amax * (1.0f / 127.0f));
       }
     }
   }
