@@ -57,6 +57,7 @@ void clattn_kv_pool_config_init(clattn_kv_pool_config* c) {
   c->kv_dtype = int(d.kv_dtype), c->layout = int(d.layout);
   c->k_scale = d.k_scale, c->v_scale = d.v_scale;
   c->num_state_slots = d.num_state_slots, c->state_dtype = int(d.state_dtype);
+  c->scale_dtype = int(d.scale_dtype);
 }
 
 clattn_status clattn_kv_pool_create(clattn_context ctx, const clattn_kv_pool_config* cfg, const clattn_layer_spec* layers,
@@ -72,6 +73,7 @@ clattn_status clattn_kv_pool_create(clattn_context ctx, const clattn_kv_pool_con
     pc.k_scale = cfg->k_scale, pc.v_scale = cfg->v_scale;
     pc.num_state_slots = cfg->num_state_slots;
     pc.state_dtype = static_cast<clattn::DType>(cfg->state_dtype);
+    pc.scale_dtype = static_cast<clattn::DType>(cfg->scale_dtype);  // checked by the pool
     auto specs = to_cpp(layers, num_layers);
     auto p = std::make_unique<clattn_kv_pool_s>();
     p->pool = allocate ? clattn::KVPool(need(ctx, "ctx")->ctx, pc, specs) : clattn::KVPool(pc, specs);
@@ -98,6 +100,28 @@ clattn_status clattn_kv_pool_get_layer(clattn_kv_pool pool, int layer_id, cl_mem
     const clattn::KVPool::Layer& l = need(pool, "pool")->pool.layer(layer_id);
     if (k) *k = l.kind == clattn::LayerKind::Linear ? l.state.state : l.k;
     if (v) *v = l.kind == clattn::LayerKind::Linear ? nullptr : l.v;
+  });
+}
+
+clattn_status clattn_kv_pool_set_layer_scales(clattn_kv_pool pool, int layer_id, cl_mem k_scale_cache,
+                                              cl_mem v_scale_cache) {
+  return guard([&] {
+    need(pool, "pool");
+    clattn::KVPool::Layer l = pool->pool.layer(layer_id);
+    if (l.kind != clattn::LayerKind::MHA || l.kv.scale_required_bytes() == 0)
+      invalid("layer " + std::to_string(layer_id) + " has no scale caches (only MHA layers of an int8 pool)");
+    l.k_scale_cache = need(k_scale_cache, "k_scale_cache");
+    l.v_scale_cache = need(v_scale_cache, "v_scale_cache");
+    pool->pool.set_layer(layer_id, l);
+  });
+}
+
+clattn_status clattn_kv_pool_get_layer_scales(clattn_kv_pool pool, int layer_id, cl_mem* k_scale_cache,
+                                              cl_mem* v_scale_cache) {
+  return guard([&] {
+    const clattn::KVPool::Layer& l = need(pool, "pool")->pool.layer(layer_id);
+    if (k_scale_cache) *k_scale_cache = l.k_scale_cache;
+    if (v_scale_cache) *v_scale_cache = l.v_scale_cache;
   });
 }
 

@@ -25,9 +25,17 @@ void check_config(const KVPoolConfig& cfg, const std::vector<LayerSpec>& layers)
   if (paged && (cfg.num_pages <= 0 || cfg.page_size <= 0))
     rt::invalid("KVPool: num_pages and page_size must be > 0 for full-attention/MLA layers (got " +
                 std::to_string(cfg.num_pages) + ", " + std::to_string(cfg.page_size) + ")");
-  if (paged && cfg.kv_dtype == DType::I8)
-    throw Error(Status::Unsupported, "KVPool: kv_dtype int8: the engine backends do not serve int8 caches yet "
-                                     "(decode and append_kv do; docs/kv_formats.md)");
+  if (cfg.kv_dtype == DType::I8) {
+    for (const auto& l : layers)
+      if (l.kind == LayerKind::MLA)
+        throw Error(Status::Unsupported, "KVPool: kv_dtype int8 with MLA layer " + std::to_string(l.layer_id) +
+                                             ": the engine's MLA layers take no int8 latents yet (docs/kv_formats.md)");
+    if (cfg.scale_dtype != DType::F32 && cfg.scale_dtype != DType::F16)
+      rt::invalid(std::string("KVPool: scale_dtype ") + dtype_name(cfg.scale_dtype) + " is not f32/f16 (int8 scale caches)");
+    if (cfg.k_scale != 1.0f || cfg.v_scale != 1.0f)
+      rt::invalid("KVPool: k_scale / v_scale (" + std::to_string(cfg.k_scale) + ", " + std::to_string(cfg.v_scale) +
+                  ") must be 1 with kv_dtype int8: its rows carry their own scales");
+  }
   if (linear && cfg.num_state_slots <= 0)
     rt::invalid("KVPool: num_state_slots must be > 0 for linear layers");
   if (cfg.state_dtype != DType::F32 && cfg.state_dtype != DType::F16 && cfg.state_dtype != DType::BF16)
@@ -44,6 +52,7 @@ KVPool::Layer describe(const KVPoolConfig& cfg, const LayerSpec& l) {
     out.kv.head_dim = l.head_dim;
     out.kv.layout = cfg.layout;
     out.kv.dtype = cfg.kv_dtype;
+    out.kv.scale_dtype = cfg.scale_dtype;
   } else if (l.kind == LayerKind::MLA) {
     out.latent.num_pages = cfg.num_pages;
     out.latent.page_size = cfg.page_size;
@@ -81,6 +90,10 @@ std::vector<Planned> plan_buffers(const KVPoolConfig& cfg, std::vector<KVPool::L
     if (l.kind == LayerKind::MHA) {
       out.push_back({l.kv.required_bytes(), id + " K cache", &l.k});
       out.push_back({l.kv.required_bytes(), id + " V cache", &l.v});
+      if (const int64_t sb = l.kv.scale_required_bytes(); sb > 0) {  // a format with scale caches
+        out.push_back({sb, id + " K scale cache", &l.k_scale_cache});
+        out.push_back({sb, id + " V scale cache", &l.v_scale_cache});
+      }
     } else if (l.kind == LayerKind::MLA) {
       out.push_back({l.latent.ckv_required_bytes(), id + " ckv cache", &l.k});
       out.push_back({l.latent.kpe_required_bytes(), id + " kpe cache", &l.v});
@@ -183,8 +196,11 @@ int64_t KVPool::bytes_per_page() const {
   const char* what = "KVPool: bytes per page";
   int64_t n = 0;
   for (const auto& l : layers_) {
-    if (l.kind == LayerKind::MHA)
+    if (l.kind == LayerKind::MHA) {
       n = ck::add(n, ck::product({2, l.kv.page_stride(), int64_t(dtype_size(l.kv.dtype))}, what), what);
+      if (l.kv.num_pages > 0)  // scale caches: the pool allocates them contiguous, a page's share each
+        n = ck::add(n, ck::mul(2, l.kv.scale_required_bytes() / l.kv.num_pages, what), what);
+    }
     else if (l.kind == LayerKind::MLA)
       n = ck::add(n, ck::mul(ck::add(l.latent.ckv_page_stride(), l.latent.kpe_page_stride(), what),
                              int64_t(dtype_size(l.latent.dtype)), what), what);

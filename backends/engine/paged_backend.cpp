@@ -103,6 +103,7 @@ void PagedBackend::save_kv(int layer_id, const LayerIO& io, bool save_kv_cache) 
   a.slot_mapping = step_.slots(), a.slot_dtype = step_.slot_dtype(), a.num_tokens = sb.num_tokens;
   a.k_cache = L.k, a.v_cache = L.v, a.cache = L.kv;
   a.k_scale = pool_.config().k_scale, a.v_scale = pool_.config().v_scale;
+  a.k_scale_cache = L.k_scale_cache, a.v_scale_cache = L.v_scale_cache;
   if (!spec.apply_rope) return append_kv(ctx_, a, e);
   RopeAppendKVArgs r;
   r.append = a, r.q = r.q_out = io.q, r.num_qo_heads = spec.num_qo_heads, r.q_out_dtype = cfg_.act_dtype;
@@ -126,12 +127,14 @@ void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) 
     b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse;
     b.workspace = step_.workspace(), b.sinks = spec.sinks;
     b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
+    b.k_scale_cache = L.k_scale_cache, b.v_scale_cache = L.v_scale_cache;
     decode_run(ctx_, s.decode, b, e);
   } else {
     ExtendBuffers b;
     b.q = io.q, b.k = L.k, b.v = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse, b.sinks = spec.sinks;
     b.custom_mask = sb.custom_mask, b.workspace = step_.workspace();
     b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
+    b.k_scale_cache = L.k_scale_cache, b.v_scale_cache = L.v_scale_cache;
     extend_run(ctx_, s.extend, b, e);
   }
 }
@@ -173,7 +176,9 @@ std::string shape_key(const LayerSpec& l, const PagedKV& kv) {
   return std::to_string(l.num_qo_heads) + "/" + std::to_string(l.num_kv_heads) + "/" + std::to_string(l.head_dim) +
          "/w" + std::to_string(l.window_left) + "/s" + std::to_string(l.sm_scale) + "/c" +
          std::to_string(l.logits_soft_cap) + "/" + std::to_string(kv.page_stride()) + "," +
-         std::to_string(kv.token_stride()) + "," + std::to_string(kv.head_stride());
+         std::to_string(kv.token_stride()) + "," + std::to_string(kv.head_stride()) + "/" + dtype_name(kv.dtype) + "," +
+         dtype_name(kv.scale_dtype) + "," + std::to_string(kv.scale_page_stride()) + "," +
+         std::to_string(kv.scale_token_stride()) + "," + std::to_string(kv.scale_head_stride());
 }
 
 std::unique_ptr<AttentionBackend> make_paged(const Context& ctx, const KVPool& pool, const BackendConfig& cfg,

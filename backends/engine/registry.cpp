@@ -43,6 +43,10 @@ void check_pool_layer(const KVPool& pool, const LayerSpec& l, const std::string&
     rt::invalid(tag + ": apply_rope is for MHA layers (MLA's q_pe / kpe rotation and linear layers' are the engine's)");
   const bool set = l.kind == LayerKind::Linear ? L.state.state != nullptr : (L.k && L.v);
   if (!set) rt::invalid(tag + ": the KVPool layer has no buffers (allocate the pool or call set_layer first)");
+  if (l.kind == LayerKind::MHA && L.kv.scale_required_bytes() > 0 && !(L.k_scale_cache && L.v_scale_cache))
+    rt::invalid(tag + ": the KVPool layer's " + dtype_name(L.kv.dtype) +
+                " cache has no scale caches (KVPool::Layer k_scale_cache / v_scale_cache: allocate the pool or "
+                "pass them to set_layer)");
 }
 
 void rethrow_for_layer(const Error& e, const std::string& tag, const Context& ctx) {

@@ -101,21 +101,27 @@ struct LayerIO {
 struct KVPoolConfig {
   int num_pages = 0;                 // pages per layer (every full-attention layer alike)
   int page_size = 16;
-  DType kv_dtype = DType::BF16;      // MHA K/V and MLA latent storage
+  DType kv_dtype = DType::BF16;      // MHA K/V (f32 f16 bf16 fp8 int8) and MLA latent storage (not int8)
   KVLayout layout = KVLayout::NHD;   // MHA only
-  float k_scale = 1.0f, v_scale = 1.0f;  // fp8: loaded = stored * scale (MLA uses k_scale)
+  float k_scale = 1.0f, v_scale = 1.0f;  // fp8: loaded = stored * scale (MLA uses k_scale); int8: 1
+  // int8 MHA caches: the dtype of the scale caches beside them (f32 or f16), one scale per
+  // (token, KV head) written by forward's append (docs/kv_formats.md).
+  DType scale_dtype = DType::F32;
   int num_state_slots = 0;           // linear layers: slots per layer
   DType state_dtype = DType::F32;    // f32 f16 bf16
 };
 
-// Per-layer caches: MHA k/v (PagedKV), MLA ckv/kpe (MlaCache, split buffers), linear state
-// pools. Allocates them (constructor with a context) or starts empty for an engine that
+// Per-layer caches: MHA k/v (PagedKV; int8 ones with their scale caches), MLA ckv/kpe
+// (MlaCache, split buffers), linear state pools. Allocates them (constructor with a context) or starts empty for an engine that
 // supplies its own cl_mems through set_layer (the pool then never releases them).
 class CLATTN_API KVPool {
  public:
   struct Layer {
     LayerKind kind = LayerKind::MHA;
     cl_mem k = nullptr, v = nullptr;   // MHA: K and V caches; MLA: ckv and kpe caches
+    // MHA caches whose format has scale caches (int8: kv.scale_required_bytes() > 0): the
+    // K and V scale caches, indexed by the same page ids (PagedKV).
+    cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;
     PagedKV kv;                        // MHA descriptor
     MlaCache latent;                   // MLA descriptor
     LinearStatePool state;             // linear layers

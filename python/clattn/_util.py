@@ -14,10 +14,11 @@ _DTYPE_ALIASES = {
     "fp8_e4m3": "fp8_e4m3", "e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
     "fp8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
     "i32": "i32", "int32": "i32", "i64": "i64", "int64": "i64", "u8": "u8", "uint8": "u8",
+    "i8": "i8", "int8": "i8",
 }
-_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i32": 4, "i64": 8, "u8": 1}
+_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i32": 4, "i64": 8, "u8": 1, "i8": 1}
 _FROM_NUMPY = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int32): "i32",
-               np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8"}
+               np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8"}
 
 
 def error(msg, status="InvalidArgument"):
@@ -31,7 +32,7 @@ def error(msg, status="InvalidArgument"):
 
 def dtype_name(dt, arg="dtype"):
     """Normalises a dtype given as a string, numpy dtype or torch-like object to clattn's
-    short names (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8); None stays None."""
+    short names (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8 i8); None stays None."""
     if dt is None:
         return None
     if isinstance(dt, str):
@@ -50,7 +51,7 @@ def dtype_name(dt, arg="dtype"):
         s = str(dt)
         s = s[6:] if s.startswith("torch.") else s
     if s not in _DTYPE_ALIASES:
-        raise error(f"{arg}: unknown dtype {dt!r} (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8)")
+        raise error(f"{arg}: unknown dtype {dt!r} (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8 i8)")
     return _DTYPE_ALIASES[s]
 
 
@@ -170,7 +171,7 @@ def is_host_array(x):
 
 # numpy dtype that holds each clattn dtype bit for bit (bf16 and fp8 as raw bits).
 _NP_BITS = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "fp8_e4m3": np.uint8, "fp8_e5m2": np.uint8,
-            "i32": np.int32, "i64": np.int64, "u8": np.uint8}
+            "i32": np.int32, "i64": np.int64, "u8": np.uint8, "i8": np.int8}
 
 
 class Writeback:

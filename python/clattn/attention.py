@@ -5,10 +5,10 @@ import numpy as np
 
 from . import _clattn
 from ._util import (LOG2E, Writeback, as_tensor, check, context_of, dtype_name, error, host_i32, is_raw_buffer,
-                    natural_lse, rescale_lse, result, scale_value, _ITEMSIZE)
+                    natural_lse, rescale_lse, result, _ITEMSIZE)
+from ._kv_quant import QUANT_KV, is_quantised, kv_scales, scale_cache_shape, scale_caches
 
 _FLOAT_IO = ("f32", "f16", "bf16")
-_KV_DTYPES = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
 
 
 def _check_pos_encoding(mode):
@@ -147,6 +147,18 @@ class _Planned:
         if opts != self._opts:
             self._activate(opts)
 
+    def _kv_side(self, ctx, k_scale, v_scale, k_scale_cache, v_scale_cache, num_pages):
+        """A paged run's scales: (k_scale, v_scale, k_head_scales, v_head_scales, k_scale_cache,
+        v_scale_cache), checked against the plan (a scale cache of the other scale dtype plans
+        again)."""
+        d = self._dims
+        ks, vs, kh, vh = kv_scales(ctx, k_scale, v_scale, d["num_kv_heads"], d["kv_dtype"])
+        ksc, vsc = scale_caches(ctx, d["kv_dtype"], k_scale_cache, v_scale_cache, self._kv_layout, num_pages,
+                                d["page_size"], d["num_kv_heads"], self._opts["scale_dtype"])
+        if ksc is not None:
+            self._use(scale_dtype=ksc.dtype)
+        return ks, vs, kh, vh, ksc, vsc
+
 
 def _opt_scale(sm_scale):
     return 0.0 if sm_scale is None else float(sm_scale)  # 0: the library's 1 / sqrt(head_dim)
@@ -231,7 +243,8 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
              pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type="float16",
              kv_data_type=None, o_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
              non_blocking=True, block_tables=None, seq_lens=None, fixed_split_size=None, disable_split_kv=False,
-             q_len_per_req=1, *, window_right=0, deterministic=False, max_splits=0, validate=True):
+             q_len_per_req=1, *, window_right=0, deterministic=False, max_splits=0, validate=True,
+             kv_scale_data_type="float32"):
         r"""Plan batch decode for given problem specification.
 
         Positional order as FlashInfer's (after ``page_size``: pos_encoding_mode,
@@ -265,7 +278,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
         q_data_type : str | dtype
             Query (and default output) dtype: float32, float16 or bfloat16.
         kv_data_type : str | dtype, optional
-            KV cache dtype: float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 (default: q's).
+            KV cache dtype: float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 or int8 (default:
+            q's). int8 caches come with scale caches (``run``'s ``k_scale_cache`` /
+            ``v_scale_cache``; docs/kv_formats.md).
         o_data_type : optional
             Output dtype (default: ``q_data_type``).
         data_type : optional
@@ -289,6 +304,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
             KV chunks per request (0 = planner's choice, 1 = never split).
         validate : bool
             Run the O(pages) metadata validation (page ids in range, ...).
+        kv_scale_data_type : str
+            Keyword; int8 caches: the scale caches' dtype, float32 (default) or float16 (a
+            ``run`` with the other dtype plans again).
 
         Note
         ----
@@ -301,6 +319,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
         q_dt = dtype_name(q_data_type, "q_data_type")
         kv_dt = dtype_name(kv_data_type if kv_data_type is not None else data_type, "kv_data_type") or q_dt
         o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
+        sc_dt = dtype_name(kv_scale_data_type, "kv_scale_data_type")
         indptr_h = host_i32(indptr, "indptr")
         indices_h = host_i32(indices, "indices")
         last_h = host_i32(last_page_len, "last_page_len")
@@ -311,10 +330,10 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
             return _clattn._decode_plan(self._ctx, indptr_h, indices_h, last_h, int(page_size), max(num_pages, 1),
                                         int(num_kv_heads), int(head_dim), self._kv_layout, kv_dt, int(num_qo_heads),
                                         q_dt, o_dt, o["sm_scale"], o["cap"], o["window_left"], bool(deterministic),
-                                        splits, bool(validate))
+                                        splits, bool(validate), o["scale_dtype"])
 
         self._set_plan(make, dict(sm_scale=_opt_scale(sm_scale), cap=_opt_cap(logits_soft_cap),
-                                  window_left=int(window_left)))
+                                  window_left=int(window_left), scale_dtype=sc_dt))
         self._indices = self._ctx.to_device(indices_h if indices_h.size else np.zeros(1, np.int32), "i32")
         self._dims = dict(batch_size=len(last_h), num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
                           head_dim=int(head_dim), page_size=int(page_size), num_pages=num_pages,
@@ -324,7 +343,8 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
-            skip_softmax_threshold_scale_factor=None, kv_cache_sf=None, return_lse_base_on_e=False):
+            skip_softmax_threshold_scale_factor=None, kv_cache_sf=None, return_lse_base_on_e=False,
+            k_scale_cache=None, v_scale_cache=None):
         r"""Compute batch decode attention between query and paged kv cache.
 
         Parameters
@@ -338,9 +358,16 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
             head_dim]`` (FlashInfer's page-size-1 form, either layout).
         q_scale : Optional[float]
             Only None or 1.0 (fold a query scale into ``sm_scale`` at plan time instead).
-        k_scale, v_scale : Optional[float]
-            Per-tensor dequantisation scales of an fp8 cache (loaded = stored * scale): a
-            number or a one-element array/tensor; per-head scale tensors are rejected.
+        k_scale, v_scale : Optional[float | Tensor-like]
+            Dequantisation scales of a float (fp8) cache, loaded = stored * scale: a number
+            or a one-element array/tensor, or ``[num_kv_heads]`` values (per-KV-head
+            scales, vLLM's / FlashInfer's form; f32 tensors stay on the device). Only None
+            or 1 with an int8 cache.
+        k_scale_cache, v_scale_cache : Optional[Tensor-like]
+            int8 caches only (required there): the scale of every (token, KV head) row as
+            ``append_paged_kv_cache`` wrote it, ``[max_num_pages, page_size,
+            num_kv_heads]`` (NHD) or ``[max_num_pages, num_kv_heads, page_size]`` (HND),
+            float32 or float16, the same page count as the caches; loaded = stored * scale.
         out : Optional[Tensor-like], shape ``[batch_size, num_qo_heads, head_dim]``
             Output buffer (allocated when None); a numpy array is written in place.
         lse : Optional[Tensor-like], shape ``[batch_size, num_qo_heads]`` float32
@@ -373,7 +400,6 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
         _unsupported_if(kv_cache_sf is not None, "kv_cache_sf (nvfp4 cache scale factors)")
         if window_left is not None:
             self._use(window_left=int(window_left))
-        ks, vs = scale_value(k_scale, "k_scale"), scale_value(v_scale, "v_scale")
         d = self._dims
         ctx = self._ctx
         k_cache, v_cache = _split_kv_cache(paged_kv_cache)
@@ -381,13 +407,15 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
         q = check(_arg(ctx, q, "q", qshape, d["q_dtype"]), "q", (d["q_dtype"],), qshape)
         k_cache = _cache_arg(ctx, k_cache, "k_cache", self._kv_layout, d)
         v_cache = _cache_arg(ctx, v_cache, "v_cache", self._kv_layout, d)
-        _check_cache(k_cache, v_cache, self._kv_layout, d)
+        n = _check_cache(k_cache, v_cache, self._kv_layout, d)
+        ks, vs, kh, vh, ksc, vsc = self._kv_side(ctx, k_scale, v_scale, k_scale_cache, v_scale_cache, n)
         wb = Writeback()
         o_t, lse_t = _outputs(ctx, wb, out, lse, return_lse, qshape, d["o_dtype"])
         if sinks is not None:
             sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
         ws = self._ws.get(self._plan.workspace_bytes)
-        _clattn._decode_run(ctx, self._plan, q, k_cache, v_cache, self._indices, o_t, lse_t, ws, sinks, ks, vs)
+        _clattn._decode_run(ctx, self._plan, q, k_cache, v_cache, self._indices, o_t, lse_t, ws, sinks, ks, vs, ksc, vsc,
+                            kh, vh)
         if not return_lse_base_on_e:
             rescale_lse(ctx, lse_t, LOG2E)
         wb.done()
@@ -535,12 +563,13 @@ class _PrefillBase(_Planned):
         return dict(causal=bool(causal), window_left=int(window_left), cap=_opt_cap(logits_soft_cap),
                     sm_scale=_opt_scale(sm_scale))
 
-    def _run(self, q, k, v, page_ids, k_scale, v_scale, out, lse, return_lse, sinks, return_lse_base_on_e,
+    def _run(self, q, k, v, page_ids, scales, out, lse, return_lse, sinks, return_lse_base_on_e,
              q_scale=None, o_scale=None):
-        """The common part of run(): outputs, sinks, the kernel, LSE base and write-back."""
+        """The common part of run(): outputs, sinks, the kernel, LSE base and write-back.
+        scales: (k_scale, v_scale, k_head_scales, v_head_scales, k_scale_cache, v_scale_cache)."""
         _unsupported_if(q_scale not in (None, 1.0), "q_scale (scale q or sm_scale instead)")
         _unsupported_if(o_scale not in (None, 1.0), "o_scale (fp8 output)")
-        ks, vs = scale_value(k_scale, "k_scale"), scale_value(v_scale, "v_scale")
+        ks, vs, kh, vh, ksc, vsc = scales
         d, ctx = self._dims, self._ctx
         oshape = (d["num_tokens"], d["num_qo_heads"], d["head_dim"])
         wb = Writeback()
@@ -548,7 +577,7 @@ class _PrefillBase(_Planned):
         if sinks is not None:
             sinks = check(as_tensor(ctx, sinks, "sinks", "f32"), "sinks", ("f32",), (d["num_qo_heads"],))
         _clattn._extend_run(ctx, self._plan, q, k, v, page_ids, o_t, lse_t, sinks, self._mask_t, ks, vs,
-                            self._ws.get(self._plan.workspace_bytes))
+                            self._ws.get(self._plan.workspace_bytes), ksc, vsc, kh, vh)
         if not return_lse_base_on_e:
             rescale_lse(ctx, lse_t, LOG2E)
         wb.done()
@@ -603,7 +632,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
              o_data_type=None, non_blocking=True, prefix_len_ptr=None, token_pos_in_items_ptr=None,
              token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None, seq_lens_q=None, block_tables=None,
              max_token_per_sequence=None, max_sequence_kv=None, fixed_split_size=None, disable_split_kv=False,
-             *, window_right=-1, validate=True):
+             *, window_right=-1, validate=True, kv_scale_data_type="float32"):
         r"""Plan batch prefill/append attention on Paged KV-Cache for given problem specification.
 
         Positional order as FlashInfer's; clattn's own options are keyword-only.
@@ -647,7 +676,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         logits_soft_cap : Optional[float]
             Soft cap (``cap * tanh(s / cap)``) when > 0.
         q_data_type, kv_data_type, o_data_type :
-            dtypes of q, the cache and the output (kv and o default to q's).
+            dtypes of q, the cache and the output (kv and o default to q's). The cache may be
+            float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 or int8 (with scale caches:
+            ``run``'s ``k_scale_cache`` / ``v_scale_cache``; docs/kv_formats.md).
         rope_scale, rope_theta, non_blocking, seq_lens, seq_lens_q, max_token_per_sequence,
         max_sequence_kv, fixed_split_size, disable_split_kv :
             Accepted for compatibility and ignored (hints of other FlashInfer backends).
@@ -657,6 +688,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             Keyword; only -1 (no right window; causal masking is ``causal``).
         validate : bool
             Keyword; run the O(pages) metadata validation.
+        kv_scale_data_type : str
+            Keyword; int8 caches: the scale caches' dtype, float32 (default) or float16.
         """
         _check_pos_encoding(pos_encoding_mode)
         _check_prefill_extras(prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
@@ -667,6 +700,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         q_dt = dtype_name(q_data_type, "q_data_type")
         kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
         o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
+        sc_dt = dtype_name(kv_scale_data_type, "kv_scale_data_type")
         qo_h = host_i32(qo_indptr, "qo_indptr")
         indptr_h = host_i32(paged_kv_indptr, "paged_kv_indptr")
         indices_h = host_i32(paged_kv_indices, "paged_kv_indices")
@@ -683,9 +717,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             return _clattn._extend_plan(self._ctx, qo_h, indptr_h, indices_h, last_h, int(page_size), num_pages,
                                         int(num_kv_heads), int(head_dim_qk), self._kv_layout, kv_dt,
                                         int(num_qo_heads), q_dt, o_dt, o["sm_scale"], o["cap"], o["window_left"],
-                                        o["causal"], mask_indptr, bool(validate))
+                                        o["causal"], mask_indptr, bool(validate), o["scale_dtype"])
 
-        self._set_plan(make, self._plan_opts(causal, window_left, logits_soft_cap, sm_scale))
+        self._set_plan(make, dict(self._plan_opts(causal, window_left, logits_soft_cap, sm_scale), scale_dtype=sc_dt))
         self._indices = self._ctx.to_device(indices_h if indices_h.size else np.zeros(1, np.int32), "i32")
         self._mask_t = mask
         self._dims = dict(num_tokens=int(qo_h[-1]), num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
@@ -697,7 +731,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, kv_cache_sf=None,
             skip_softmax_threshold_scale_factor=None, use_fp16_softmax=None, uses_spcompress=None,
-            return_lse_base_on_e=False):
+            return_lse_base_on_e=False, k_scale_cache=None, v_scale_cache=None):
         r"""Compute batch prefill/append attention between query and paged kv-cache.
 
         Parameters
@@ -709,8 +743,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             when ``page_size == 1``).
         q_scale : Optional[float]
             Only None or 1.0.
-        k_scale, v_scale : Optional[float]
-            fp8 dequantisation scales (a number or a one-element array; no per-head scales).
+        k_scale, v_scale : Optional[float | Tensor-like]
+            Dequantisation scales of a float (fp8) cache: a number, a one-element array, or
+            ``[num_kv_heads]`` per-KV-head scales. Only None or 1 with an int8 cache.
+        k_scale_cache, v_scale_cache : Optional[Tensor-like]
+            int8 caches only (required there): the row scales, as
+            :meth:`BatchDecodeWithPagedKVCacheWrapper.run` takes them.
         out, lse : Optional[Tensor-like]
             Output buffers (allocated when None); numpy arrays are written in place.
         return_lse : bool
@@ -742,8 +780,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         q = check(_arg(ctx, q, "q", qshape, d["q_dtype"]), "q", (d["q_dtype"],), qshape)
         k_cache = _cache_arg(ctx, k_cache, "k_cache", self._kv_layout, d)
         v_cache = _cache_arg(ctx, v_cache, "v_cache", self._kv_layout, d)
-        _check_cache(k_cache, v_cache, self._kv_layout, d)
-        return self._run(q, k_cache, v_cache, self._indices, k_scale, v_scale, out, lse, return_lse, sinks,
+        n = _check_cache(k_cache, v_cache, self._kv_layout, d)
+        scales = self._kv_side(ctx, k_scale, v_scale, k_scale_cache, v_scale_cache, n)
+        return self._run(q, k_cache, v_cache, self._indices, scales, out, lse, return_lse, sinks,
                          return_lse_base_on_e, q_scale)
 
     def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
@@ -846,6 +885,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             raise error("head_dim_vo != head_dim_qk is not supported", "Unsupported")
         q_dt = dtype_name(q_data_type, "q_data_type")
         kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
+        if is_quantised(kv_dt):
+            raise error(f"kv_data_type={kv_data_type!r}: ragged K/V has no scale caches; {QUANT_KV[kv_dt][0]} is "
+                        "a paged cache format (BatchPrefillWithPagedKVCacheWrapper)", "Unsupported")
         o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
         qo_h = host_i32(qo_indptr, "qo_indptr")
         kv_h = host_i32(kv_indptr, "kv_indptr")
@@ -894,8 +936,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         shp = (d["kv_tokens"], d["num_kv_heads"], d["head_dim"])
         k = check(_arg(ctx, k, "k", shp, d["kv_dtype"]), "k", (d["kv_dtype"],), shp)
         v = check(_arg(ctx, v, "v", shp, d["kv_dtype"]), "v", (d["kv_dtype"],), shp)
-        return self._run(q, k, v, None, k_scale, v_scale, out, lse, return_lse, sinks, return_lse_base_on_e,
-                         q_scale, o_scale)
+        scales = kv_scales(ctx, k_scale, v_scale, d["num_kv_heads"], d["kv_dtype"]) + (None, None)
+        return self._run(q, k, v, None, scales, out, lse, return_lse, sinks, return_lse_base_on_e, q_scale, o_scale)
 
     def run_return_lse(self, q, k, v, *args, **kwargs):
         """:meth:`run` with ``return_lse=True`` (FlashInfer's ``run_return_lse``)."""
@@ -1054,7 +1096,7 @@ def _append_cache(c, x, name, layout, wb):
 
 
 def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=None, v_scale=None,
-              validate=True, *, dtype=None, ctx=None):
+              validate=True, *, k_scale_cache=None, v_scale_cache=None, dtype=None, ctx=None):
     r"""Writes new K/V rows into the paged cache at ``slot_mapping`` (vLLM's
     ``reshape_and_cache`` / SGLang's ``set_kv_buffer``).
 
@@ -1066,10 +1108,18 @@ def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=Non
         slots are skipped (padding).
     k_cache, v_cache : Tensor-like
         The paged cache (``kv_layout``; 3-D ``[slots, heads, dim]`` = page size 1); fp8
-        caches store ``round(value / scale)``. A numpy cache is copied to the device,
-        written and copied back (every call: meant for tests, not a serving loop).
-    k_scale, v_scale : Optional[float]
-        Quantisation scales (default 1; a number or a one-element array).
+        caches store ``round(value / scale)``; int8 caches (int8 arrays / ``"i8"``
+        tensors) store each (token, KV head) row as ``round(row / s)`` with ``s = max |row|
+        / 127`` written to the scale caches (docs/kv_formats.md). A numpy cache is copied to
+        the device, written and copied back (every call: meant for tests, not a serving loop).
+    k_scale, v_scale : Optional[float | Tensor-like]
+        Quantisation scales of a float cache (default 1): a number, a one-element array, or
+        ``[num_kv_heads]`` per-KV-head scales (stored = value / scale[head]). Only None or 1
+        with an int8 cache.
+    k_scale_cache, v_scale_cache : Optional[Tensor-like]
+        Keyword; int8 caches only (required there): where each row's scale goes,
+        ``[num_pages, page_size, num_kv_heads]`` (NHD) or ``[num_pages, num_kv_heads,
+        page_size]`` (HND; page size 1: ``[slots, num_kv_heads]``), float32 or float16.
     validate : bool
         Check every slot against the cache size on the host first (copies slot_mapping
         back when it lives on the device).
@@ -1084,9 +1134,30 @@ def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=Non
     wb = Writeback()
     kc = _append_cache(c, k_cache, "k_cache", kv_layout, wb)
     vc = _append_cache(c, v_cache, "v_cache", kv_layout, wb)
-    _clattn._append_kv(c, kt, vt, sl, kc, vc, kv_layout, scale_value(k_scale, "k_scale"),
-                       scale_value(v_scale, "v_scale"), host)
+    ks, vs, kh, vh = kv_scales(c, k_scale, v_scale, kt.shape[1] if len(kt.shape) == 3 else 0, kc.dtype)
+    ksc, vsc = _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb)
+    _clattn._append_kv(c, kt, vt, sl, kc, vc, kv_layout, ks, vs, host, ksc, vsc, kh, vh)
     wb.done()
+
+
+def _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb):
+    """The scale caches of an append into cache kc (4-D; page size 1 also as [slots, heads])."""
+    if len(kc.shape) != 4:
+        raise error(f"k_cache: shape {list(kc.shape)}, expected 4 dims ({kv_layout}) or 3 (page size 1)")
+    n, p, h, _ = _cache_dims(kc, kv_layout)
+
+    shape3 = scale_cache_shape(kv_layout, n, 1, h)
+
+    def track(x, name, make):  # page size 1 also takes [slots, heads] (the cache's 3-D form)
+        if p == 1 and len(getattr(x, "shape", ())) == 2:
+            if isinstance(x, np.ndarray):
+                x3 = x.reshape(shape3)  # a view: the write-back lands in x
+                return wb.track(x3, name, lambda: as_tensor(c, x3, name))
+            if isinstance(x, _clattn.Tensor):
+                return x.view(shape3)
+        return wb.track(x, name, make)
+
+    return scale_caches(c, kc.dtype, k_scale_cache, v_scale_cache, kv_layout, n, p, h, track=track)
 
 
 def get_batch_indices_positions(append_indptr, seq_lens, nnz):
@@ -1114,7 +1185,8 @@ def get_batch_indices_positions(append_indptr, seq_lens, nnz):
 
 
 def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices,
-                          kv_indptr, kv_last_page_len, kv_layout="NHD", *, dtype=None, ctx=None):
+                          kv_indptr, kv_last_page_len, kv_layout="NHD", *, k_scale_cache=None, v_scale_cache=None,
+                          k_scale=None, v_scale=None, dtype=None, ctx=None):
     r"""Append a batch of key-value pairs to a paged key-value cache (FlashInfer signature).
 
     Parameters
@@ -1131,6 +1203,12 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
         The paged-KV CSR of the batch after the append.
     kv_layout : str
         ``"NHD"`` or ``"HND"``.
+    k_scale_cache, v_scale_cache : Optional[Tensor-like]
+        Keyword; an int8 cache's scale caches (required there), as :func:`append_kv` takes
+        them: each new row's scale is written beside it.
+    k_scale, v_scale : Optional[float | Tensor-like]
+        Keyword; quantisation scales of a float (fp8) cache, one value or ``[num_kv_heads]``
+        (as :func:`append_kv`).
 
     Note
     ----
@@ -1140,7 +1218,8 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     k_cache, v_cache = _split_kv_cache(paged_kv_cache)
     c = context_of(append_key, append_value, k_cache, v_cache, ctx=ctx)
     slots = _append_slots(c, k_cache, kv_layout, batch_indices, positions, kv_indices, kv_indptr)
-    append_kv(append_key, append_value, slots, k_cache, v_cache, kv_layout, dtype=dtype, ctx=c)
+    append_kv(append_key, append_value, slots, k_cache, v_cache, kv_layout, k_scale, v_scale,
+              k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, dtype=dtype, ctx=c)
 
 
 def _append_slots(c, k_cache, kv_layout, batch_indices, positions, kv_indices, kv_indptr):

@@ -5,6 +5,7 @@ Semantics: docs/rope.md; differences from FlashInfer: docs/python.md."""
 import numpy as np
 
 from . import _clattn
+from ._kv_quant import QUANT_KV, is_quantised
 from ._util import Writeback, as_tensor, check, context_of, error, host_i32, host_ints, result, scale_value
 from .attention import _FLOAT_IO, _append_cache, _append_slots, _split_kv_cache
 
@@ -166,7 +167,8 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
     q : Tensor-like ``[nnz, num_qo_heads, head_dim]`` (k's dtype), or None (keys only)
     k, v : Tensor-like ``[nnz, num_kv_heads, head_dim]`` (f32, f16, bf16)
         k is rotated, then stored as :func:`append_kv` stores it (``value / k_scale``, round
-        to nearest even, fp8 saturating); v is stored as :func:`append_kv` stores it.
+        to nearest even, fp8 saturating); v is stored as :func:`append_kv` stores it. int8
+        caches are refused (Unsupported): no scale caches here.
     pos_ids : Tensor-like int32/int64 ``[nnz]``
         The RoPE position of each token.
     paged_kv_cache : Tuple[Tensor, Tensor]
@@ -227,6 +229,10 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
         raise error("q_out given without q")
     kc = _append_cache(c, k_cache, "k_cache", kv_layout, wb)
     vc = _append_cache(c, v_cache, "v_cache", kv_layout, wb)
+    if is_quantised(kc.dtype):
+        raise error(f"paged_kv_cache: an {QUANT_KV[kc.dtype][0]} cache is not written by rope_append_paged_kv_cache "
+                    "(it takes no scale caches); rotate with apply_rope_pos_ids, then append_paged_kv_cache with "
+                    "k_scale_cache / v_scale_cache", "Unsupported")
     cache = _cos_sin_cache(c, cos_sin_cache) if cos_sin_cache is not None else None
     _clattn._rope_append_kv(c, qt, qo, kt, vt, sl, kc, vc, kv_layout, scale_value(k_scale, "k_scale"),
                             scale_value(v_scale, "v_scale"), slots_host, pos, _host_positions(pos_ids, validate),

@@ -19,13 +19,14 @@ namespace clattn_py {
 namespace py = pybind11;
 
 // dtypes a Python tensor may hold: the library's plus raw bytes (masks, workspaces).
-enum class PDType : int { F32, F16, BF16, FP8_E4M3, FP8_E5M2, I32, I64, U8 };
+// I8: the int8 KV cache format (docs/kv_formats.md).
+enum class PDType : int { F32, F16, BF16, FP8_E4M3, FP8_E5M2, I32, I64, U8, I8 };
 
 PDType parse_dtype(const std::string& s, const char* arg);  // "float16", "f16", "bf16", ...
 const char* dtype_str(PDType d);
 std::size_t dtype_bytes(PDType d);
-py::dtype numpy_dtype(PDType d);        // bf16 -> uint16, fp8 -> uint8 (raw bits)
-PDType from_numpy(const py::dtype& d, const char* arg);  // float32/float16/int32/int64/uint8
+py::dtype numpy_dtype(PDType d);        // bf16 -> uint16, fp8 -> uint8 (raw bits), i8 -> int8
+PDType from_numpy(const py::dtype& d, const char* arg);  // float32/float16/int32/int64/uint8/int8
 clattn::DType to_lib(PDType d, const char* arg);         // rejects U8
 clattn::KVLayout parse_layout(const std::string& s);
 
@@ -106,6 +107,16 @@ auto plan_from(py::object indptr, py::object indices, py::object last, py::objec
   return f(csr);
 }
 
+// The side buffers of a KV cache, checked: a quantised cache's scale caches (int8: one
+// scale per (token, KV head), f32 or f16; docs/kv_formats.md) and per-KV-head scales
+// ([Hkv] f32). Null handles stay null; the library checks which the cache needs.
+struct KVScales {
+  cl_mem k_cache = nullptr, v_cache = nullptr, k_head = nullptr, v_head = nullptr;
+  std::vector<TensorPtr> hold;  // k_cache, v_cache, k_head, v_head (null when absent)
+};
+KVScales kv_scales(const clattn::Context& ctx, py::handle k_scale_cache, py::handle v_scale_cache,
+                   py::handle k_head_scales, py::handle v_head_scales);
+
 // append_kv's arguments from the Python ones (shared by _append_kv and _rope_append_kv):
 // shapes and dtypes checked, the host slot copy (when not None) validated against the cache.
 struct AppendKV {
@@ -114,7 +125,7 @@ struct AppendKV {
 };
 AppendKV append_kv_args(const clattn::Context& ctx, py::handle k, py::handle v, py::handle slot_mapping,
                         py::handle k_cache, py::handle v_cache, const std::string& layout, float k_scale,
-                        float v_scale, py::object slot_mapping_host);
+                        float v_scale, py::object slot_mapping_host, const KVScales& scales = {});
 
 void init_tensor(py::module_& m);
 void init_ops(py::module_& m);

@@ -7,8 +7,15 @@ namespace clattn_py {
 
 namespace {
 
+// A quantised cache's scale dtype (int8: f32 or f16; the library ignores it for other formats).
+clattn::DType scale_dtype(const std::string& s) {
+  const PDType d = parse_dtype(s, "scale dtype");
+  if (d != PDType::F32 && d != PDType::F16) invalid(std::string("scale dtype: ") + dtype_str(d) + ", expected f32 or f16");
+  return to_lib(d, "scale dtype");
+}
+
 clattn::PagedKV paged_kv(int num_pages, int page_size, int num_kv_heads, int head_dim, const std::string& layout,
-                         const std::string& dtype) {
+                         const std::string& dtype, const std::string& scales = "f32") {
   clattn::PagedKV c;
   c.num_pages = num_pages;
   c.page_size = page_size;
@@ -16,6 +23,7 @@ clattn::PagedKV paged_kv(int num_pages, int page_size, int num_kv_heads, int hea
   c.head_dim = head_dim;
   c.layout = parse_layout(layout);
   c.dtype = to_lib(parse_dtype(dtype, "kv_data_type"), "kv_data_type");
+  c.scale_dtype = scale_dtype(scales);
   return c;
 }
 
@@ -26,16 +34,31 @@ std::vector<int32_t> opt_i32(const py::object& o, const char* name) {
 
 }  // namespace
 
+KVScales kv_scales(const clattn::Context& ctx, py::handle k_scale_cache, py::handle v_scale_cache,
+                   py::handle k_head_scales, py::handle v_head_scales) {
+  KVScales r;
+  const TensorPtr kc = tensor_arg(k_scale_cache, "k_scale_cache"), vc = tensor_arg(v_scale_cache, "v_scale_cache");
+  const TensorPtr kh = tensor_arg(k_head_scales, "k_scale"), vh = tensor_arg(v_head_scales, "v_scale");
+  r.hold = {kc, vc, kh, vh};
+  if (kc) r.k_cache = check_tensor(ctx, kc, "k_scale_cache", {PDType::F32, PDType::F16});
+  if (vc) check_tensor(ctx, vc, "v_scale_cache", {PDType::F32, PDType::F16});
+  if (vc) r.v_cache = check_tensor(ctx, vc, "v_scale_cache", {kc ? kc->dtype : vc->dtype});
+  if (kh) r.k_head = check_tensor(ctx, kh, "k_scale", {PDType::F32});
+  if (vh) r.v_head = check_tensor(ctx, vh, "v_scale", {PDType::F32});
+  return r;
+}
+
 AppendKV append_kv_args(const clattn::Context& ctx, py::handle k_, py::handle v_, py::handle slots_,
                         py::handle k_cache_, py::handle v_cache_, const std::string& layout, float k_scale,
-                        float v_scale, py::object slots_host) {
+                        float v_scale, py::object slots_host, const KVScales& sc) {
   AppendKV r;
   const TensorPtr k = tensor_arg(k_, "append_key"), v = tensor_arg(v_, "append_value");
   const TensorPtr slots = tensor_arg(slots_, "slot_mapping");
   const TensorPtr k_cache = tensor_arg(k_cache_, "k_cache"), v_cache = tensor_arg(v_cache_, "v_cache");
   r.hold = {k, v, slots, k_cache, v_cache};
   const std::initializer_list<PDType> src = {PDType::F32, PDType::F16, PDType::BF16};
-  const std::initializer_list<PDType> kv = {PDType::F32, PDType::F16, PDType::BF16, PDType::FP8_E4M3, PDType::FP8_E5M2};
+  const std::initializer_list<PDType> kv = {PDType::F32, PDType::F16, PDType::BF16, PDType::FP8_E4M3, PDType::FP8_E5M2,
+                                            PDType::I8};
   clattn::AppendKVArgs& a = r.args;
   a.k = check_tensor(ctx, k, "append_key", src);
   if (k->shape.size() != 3) invalid("append_key: shape " + shape_str(k->shape) + ", expected [num_tokens, num_kv_heads, head_dim]");
@@ -49,11 +72,16 @@ AppendKV append_kv_args(const clattn::Context& ctx, py::handle k_, py::handle v_
   a.v_cache = check_tensor(ctx, v_cache, "v_cache", {k_cache->dtype}, k_cache->shape);
   bool nhd = parse_layout(layout) == clattn::KVLayout::NHD;
   const auto& cs = k_cache->shape;
-  a.cache = paged_kv(int(cs[0]), int(nhd ? cs[1] : cs[2]), int(nhd ? cs[2] : cs[1]), int(cs[3]), layout, dtype_str(k_cache->dtype));
+  const char* scales = !sc.hold.empty() && sc.hold[0] ? dtype_str(sc.hold[0]->dtype) : "f32";
+  a.cache = paged_kv(int(cs[0]), int(nhd ? cs[1] : cs[2]), int(nhd ? cs[2] : cs[1]), int(cs[3]), layout,
+                     dtype_str(k_cache->dtype), scales);
   if (k->shape[1] != a.cache.num_kv_heads || k->shape[2] != a.cache.head_dim)
     invalid("append_key: shape " + shape_str(k->shape) + " does not match the cache's heads/head_dim " + shape_str(cs));
   a.k_scale = k_scale;
   a.v_scale = v_scale;
+  a.k_scale_cache = sc.k_cache, a.v_scale_cache = sc.v_cache;
+  a.k_head_scales = sc.k_head, a.v_head_scales = sc.v_head;
+  r.hold.insert(r.hold.end(), sc.hold.begin(), sc.hold.end());
   if (!slots_host.is_none()) {
     auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(slots_host);
     if (!arr || arr.size() != a.num_tokens) invalid("slot_mapping host copy: expected " + std::to_string(a.num_tokens) + " integers");
@@ -66,11 +94,15 @@ void init_ops(py::module_& m) {
   // ---------------------------------------------------------------- append
   m.def("_append_kv", [](const clattn::Context& ctx, py::handle k_, py::handle v_, py::handle slots_,
                          py::handle k_cache_, py::handle v_cache_, const std::string& layout,
-                         float k_scale, float v_scale, py::object slots_host) {
-    const AppendKV a = append_kv_args(ctx, k_, v_, slots_, k_cache_, v_cache_, layout, k_scale, v_scale, slots_host);
+                         float k_scale, float v_scale, py::object slots_host, py::handle k_scale_cache,
+                         py::handle v_scale_cache, py::handle k_head_scales, py::handle v_head_scales) {
+    const KVScales sc = kv_scales(ctx, k_scale_cache, v_scale_cache, k_head_scales, v_head_scales);
+    const AppendKV a = append_kv_args(ctx, k_, v_, slots_, k_cache_, v_cache_, layout, k_scale, v_scale, slots_host, sc);
     clattn::append_kv(ctx, a.args);
   }, py::arg("ctx"), py::arg("k"), py::arg("v"), py::arg("slot_mapping"), py::arg("k_cache"), py::arg("v_cache"),
-     py::arg("kv_layout"), py::arg("k_scale"), py::arg("v_scale"), py::arg("slot_mapping_host") = py::none());
+     py::arg("kv_layout"), py::arg("k_scale"), py::arg("v_scale"), py::arg("slot_mapping_host") = py::none(),
+     py::arg("k_scale_cache") = py::none(), py::arg("v_scale_cache") = py::none(),
+     py::arg("k_head_scales") = py::none(), py::arg("v_head_scales") = py::none());
 
   // ---------------------------------------------------------------- merge
   m.def("_merge_state", [](const clattn::Context& ctx, py::handle va_, py::handle sa_, py::handle vb_,
@@ -124,7 +156,7 @@ void init_ops(py::module_& m) {
                            int page_size, int num_pages, int num_kv_heads, int head_dim, const std::string& layout,
                            const std::string& kv_dtype, int num_qo_heads, const std::string& q_dtype,
                            const std::string& o_dtype, float sm_scale, float soft_cap, int window_left,
-                           bool deterministic, int max_splits, bool validate) {
+                           bool deterministic, int max_splits, bool validate, const std::string& scales) {
     clattn::PagedCsr csr;
     csr.page_size = page_size;
     csr.kv_indptr = to_i32(indptr, "indptr");
@@ -140,14 +172,16 @@ void init_ops(py::module_& m) {
     o.deterministic = deterministic;
     o.max_splits = max_splits;
     o.validate = validate;
-    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype);
+    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype, scales);
     py::gil_scoped_release nogil;
     return clattn::decode_plan(ctx, csr, cache, o);
   });
 
   m.def("_decode_run", [](const clattn::Context& ctx, const clattn::DecodePlan& plan, py::handle q_, py::handle k_,
                           py::handle v_, py::handle page_ids_, py::handle o_, py::handle lse_, py::handle workspace_,
-                          py::handle sinks_, float k_scale, float v_scale) {
+                          py::handle sinks_, float k_scale, float v_scale, py::handle k_scale_cache,
+                          py::handle v_scale_cache, py::handle k_head_scales, py::handle v_head_scales) {
+    const KVScales sc = kv_scales(ctx, k_scale_cache, v_scale_cache, k_head_scales, v_head_scales);
     const TensorPtr q = tensor_arg(q_, "q"), k = tensor_arg(k_, "k_cache"), v = tensor_arg(v_, "v_cache");
     const TensorPtr page_ids = tensor_arg(page_ids_, "indices"), o = tensor_arg(o_, "out"), lse = tensor_arg(lse_, "lse");
     const TensorPtr workspace = tensor_arg(workspace_, "workspace"), sinks = tensor_arg(sinks_, "sinks");
@@ -162,8 +196,13 @@ void init_ops(py::module_& m) {
     b.sinks = sinks ? check_tensor(ctx, sinks, "sinks", {PDType::F32}) : nullptr;
     b.k_scale = k_scale;
     b.v_scale = v_scale;
+    b.k_scale_cache = sc.k_cache, b.v_scale_cache = sc.v_cache;
+    b.k_head_scales = sc.k_head, b.v_head_scales = sc.v_head;
     clattn::decode_run(ctx, plan, b);
-  });
+  }, py::arg("ctx"), py::arg("plan"), py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("indices"),
+     py::arg("out"), py::arg("lse"), py::arg("workspace"), py::arg("sinks"), py::arg("k_scale"), py::arg("v_scale"),
+     py::arg("k_scale_cache") = py::none(), py::arg("v_scale_cache") = py::none(),
+     py::arg("k_head_scales") = py::none(), py::arg("v_head_scales") = py::none());
 
   // ---------------------------------------------------------------- extend / prefill
   py::class_<clattn::ExtendPlan>(m, "ExtendPlan", "A planned extend/prefill batch (opaque).")
@@ -198,7 +237,8 @@ void init_ops(py::module_& m) {
                                    py::object last, int page_size, int num_pages, int num_kv_heads, int head_dim,
                                    const std::string& layout, const std::string& kv_dtype, int num_qo_heads,
                                    const std::string& q_dtype, const std::string& o_dtype, float sm_scale,
-                                   float soft_cap, int window_left, bool causal, py::object mask_indptr, bool validate) {
+                                   float soft_cap, int window_left, bool causal, py::object mask_indptr, bool validate,
+                                   const std::string& scales) {
     clattn::PagedCsr csr;
     csr.page_size = page_size;
     csr.qo_indptr = to_i32(qo_indptr, "qo_indptr");
@@ -206,7 +246,7 @@ void init_ops(py::module_& m) {
     csr.kv_indices = to_i32(indices, "paged_kv_indices");
     csr.kv_last_page_len = to_i32(last, "paged_kv_last_page_len");
     auto o = ext_opts(num_qo_heads, q_dtype, o_dtype, sm_scale, soft_cap, window_left, causal, mask_indptr, validate);
-    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype);
+    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype, scales);
     py::gil_scoped_release nogil;
     return clattn::extend_plan(ctx, csr, cache, o);
   });
@@ -230,7 +270,10 @@ void init_ops(py::module_& m) {
 
   m.def("_extend_run", [](const clattn::Context& ctx, const clattn::ExtendPlan& plan, py::handle q_, py::handle k_,
                           py::handle v_, py::handle page_ids_, py::handle o_, py::handle lse_, py::handle sinks_,
-                          py::handle mask_, float k_scale, float v_scale, py::handle workspace_) {
+                          py::handle mask_, float k_scale, float v_scale, py::handle workspace_,
+                          py::handle k_scale_cache, py::handle v_scale_cache, py::handle k_head_scales,
+                          py::handle v_head_scales) {
+    const KVScales sc = kv_scales(ctx, k_scale_cache, v_scale_cache, k_head_scales, v_head_scales);
     const TensorPtr q = tensor_arg(q_, "q"), k = tensor_arg(k_, "k"), v = tensor_arg(v_, "v");
     const TensorPtr page_ids = tensor_arg(page_ids_, "paged_kv_indices"), o = tensor_arg(o_, "out");
     const TensorPtr lse = tensor_arg(lse_, "lse"), sinks = tensor_arg(sinks_, "sinks");
@@ -247,8 +290,13 @@ void init_ops(py::module_& m) {
     b.k_scale = k_scale;
     b.v_scale = v_scale;
     b.workspace = mem_of(ctx, workspace, "workspace");
+    b.k_scale_cache = sc.k_cache, b.v_scale_cache = sc.v_cache;
+    b.k_head_scales = sc.k_head, b.v_head_scales = sc.v_head;
     clattn::extend_run(ctx, plan, b);
-  });
+  }, py::arg("ctx"), py::arg("plan"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("page_ids"), py::arg("out"),
+     py::arg("lse"), py::arg("sinks"), py::arg("mask"), py::arg("k_scale"), py::arg("v_scale"),
+     py::arg("workspace") = py::none(), py::arg("k_scale_cache") = py::none(), py::arg("v_scale_cache") = py::none(),
+     py::arg("k_head_scales") = py::none(), py::arg("v_head_scales") = py::none());
 }
 
 }  // namespace clattn_py

@@ -38,6 +38,7 @@ DLDataType to_dl(PDType d) {
     case PDType::I32: return {kDLInt, 32, 1};
     case PDType::I64: return {kDLInt, 64, 1};
     case PDType::U8: return {kDLUInt, 8, 1};
+    case PDType::I8: return {kDLInt, 8, 1};
   }
   return {kDLUInt, 8, 1};
 }
@@ -52,6 +53,7 @@ PDType from_dl(DLDataType t) {
   if (t.code == kDLInt && t.bits == 32) return PDType::I32;
   if (t.code == kDLInt && t.bits == 64) return PDType::I64;
   if (t.code == kDLUInt && t.bits == 8) return PDType::U8;
+  if (t.code == kDLInt && t.bits == 8) return PDType::I8;
   invalid("from_dlpack: unsupported DLPack dtype (code " + std::to_string(t.code) + ", bits " +
           std::to_string(t.bits) + ")");
 }
@@ -204,8 +206,9 @@ PDType parse_dtype(const std::string& s0, const char* arg) {
   if (s == "i32" || s == "int32") return PDType::I32;
   if (s == "i64" || s == "int64") return PDType::I64;
   if (s == "u8" || s == "uint8") return PDType::U8;
+  if (s == "i8" || s == "int8") return PDType::I8;
   invalid(std::string(arg) + ": unknown dtype '" + s0 +
-          "' (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8, or numpy/torch names)");
+          "' (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8 i8, or numpy/torch names)");
 }
 
 const char* dtype_str(PDType d) {
@@ -218,6 +221,7 @@ const char* dtype_str(PDType d) {
     case PDType::I32: return "i32";
     case PDType::I64: return "i64";
     case PDType::U8: return "u8";
+    case PDType::I8: return "i8";
   }
   return "?";
 }
@@ -238,6 +242,7 @@ py::dtype numpy_dtype(PDType d) {
     case PDType::BF16: return py::dtype("uint16");
     case PDType::I32: return py::dtype("int32");
     case PDType::I64: return py::dtype("int64");
+    case PDType::I8: return py::dtype("int8");
     default: return py::dtype("uint8");
   }
 }
@@ -250,6 +255,7 @@ PDType from_numpy(const py::dtype& d, const char* arg) {
   if (k == 'i' && sz == 4) return PDType::I32;
   if (k == 'i' && sz == 8) return PDType::I64;
   if (k == 'u' && sz == 1) return PDType::U8;
+  if (k == 'i' && sz == 1) return PDType::I8;
   if (k == 'u' && sz == 2)
     invalid(std::string(arg) + ": a uint16 array needs an explicit dtype='bf16' (numpy has no bfloat16)");
   invalid(std::string(arg) + ": numpy dtype " + dtype_repr(d) +
@@ -265,6 +271,7 @@ clattn::DType to_lib(PDType d, const char* arg) {
     case PDType::FP8_E5M2: return clattn::DType::FP8_E5M2;
     case PDType::I32: return clattn::DType::I32;
     case PDType::I64: return clattn::DType::I64;
+    case PDType::I8: return clattn::DType::I8;
     default: invalid(std::string(arg) + ": u8 is not an attention dtype");
   }
 }
@@ -482,7 +489,7 @@ bytes; both are checked.)doc")
 Made by :meth:`Context.to_device`, :meth:`Context.empty`, :meth:`Context.zeros`,
 :meth:`Context.wrap` (zero-copy) or :func:`clattn.from_dlpack`. Ops return them. Row-major
 and contiguous, always starting at offset 0 of its buffer. dtype is a string: f32 f16 bf16
-fp8_e4m3 fp8_e5m2 i32 i64 u8.)doc")
+fp8_e4m3 fp8_e5m2 i32 i64 u8 i8.)doc")
       .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape)); }, "Shape tuple.")
       .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_str(t.dtype)); }, "dtype string.")
       .def_property_readonly("ndim", [](const Tensor& t) { return t.shape.size(); }, "Number of dimensions.")

@@ -146,6 +146,29 @@ int main(void) {
   CHECK(clattn_kv_pool_bytes(pool, &alloc, &per_page, NULL) == CLATTN_SUCCESS);
   CHECK(per_page == 2 * P * HKV * D * 4 && alloc == per_page * PAGES);
 
+  /* int8 pool (f16 scales): the scale caches are allocated, counted per page and required. */
+  clattn_kv_pool_config ic = pc;
+  ic.kv_dtype = 7, ic.scale_dtype = 1;
+  clattn_kv_pool ip = NULL, owned = NULL;
+  CHECK(clattn_kv_pool_create(ctx, &ic, &layer, 1, 1, &ip) == CLATTN_SUCCESS);
+  cl_mem ksc = NULL, vsc = NULL, kc8 = NULL, vc8 = NULL;
+  CHECK(clattn_kv_pool_get_layer_scales(ip, 0, &ksc, &vsc) == CLATTN_SUCCESS && ksc && vsc);
+  CHECK(clattn_kv_pool_get_layer(ip, 0, &kc8, &vc8) == CLATTN_SUCCESS);
+  CHECK(clattn_kv_pool_bytes(ip, &alloc, &per_page, NULL) == CLATTN_SUCCESS);
+  CHECK(per_page == 2 * P * HKV * D + 2 * P * HKV * 2 && alloc == per_page * PAGES);
+  CHECK_FAILS(clattn_kv_pool_set_layer_scales(pool, 0, ksc, vsc), CLATTN_INVALID_ARGUMENT, "no scale caches");
+  CHECK(clattn_kv_pool_create(ctx, &ic, &layer, 1, 0, &owned) == CLATTN_SUCCESS);
+  CHECK(clattn_kv_pool_set_layer(owned, 0, kc8, vc8) == CLATTN_SUCCESS);
+  clattn_backend ib = NULL;
+  CHECK_FAILS(clattn_backend_create(ctx, "paged", owned, &layer, 1, &bc, &ib), CLATTN_INVALID_ARGUMENT, "no scale caches");
+  CHECK(clattn_kv_pool_set_layer_scales(owned, 0, ksc, vsc) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_create(ctx, "paged", owned, &layer, 1, &bc, &ib) == CLATTN_SUCCESS);
+  clattn_backend_release(ib);
+  clattn_kv_pool_release(owned);
+  clattn_kv_pool_release(ip);
+  ic.scale_dtype = 2; /* bf16 */
+  CHECK_FAILS(clattn_kv_pool_create(ctx, &ic, &layer, 1, 1, &ip), CLATTN_INVALID_ARGUMENT, "scale_dtype");
+
   clattn_backend_release(be);
   clattn_kv_pool_release(pool);
   clReleaseMemObject(qb), clReleaseMemObject(kb), clReleaseMemObject(vb), clReleaseMemObject(ob);

@@ -92,11 +92,27 @@ TEST(KVPoolLimits, OverflowingGeometryIsInvalid) {
                                  "paged cache size"));
 }
 
-// int8 caches are decode / append_kv only: a pool of them says so at creation.
-TEST(KVPoolLimits, Int8PoolIsUnsupportedNamingIt) {
-  KVPoolConfig c = pages(4);
+// An int8 pool allocates each MHA layer's two scale caches beside the caches (zeroed, sized
+// by PagedKV::scale_required_bytes, counted per page); MLA layers refuse int8 by name.
+TEST(KVPoolLimits, Int8PoolAllocatesScaleCaches) {
+  KVPoolConfig c = pages(3);
   c.kv_dtype = DType::I8;
-  EXPECT_TRUE(test::throws_error([&] { KVPool(ctx(), c, {mha(0)}); }, Status::Unsupported, "kv_dtype int8"));
+  c.scale_dtype = DType::F16;
+  KVPool pool(ctx(), c, {mha(0)});
+  const auto& L = pool.layer(0);
+  const int64_t sb = L.kv.scale_required_bytes();
+  EXPECT_EQ(sb, 3 * L.kv.page_size * L.kv.num_kv_heads * 2);
+  EXPECT_EQ(pool.bytes_allocated(), 2 * L.kv.required_bytes() + 2 * sb);
+  for (cl_mem m : {L.k_scale_cache, L.v_scale_cache}) {
+    ASSERT_NE(m, nullptr);
+    std::vector<uint8_t> b(size_t(sb), 0xff);
+    ASSERT_EQ(clEnqueueReadBuffer(ctx().cl_queue(), m, CL_TRUE, 0, b.size(), b.data(), 0, nullptr, nullptr), CL_SUCCESS);
+    for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], 0) << "byte " << i;
+  }
+  LayerSpec mla;
+  mla.kind = LayerKind::MLA;
+  mla.num_qo_heads = 16;
+  EXPECT_TRUE(test::throws_error([&] { KVPool(ctx(), c, {mla}); }, Status::Unsupported, "int8 with MLA layer 0"));
 }
 
 TEST(KVPoolLimits, NewPoolIsZeroedAndCountsItsBytes) {

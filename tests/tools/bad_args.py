@@ -18,6 +18,12 @@ import tempfile
 BAD = [
     ("clattn-serve-sim", "--layers -1", {}, 2, "--layers: must be at least 0"),
     ("clattn-serve-sim", "--kv-dtype int4", {}, 2, "--kv-dtype: must be one of"),
+    ("clattn-serve-sim", "--kv-scale-dtype bf16", {}, 2, "--kv-scale-dtype: must be one of f32 f16"),
+    ("clattn-serve-sim", "--compare-kv int4", {}, 2, "--compare-kv: must be one of"),
+    ("clattn-serve-sim", "--model deepseek-v3-tp8 --kv-dtype int8", {}, 2,
+     "--kv-dtype: int8: model deepseek-v3-tp8 has MLA layers"),
+    ("clattn-serve-sim", "--model deepseek-v3-tp8 --compare-kv int8", {}, 2, "--compare-kv: int8: model deepseek-v3-tp8"),
+    ("clattn-serve-sim", "--model llama-8b-hsa --kv-dtype int8", {}, 2, "--kv-dtype: int8: HSA's page selection"),
     ("clattn-serve-sim", "--dtype int4", {}, 2, "--dtype: must be one of f32 f16 bf16"),
     ("clattn-serve-sim", "--dtype fp8", {}, 2, "--dtype"),
     ("clattn-serve-sim", "--prompt-min 50 --prompt-max 10", {}, 2, "--prompt-max: is 10, below --prompt-min 50"),

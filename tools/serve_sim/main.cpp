@@ -2,6 +2,7 @@
 // layer (continuous batching, shared-prefix pages, sampled reference checks) and reports
 // tokens/s, the attention share of the step time, KV memory and decode bandwidth.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "sim.hpp"
@@ -14,6 +15,7 @@ clattn::DType parse_dtype(const std::string& s) {
   if (s == "f16") return clattn::DType::F16;
   if (s == "bf16") return clattn::DType::BF16;
   if (s == "fp8_e4m3" || s == "fp8") return clattn::DType::FP8_E4M3;
+  if (s == "int8") return clattn::DType::I8;
   return clattn::DType::FP8_E5M2;  // (the options' validators admit nothing else)
 }
 
@@ -30,7 +32,7 @@ void progress_bar(int done, int total) {
 int main(int argc, char** argv) {
   CLI::App app{"clattn-serve-sim: an engine loop on clattn's attention backends, checked against a reference"};
   clattn::sim::Config cfg;
-  std::string device, act = "bf16", kv = "bf16";
+  std::string device, act = "bf16", kv = "bf16", kv_scales = "f32", compare;
   bool no_progress = false, big = false, no_warmup = false, check_args = false;
   using clattn::cli::at_least;
   using clattn::cli::one_of;
@@ -52,9 +54,16 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(one_of(clattn::backend_names()));
   app.add_option("--dtype", act, "q/k/v/o dtype")->capture_default_str()->check(one_of({"f32", "f16", "bf16"}));
-  app.add_option("--kv-dtype", kv, "cache dtype (fp8 = fp8_e4m3)")
+  const std::vector<std::string> kv_dtypes = {"f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"};
+  app.add_option("--kv-dtype", kv, "cache dtype (fp8 = fp8_e4m3; int8: a scale per token and KV head)")
       ->capture_default_str()
-      ->check(one_of({"f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"}));
+      ->check(one_of(kv_dtypes));
+  app.add_option("--kv-scale-dtype", kv_scales, "int8 caches: the scale caches' dtype")
+      ->capture_default_str()
+      ->check(one_of({"f32", "f16"}));
+  app.add_option("--compare-kv", compare,
+                 "also serve the trace on a cache of this dtype (e.g. bf16) and report the outputs' error against it")
+      ->check(one_of(kv_dtypes));
   app.add_option("--page-size", cfg.page_size, "tokens per page (0 = the preset's)")->check(at_least(0));
   app.add_option("--requests", cfg.num_requests, "requests to serve")->capture_default_str()->check(at_least(1));
   app.add_option("--max-running", cfg.max_running, "concurrent requests (decode batch)")
@@ -109,6 +118,8 @@ int main(int argc, char** argv) {
   return clattn::cli::run("clattn-serve-sim", app, argc, argv, [&]() -> int {
     cfg.act_dtype = parse_dtype(act);
     cfg.kv_dtype = parse_dtype(kv);
+    cfg.kv_scale_dtype = parse_dtype(kv_scales);
+    if (!compare.empty()) cfg.compare_kv = parse_dtype(compare);
     if (big) {  // its sizes, where the option was not given
       const struct {
         const char* option;
@@ -147,7 +158,9 @@ int main(int argc, char** argv) {
     }
     const auto r = clattn::sim::run(ctx, cfg);
     const double toks = double(r.prompt_tokens + r.generated_tokens);
-    std::printf("  model          %s, backend %s, act %s, kv %s\n", r.model.c_str(), r.backend.c_str(), act.c_str(), kv.c_str());
+    const std::string kv_desc = kv + (cfg.kv_dtype == clattn::DType::I8 ? " (" + kv_scales + " scales)" : "");
+    std::printf("  model          %s, backend %s, act %s, kv %s\n", r.model.c_str(), r.backend.c_str(), act.c_str(),
+                kv_desc.c_str());
     std::printf("  steps          %d (%d extend, %d mixed, %d decode)\n", r.steps, r.extend_steps, r.mixed_steps,
                 r.decode_steps);
     std::printf("  tokens         %lld prompt (%lld served from the shared prefix), %lld generated\n",
@@ -198,6 +211,15 @@ int main(int argc, char** argv) {
     std::printf("  allocations    %llu device allocations in steady-state decode steps\n", r.steady_decode_allocations);
     std::printf("  checks         %d layer checks against the double-precision reference, max |err| %.2e, %d mismatches\n",
                 r.checks, r.max_abs_err, r.mismatches);
+    if (r.compare_outputs > 0) {
+      const double rms_ref = std::sqrt(r.compare_sq_ref / double(r.compare_outputs));
+      const double rms_err = std::sqrt(r.compare_sq_err / double(r.compare_outputs));
+      std::printf("  kv vs %-8s kv %s outputs against a %s-cache run of the same trace, %lld outputs of %d layer calls: "
+                  "max |err| %.3e (%.3e of max |o| %.3g), rms err %.3e (%.3e of rms |o| %.3g)\n",
+                  compare.c_str(), kv.c_str(), compare.c_str(), (long long)r.compare_outputs, r.compare_layer_calls,
+                  r.compare_max_abs, r.compare_max_ref > 0 ? r.compare_max_abs / r.compare_max_ref : 0.0,
+                  r.compare_max_ref, rms_err, rms_ref > 0 ? rms_err / rms_ref : 0.0, rms_ref);
+    }
     for (const auto& f : r.failures) std::printf("  MISMATCH       %s\n", f.c_str());
     if (r.mismatches > 0) {
       std::printf("FAILED: attention results differ from the reference\n");

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "reference/kv_formats_reference.hpp"
 #include "reference/reference.hpp"
 #include "sim.hpp"
 #include "sim_hsa.hpp"
@@ -81,6 +82,7 @@ class Engine {
     pc.num_pages = num_pages_;
     pc.page_size = P_;
     pc.kv_dtype = cfg.kv_dtype;
+    pc.scale_dtype = cfg.kv_scale_dtype;
     pc.num_state_slots = pool_rows_;
     pool_ = KVPool(ctx, pc, model_.layers);
     BackendConfig bc;
@@ -95,6 +97,11 @@ class Engine {
       if (backend_name_ == "hybrid") bc.decode_backend = "hsa";
     }
     backend_ = create_backend(backend_name_, ctx, pool_, bc);
+    if (cfg.compare_kv) {  // the same model on a pool of the compare dtype
+      pc.kv_dtype = *cfg.compare_kv;
+      compare_pool_ = KVPool(ctx, pc, model_.layers);
+      compare_ = create_backend(backend_name_, ctx, compare_pool_, bc);
+    }
 
     make_tables();
     max_tokens_ = std::max(cfg.prefill_token_budget, sys_len_) + cfg.max_running + cfg.prompt_max + 1;
@@ -109,6 +116,7 @@ class Engine {
     int64_t ow = 0;
     for (const auto& l : model_.layers) ow = std::max<int64_t>(ow, out_width(l));
     o_dev_ = DeviceBuffer(ctx, size_t(ow * int64_t(dtype_size(cfg.act_dtype)) * max_tokens_));
+    if (compare_) compare_o_ = DeviceBuffer(ctx, o_dev_.bytes());
     req_to_token_.assign(size_t(pool_rows_) * max_ctx_, 0);
     for (int p = num_pages_ - 1; p >= 0; --p) free_pages_.push_back(p);
     for (int r = pool_rows_ - 1; r >= 1; --r) free_rows_.push_back(r);
@@ -286,7 +294,10 @@ class Engine {
     }
     if (has_linear_)
       for (Request* r : fresh)
-        if (r->shares_prefix) pool_.copy_state(ctx_, 0, r->row);  // fork the system prompt's state
+        if (r->shares_prefix) {  // fork the system prompt's state
+          pool_.copy_state(ctx_, 0, r->row);
+          if (compare_) compare_pool_.copy_state(ctx_, 0, r->row);
+        }
     if (running_.empty() && fresh.empty())
       throw Error(Status::OutOfMemory, "serve-sim: the KV pool (" + std::to_string(num_pages_) +
                                            " pages) cannot hold the next request; raise --pages");
@@ -355,6 +366,7 @@ class Engine {
     if (mode != ForwardMode::Decode) fb.prefix_lens = prefix_.data(), fb.extend_lens = ext_.data();
     const unsigned long long allocs0 = device_allocation_count();
     backend_->init_forward_metadata(fb);
+    if (compare_) compare_->init_forward_metadata(fb);
 
     // The step's token ids, request-major (the q/k/v rows of every layer).
     step_toks_.clear();
@@ -395,6 +407,7 @@ class Engine {
         clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
         markers_.push_back(before), markers_.push_back(after);
       }
+      if (compare_ && T > 0) compare_layer(li, io, T);
       const int kind = int(l.kind) + (hsa_.layers.count(l.layer_id) ? 8 : 0);  // HSA layers: a kind of their own
       const bool first_of_kind = !kind_checked[kind];
       if (check_step && (cfg_.check_all_layers || first_of_kind) && T > 0) {
@@ -448,7 +461,10 @@ class Engine {
           report_.hsa_read_bytes += read;
           report_.hsa_dense_bytes += keys * 2.0 * l.num_kv_heads * l.head_dim * double(dtype_size(cfg_.kv_dtype));
         } else if (l.kind == LayerKind::MHA)
-          bytes += keys * 2.0 * l.num_kv_heads * l.head_dim * double(dtype_size(cfg_.kv_dtype));
+          bytes += keys * 2.0 * double(pool_.layer(l.layer_id).kv.scale_required_bytes() > 0
+                                           ? l.num_kv_heads * (l.head_dim * dtype_size(cfg_.kv_dtype) +
+                                                               dtype_size(cfg_.kv_scale_dtype))  // row + its scale
+                                           : l.num_kv_heads * l.head_dim * dtype_size(cfg_.kv_dtype));
         else if (l.kind == LayerKind::MLA)
           bytes += keys * (kMlaCkvDim + kMlaKpeDim) * double(dtype_size(cfg_.kv_dtype));
         else
@@ -492,12 +508,51 @@ class Engine {
   std::vector<double> field_rows(size_t li, Field f, const Request& r, int from, int to, DType store) const {
     const FieldTable& ft = tables_[li][size_t(f)];
     std::vector<double> out(size_t(to - from) * ft.width);
+    if (store == DType::I8) {  // each (token, KV head) row quantised with its own scale
+      const int D = model_.layers[li].head_dim;
+      std::vector<float> row(static_cast<size_t>(D));
+      std::vector<int8_t> q(static_cast<size_t>(D));
+      for (int p = from; p < to; ++p)
+        for (int h = 0; h < ft.width / D; ++h) {
+          for (int d = 0; d < D; ++d) row[size_t(d)] = float(ft.at(r.toks[size_t(p)], h * D + d));
+          float scale = 0;
+          ref::int8_quantize_row(row.data(), D, cfg_.kv_scale_dtype == DType::F16, q.data(), &scale);
+          ref::int8_dequantize_row(q.data(), D, scale, &out[size_t(p - from) * ft.width + size_t(h) * D]);
+        }
+      return out;
+    }
     for (int p = from; p < to; ++p)
       for (int i = 0; i < ft.width; ++i) {
         const double x = ft.at(r.toks[size_t(p)], i);
         out[size_t(p - from) * ft.width + i] = store == ft.dtype ? x : store_round(x, store);
       }
     return out;
+  }
+
+  // The layer once more on the compare pool (same inputs), and its outputs against this
+  // run's: the error the cache format costs end to end (Report::compare_*).
+  void compare_layer(size_t li, const LayerIO& io, int64_t T) {
+    const LayerSpec& l = model_.layers[li];
+    ctx_.finish();  // this run's layer first: the compare run stays out of the figures
+    const auto c0 = std::chrono::steady_clock::now();
+    LayerIO c = io;
+    c.o = compare_o_.get();
+    compare_->forward(l.layer_id, c, true);
+    const size_t es = dtype_size(cfg_.act_dtype), n = size_t(T) * size_t(out_width(l));
+    std::vector<uint8_t> got(n * es), base(n * es);
+    o_dev_.read(ctx_, got.data(), got.size());
+    compare_o_.read(ctx_, base.data(), base.size());
+    for (size_t e = 0; e < n; ++e) {
+      const double g = decode_value(&got[e * es], cfg_.act_dtype), b = decode_value(&base[e * es], cfg_.act_dtype);
+      const double err = std::fabs(g - b);
+      report_.compare_max_abs = std::max(report_.compare_max_abs, err);
+      report_.compare_max_ref = std::max(report_.compare_max_ref, std::fabs(b));
+      report_.compare_sq_err += err * err;
+      report_.compare_sq_ref += b * b;
+    }
+    report_.compare_outputs += int64_t(n);
+    ++report_.compare_layer_calls;
+    check_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   }
 
   void check_layer(size_t li, const std::vector<Request*>& batch) {
@@ -612,9 +667,10 @@ class Engine {
   int P_ = 16, sys_len_ = 0, max_ctx_ = 0, pool_rows_ = 0, num_pages_ = 0;
   int64_t max_tokens_ = 0;
   bool has_linear_ = false, has_paged_ = false;
-  KVPool pool_;
+  KVPool pool_, compare_pool_;
   std::string backend_name_;
-  std::unique_ptr<AttentionBackend> backend_;
+  std::unique_ptr<AttentionBackend> backend_, compare_;
+  DeviceBuffer compare_o_;
   std::vector<std::array<FieldTable, NUM_FIELDS>> tables_;
   std::vector<uint8_t> staging_[2][NUM_FIELDS];
   DeviceBuffer dev_[2][NUM_FIELDS];
@@ -663,10 +719,21 @@ std::optional<ConfigProblem> check(const Config& c) {
   if (c.output_max < c.output_min)
     return ConfigProblem{"--output-max", "is " + std::to_string(c.output_max) + ", below --output-min " +
                                              std::to_string(c.output_min)};
+  if (c.kv_scale_dtype != DType::F32 && c.kv_scale_dtype != DType::F16)
+    return ConfigProblem{"--kv-scale-dtype", std::string("is ") + dtype_name(c.kv_scale_dtype) + ", not f32 or f16"};
+  // int8 caches: MHA layers only, and not under HSA (its page selection reads float caches).
+  const bool int8 = c.kv_dtype == DType::I8 || (c.compare_kv && *c.compare_kv == DType::I8);
+  const char* int8_opt = c.kv_dtype == DType::I8 ? "--kv-dtype" : "--compare-kv";
+  if (int8)
+    for (const auto& l : preset(c.model, c.num_layers).layers)
+      if (l.kind == LayerKind::MLA)
+        return ConfigProblem{int8_opt, "int8: model " + c.model + " has MLA layers, whose latent cache the engine "
+                                       "does not keep in int8"};
   if (c.hsa_topk != 0 || c.hsa_window >= 0 || !c.hsa_strategy.empty() || c.hsa_no_fuse || !c.hsa_layers.empty() ||
       c.backend == "hsa" || c.prefill_backend == "hsa" || c.decode_backend == "hsa" || preset(c.model, 1).hsa.topk > 0) {
     HsaSetup h;
     if (auto p = resolve_hsa(c, preset(c.model, c.num_layers), h)) return p;
+    if (int8 && h.on) return ConfigProblem{int8_opt, "int8: HSA's page selection reads float caches only"};
   }
   if (c.num_pages > 0) {  // the longest request must fit: its own pages plus the shared prefix's
     const int P = c.page_size > 0 ? c.page_size : preset(c.model, 1).page_size;

@@ -32,6 +32,10 @@ struct Config {
   std::string backend;         // "" = the preset's
   std::string prefill_backend = "paged", decode_backend = "paged";  // hybrid routing
   DType act_dtype = DType::BF16, kv_dtype = DType::BF16;
+  DType kv_scale_dtype = DType::F32;  // int8 caches: the scale caches' dtype (f32 or f16)
+  // Also serve every step on a second pool of this cache dtype (same trace: the same tokens,
+  // batches and inputs) and report how far the outputs are from it (Report::compare_*).
+  std::optional<DType> compare_kv;
   int page_size = 0;           // 0 = the preset's
   int num_requests = 12;
   int max_running = 6;         // decode batch limit (pool rows)
@@ -67,6 +71,11 @@ struct Report {
   int pages_total = 0, pages_peak_used = 0;
   int checks = 0, mismatches = 0;
   double max_abs_err = 0;
+  // compare_kv: over every output element of every layer of every step, |o - o_compare|'s
+  // maximum and sum of squares, and the compare run's max |o| and sum of squares.
+  int64_t compare_outputs = 0;
+  int compare_layer_calls = 0;
+  double compare_max_abs = 0, compare_max_ref = 0, compare_sq_err = 0, compare_sq_ref = 0;
   std::vector<std::string> failures;     // first few mismatch descriptions
   // Decode steps: wall time (reference checks excluded) and tokens generated in them.
   double decode_wall_s = 0;

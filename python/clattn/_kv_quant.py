@@ -1,0 +1,111 @@
+"""The buffers beside a paged KV cache, checked in one place for every wrapper (decode,
+paged prefill, append): a quantised cache's scale caches and per-KV-head dequantisation
+scales. Layouts and reasoning: docs/kv_formats.md. Not public API."""
+import numpy as np
+
+from ._clattn import Tensor
+from ._util import _is_pyopencl_array, as_tensor, check, error, is_raw_buffer
+
+# Quantised cache dtypes -> (their name in messages, the dtypes their scale caches may hold).
+# int8: one scale per (token, KV head), stored beside the pages with the same page ids.
+QUANT_KV = {"i8": ("int8", ("f32", "f16"))}
+FLOAT_KV = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
+KV_DTYPES = FLOAT_KV + tuple(QUANT_KV)
+
+
+def is_quantised(kv_dtype):
+    return kv_dtype in QUANT_KV
+
+
+def scale_cache_shape(layout, num_pages, page_size, num_kv_heads):
+    """The shape of one scale cache: the cache's page/token/head order without head_dim."""
+    if layout == "NHD":
+        return (num_pages, page_size, num_kv_heads)
+    return (num_pages, num_kv_heads, page_size)
+
+
+def scale_caches(ctx, kv_dtype, k_scale_cache, v_scale_cache, layout, num_pages, page_size, num_kv_heads,
+                 scale_dtype=None, track=None):
+    """The (k, v) scale-cache tensors of a cache of ``kv_dtype`` holding ``num_pages`` pages:
+    (None, None) for a float cache (passing one is an error), both required and checked
+    (dtype f32 or f16, the two alike; shape ``scale_cache_shape``) for a quantised one.
+    ``scale_dtype`` is the dtype a raw buffer is read as (default f32); ``track(x, name,
+    make)`` (Writeback.track) when the op writes them. Checked before the op runs (a numpy
+    array tracked for write-back is checked after its upload, before the op)."""
+    if kv_dtype not in QUANT_KV:
+        given = "k_scale_cache" if k_scale_cache is not None else "v_scale_cache" if v_scale_cache is not None else None
+        if given:
+            raise error(f"{given}: the cache is {kv_dtype}; scale caches belong to quantised caches "
+                        f"({', '.join(n for n, _ in QUANT_KV.values())})")
+        return None, None
+    name, dtypes = QUANT_KV[kv_dtype]
+    for arg, x in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
+        if x is None:
+            raise error(f"{arg}: required with an {name} cache (one scale per (token, KV head), "
+                        f"shape {list(scale_cache_shape(layout, num_pages, page_size, num_kv_heads))} "
+                        f"{' or '.join(dtypes)}; docs/kv_formats.md)")
+    shape = scale_cache_shape(layout, num_pages, page_size, num_kv_heads)
+
+    def make(x, arg):
+        if is_raw_buffer(x):
+            return as_tensor(ctx, x, arg, scale_dtype or "f32", shape)
+        return as_tensor(ctx, x, arg)
+
+    def get(x, arg, want):
+        t = track(x, arg, lambda: make(x, arg)) if track else make(x, arg)
+        return check(t, arg, want, shape)
+
+    kt = get(k_scale_cache, "k_scale_cache", dtypes)
+    vt = get(v_scale_cache, "v_scale_cache", (kt.dtype,))
+    return kt, vt
+
+
+def _as_array(x):
+    if isinstance(x, Tensor):
+        return None  # stays on the device
+    if _is_pyopencl_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+def kv_scales(ctx, k_scale, v_scale, num_kv_heads, kv_dtype):
+    """Dequantisation scales as the ops take them: (k_scale, v_scale, k_head_scales,
+    v_head_scales). Each of k_scale / v_scale is None (1), a number, a one-element array, or
+    ``num_kv_heads`` values (per-KV-head scales, vLLM's / FlashInfer's [Hkv] form: clattn
+    Tensor, pyopencl Array or numpy). When either is per head both go as [Hkv] f32 tensors
+    (the other's one value repeated). A quantised cache carries its own scales: only None
+    or 1 there."""
+    vals = []
+    for arg, x in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if x is None or (isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(x, bool)):
+            vals.append(1.0 if x is None else float(x))
+            continue
+        a = _as_array(x)
+        if a is None:  # a device tensor: one value is read back, [Hkv] stays
+            if int(np.prod(x.shape)) == 1:
+                a = x.numpy()
+            else:
+                check(x, arg, ("f32",), (num_kv_heads,))
+                vals.append(x)
+                continue
+        if a.dtype.kind not in "fiu":
+            raise error(f"{arg}: expected numbers, got dtype {a.dtype}")
+        if a.size == 1:
+            vals.append(float(a.reshape(-1)[0]))
+        elif a.size == num_kv_heads and a.ndim == 1:
+            if not (a > 0).all():
+                raise error(f"{arg}: per-KV-head scales must be > 0 (got {a.tolist()})")
+            vals.append(as_tensor(ctx, np.ascontiguousarray(a, np.float32), arg, "f32"))
+        else:
+            raise error(f"{arg}: shape {list(a.shape)}: expected one value or [{num_kv_heads}] "
+                        "(one per KV head)")
+    if kv_dtype in QUANT_KV:
+        for arg, x in zip(("k_scale", "v_scale"), vals):
+            if not (isinstance(x, float) and x == 1.0):
+                raise error(f"{arg}: an {QUANT_KV[kv_dtype][0]} cache carries a scale per (token, KV head) in its "
+                            "scale caches; k_scale / v_scale must be None or 1")
+        return 1.0, 1.0, None, None
+    if all(isinstance(x, float) for x in vals):
+        return vals[0], vals[1], None, None
+    heads = [x if isinstance(x, Tensor) else ctx.to_device(np.full(num_kv_heads, x, np.float32), "f32") for x in vals]
+    return 1.0, 1.0, heads[0], heads[1]
