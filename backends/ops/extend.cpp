@@ -580,6 +580,9 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   GenericTile gt{param(e, over, "WG"), param(e, over, "ROWS"), param(e, over, "KEYS"),
                  param(e, over, "TM"),  param(e, over, "DC"),   param(e, over, "VC"),
                  ops::param_or(e, over, "QRES", 1)};
+  // int8 caches stage a row scale per key beside each row: KEYS_I8 keys per tile there where a
+  // row asks for fewer (the Intel rows: 64 keys spill at int8).
+  if (kv.dtype == DType::I8 && !over.count("KEYS")) gt.keys = std::max(1, ops::param_or(e, over, "KEYS_I8", gt.keys));
   // A head-dim chunk that does not divide head_dim (80, 96, 192) becomes the largest
   // multiple of 4 below it that does.
   if (gt.dc >= 4 && kv.head_dim % gt.dc != 0 && !over.count("DC"))

@@ -126,11 +126,14 @@ const std::vector<Row>& rows_extend() {
       // Xe-core), 32 accumulators inside the 128 GRF registers of SIMD16.
       // intel_dpas (DPAS=1) where the device has DPAS: sub-groups of 16 (Xe-HPC and Xe2, whose
       // DPAS is 8 x 16 x 16), 4 x 2 of them as 32 rows x 64 keys; the arch rows below.
+      // KEYS_I8 32: over int8 caches the portable kernel at 64 keys spills 1-2 KB per thread in
+      // ocloc's dg2 (D=80) and pvc (D=128) builds; 32 keys spill nothing.
       {"extend", Level::Vendor, "intel", "*",
        {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}, {"DPAS", 1}, {"DPAS_SG", 16},
-        {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 2}, {"DPAS_KEYS", 64}},
+        {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 2}, {"DPAS_KEYS", 64}, {"KEYS_I8", 32}},
        "vendor guide: Intel oneAPI GPU optimization guide (SLM, GRF size per thread; XMX / DPAS sub-group "
-       "sizes) and the cl_intel_subgroup_matrix_multiply_accumulate extension; not tuned on hardware"},
+       "sizes) and the cl_intel_subgroup_matrix_multiply_accumulate extension; not tuned on hardware; KEYS_I8: "
+       "clattn-kernel-report --op extend (ocloc dg2 / pvc builds), 2026-11-26"},
       // D = 192, 256: 4 column groups keep a work-item's O at 4 float8 (no spill at 128 GRF
       // in ocloc's pvc build; 2 column groups spill 5 KB per thread there).
       // The portable kernel at D = 192, 256: 16-row tiles, 128 work-items as 4 x 32 (O is 4 x 8
