@@ -48,11 +48,9 @@ void append_kv(__global const void* k, __global const void* v, int src_dt, long 
   const int i = get_global_id(0) * APPEND_ITEMS;
   const long t = get_global_id(1);
   if (i >= Hkv * D) return;
-  const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
-  if (slot >= num_slots && i == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
-  if (slot < 0 || slot >= num_slots) return;
+  long page, off;
+  if (!slot_page(slots, slots_i64, t, page_size, num_slots, i == 0, faults, &page, &off)) return;
   const int h = i / D, d = i - h * D;
-  const long page = slot / page_size, off = slot - page * page_size;
   const size_t src = (size_t)(t * src_st + h * src_sh + d);
   const size_t dst = (size_t)(page * c_sp + off * c_st + h * c_sh + d);
   // Per-KV-head scales (has_hs) on top of the per-tensor ones.
@@ -95,10 +93,8 @@ void append_kv_i8(__global const void* k, __global const void* v, int src_dt, lo
   const int h = get_global_id(0);
   const long t = get_global_id(1);
   if (h >= Hkv) return;
-  const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
-  if (slot >= num_slots && h == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
-  if (slot < 0 || slot >= num_slots) return;
-  const long page = slot / page_size, off = slot - page * page_size;
+  long page, off;
+  if (!slot_page(slots, slots_i64, t, page_size, num_slots, h == 0, faults, &page, &off)) return;
   const size_t src = (size_t)(t * src_st + h * src_sh);
   const size_t dst = (size_t)(page * c_sp + off * c_st + h * c_sh);
   const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
@@ -147,10 +143,8 @@ void append_kv_i4(__global const void* k, __global const void* v, int src_dt, lo
   const int h = get_global_id(0);
   const long t = get_global_id(1);
   if (h >= Hkv) return;
-  const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
-  if (slot >= num_slots && h == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
-  if (slot < 0 || slot >= num_slots) return;
-  const long page = slot / page_size, off = slot - page * page_size;
+  long page, off;
+  if (!slot_page(slots, slots_i64, t, page_size, num_slots, h == 0, faults, &page, &off)) return;
   const size_t src = (size_t)(t * src_st + h * src_sh);
   const size_t dst = (size_t)((page * c_sp + off * c_st + h * c_sh) / 2);
   const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);

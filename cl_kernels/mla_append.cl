@@ -6,17 +6,6 @@
 #include "common.clh"
 #include "int8_quant.clh"
 
-// The token's slot: page and offset, or false where it is skipped (flagging a slot past the
-// cache).
-inline bool latent_slot(__global const void* slots, int slot64, long i, long page_size, long num_slots,
-                        __global volatile int* faults, long* page, long* off) {
-  const long slot = slot64 ? ((__global const long*)slots)[i] : (long)((__global const int*)slots)[i];
-  if (slot >= num_slots && get_local_id(0) == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
-  if (slot < 0 || slot >= num_slots) return false;
-  *page = slot / page_size, *off = slot % page_size;
-  return true;
-}
-
 __kernel void append_latent(__global const void* src_ckv, __global const void* src_kpe, int src_dt, long s_ckv,
                             long s_kpe, __global const void* slots, int slot64, long num_tokens,
                             __global void* ckv_cache, __global void* kpe_cache, int dst_dt, long ckv_sp, long ckv_st,
@@ -24,7 +13,8 @@ __kernel void append_latent(__global const void* src_ckv, __global const void* s
                             float scale, __global volatile int* faults) {
   const long i = get_group_id(0);
   long page, off;
-  if (i >= num_tokens || !latent_slot(slots, slot64, i, page_size, num_slots, faults, &page, &off)) return;
+  if (i >= num_tokens || !slot_page(slots, slot64, i, page_size, num_slots, get_local_id(0) == 0, faults, &page, &off))
+    return;
   for (int d = get_local_id(0); d < 576; d += get_local_size(0)) {
     if (d < 512) {
       const float v = load_elem(src_ckv, (size_t)(i * s_ckv + d), src_dt);
@@ -52,7 +42,8 @@ __kernel void append_latent_i8(__global const void* src_ckv, __global const void
   const int wi = get_local_id(0), ls = get_local_size(0);
   long page, off;
   // (A skipped token's group returns as a whole: the barrier below is then never reached.)
-  if (i >= num_tokens || !latent_slot(slots, slot64, i, page_size, num_slots, faults, &page, &off)) return;
+  if (i >= num_tokens || !slot_page(slots, slot64, i, page_size, num_slots, get_local_id(0) == 0, faults, &page, &off))
+    return;
   float mc = 0.0f, mk = 0.0f;
   for (int d = wi; d < 576; d += ls) {
     if (d < 512) mc = fmax(mc, fabs(load_elem(src_ckv, (size_t)(i * s_ckv + d), src_dt)));

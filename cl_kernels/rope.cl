@@ -147,10 +147,8 @@ void rope_append_kv_i8(__global const void* k, __global const void* v, int src_d
   if (h >= Hkv || t >= T) return;
   const long p = rope_position(pos, pos_i64, t, has_cache, cache_rows, h == 0, faults);
   if (p < 0) return;
-  const long slot = slots_i64 ? ((__global const long*)slots)[t] : (long)((__global const int*)slots)[t];
-  if (slot >= num_slots && h == 0) atomic_or(faults, CLATTN_FAULT_SLOT);
-  if (slot < 0 || slot >= num_slots) return;
-  const long page = slot / page_size, off = slot - page * page_size;
+  long page, off;
+  if (!slot_page(slots, slots_i64, t, page_size, num_slots, h == 0, faults, &page, &off)) return;
   const size_t sb = (size_t)(t * src_st + h * src_sh), db = (size_t)(page * c_sp + off * c_st + h * c_sh);
   const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
   for (int kind = 0; kind < 2; ++kind) {  // k (rotated), v
