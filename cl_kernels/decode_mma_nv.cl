@@ -72,46 +72,21 @@
 #define KW (HEAD_DIM / 16)  // K words per key and lane (KBYTE below): one per k-step
 #define VW (HEAD_DIM / 32)  // V words per key and lane (bytes [n D/8, (n+1) D/8))
 #define MT (HEAD_DIM / 16)  // m-tiles of O^T = V^T P^T (rows: dims)
-#define NB ((GMAX + 3) / 4)  // n-tiles of columns: 4 heads x (hi, lo) each
-#define BLK 16
 // Byte of word s (one per k-step) of lane c's share of a K row: each 16-byte load of a quad
 // covers 64 contiguous bytes (whole 32-byte sectors per instruction).
 #define KBYTE(c, s) (64 * ((s) / 4) + 16 * (c) + 4 * ((s) % 4))
+#define MMA_Q_DIM(c, s, k) (KBYTE(c, s) + (k))
+#include "decode_mma_nv.clh"
 #define F16_1152 0x64806480u  // f16x2 {1152, 1152}
 #define F16_EXP 0x64646464u   // bytes 0x64: the high byte of f16 1024
 
-inline uint hsub2(uint a, uint b) {
-  uint r;
-  asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-}
 // Bytes 0, 1 (sel 0x4140) or 2, 3 (sel 0x4342) of w, sign-flipped, as an exact f16x2 pair.
 #define I8_PAIR(w, sel) hsub2(prmt((w), F16_EXP, (sel)), F16_1152)
 
-// f32 pair -> hi and lo f16x2 words (hi = f16(x), lo = f16(x - hi)).
-inline void split2(float x0, float x1, uint* hi, uint* lo) {
-  *hi = pack2_f16(x0, x1);
-  float h0, h1;
-  unpack2_f16(*hi, &h0, &h1);
-  *lo = pack2_f16(x0 - h0, x1 - h1);
-}
-
-// List slot of key tok (keys past the end re-read the range's first key and are masked).
-#define SLOT_OF(tok) (tok_off + ((tok) < end ? (tok) : begin))
-#define PAGE_OF(tok) page_ids[page_base + (SLOT_OF(tok) >> log2_page)]
-// Row offset (bytes) of key tok on page id and its scale-cache element; bad: an id outside
-// the pool.
-#define KEY_AT(tok, id, row, sc)                                                                           \
-  do {                                                                                                     \
-    bad |= (uint)(id) >= (uint)num_pages;                                                                  \
-    const long pg_ = (long)POOL_PAGE(id), off_ = (long)(SLOT_OF(tok) & pmask);                             \
-    row = (size_t)(pg_ * stride_page + off_ * stride_token + head_off);                                    \
-    sc = (size_t)(pg_ * sc_page + off_ * sc_token + sc_hoff);                                              \
-  } while (0)
-
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_mma(DECODE_KERNEL_ARGS) {
   __local float sm_o[NWARPS * GMAX * HEAD_DIM];
-  __local float sm_st[3 * NWARPS * GMAX];  // per warp and head: score max, V-side max, sum
+  __local float sm_st[2 * NWARPS * GMAX];  // per warp and head: score max, sum
+  PTX_SCRATCH
 #if FUSE_MERGE
   __local int is_last;
 #endif
@@ -126,39 +101,10 @@ __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_m
   const long head_off = (long)kvh * stride_head, sc_hoff = (long)kvh * sc_head;
   const float vs_h = v_scale * (has_hs ? v_hs[kvh] : 1.0f);
 
-  // q as the B operand of S^T = K Q^T: column g of n-tile b is head 4b + g/2, part g % 2 (hi,
-  // lo). Lane (g, c) holds that part of the head's elements KBYTE(c, s) + {0, 1} (b0) and
-  // + {2, 3} (b1) for each k-step s, after scaling by 2^(7 - e) (e: the exponent of the head's
-  // largest |element|); the score takes 2^(e - 7) back.
+  // q as the B operand of S^T = K Q^T, in KBYTE order (decode_mma_nv.clh).
   uint qb[NB][KW][2];
   float descale[NB];  // of head 4b + c (the lane's score column)
-  const float qs = q_scale * (has_hs ? k_hs[kvh] : 1.0f);
-UNROLL_LOOP
-  for (int b = 0; b < NB; ++b) {
-    const int hq = 4 * b + (g >> 1);
-    float qv[4 * KW];
-    float amax = 0.0f;
-UNROLL_LOOP
-    for (int i = 0; i < 4 * KW; ++i) {
-      qv[i] = hq < ng ? load_elem(q, ((size_t)req * num_qo_heads + h0 + hq) * HEAD_DIM + KBYTE(c, i / 4) + i % 4, q_dt) * qs
-                      : 0.0f;
-      amax = fmax(amax, fabs(qv[i]));
-    }
-    amax = fmax(amax, shfl_xor(amax, 1));  // the 8 lanes of head hq: lane / 8 equal
-    amax = fmax(amax, shfl_xor(amax, 2));
-    amax = fmax(amax, shfl_xor(amax, 4));
-    const int qe = amax > 0.0f ? ilogb(amax) : 0;
-UNROLL_LOOP
-    for (int s = 0; s < KW; ++s) {
-      uint h01, l01, h23, l23;
-      split2(ldexp(qv[4 * s], 7 - qe), ldexp(qv[4 * s + 1], 7 - qe), &h01, &l01);
-      split2(ldexp(qv[4 * s + 2], 7 - qe), ldexp(qv[4 * s + 3], 7 - qe), &h23, &l23);
-      qb[b][s][0] = (g & 1) ? l01 : h01;
-      qb[b][s][1] = (g & 1) ? l23 : h23;
-    }
-    // Head 4b + c's exponent sits on lane 8c (its column's lanes all hold it).
-    descale[b] = ldexp(1.0f, (int)shfl_idx_u((uint)qe, 8 * c) - 7);
-  }
+  mma_load_q(q, q_dt, req, num_qo_heads, h0, ng, q_scale * (has_hs ? k_hs[kvh] : 1.0f), g, c, qb, descale PTX_SCR_ARG);
 
   float acc[NB][MT][4];  // O^T: rows dims, columns head 4b + c (hi, lo)
 UNROLL_LOOP
@@ -184,7 +130,7 @@ UNROLL_LOOP
 UNROLL_LOOP
     for (int i = 0; i < 4; ++i) vid[u][i] = begin < end ? PAGE_OF(VTOK(first + u * BLK, i)) : 0;
   }
-  for (int t0 = first; t0 < end; t0 += NWARPS * BLK * UNROLL) {
+  for (int t0 = first; MMA_LOOP_MORE(t0); t0 += NWARPS * BLK * UNROLL) {
     // Every load of the step first: K rows and scales of keys g and 8 + g, V rows of the
     // lane's four V keys, per block; then the next step's page ids.
     uint kw[UNROLL][2][KW], vw[UNROLL][4][VW];
@@ -285,14 +231,7 @@ UNROLL_LOOP
           lsum[b] += x[r] == CLATTN_NEG_INF ? 0.0f : exp2(x[r] - ml[b]);
           pv[r] = xo[r] == CLATTN_NEG_INF ? 0.0f : exp2(xo[r] - mo[b]) * fv[r];
         }
-        // (hi, lo) of key g and of key 8 + g, then each lane fetches its column's keys:
-        // key 2c (8 + 2c) from lane 8c + g/2's first (second) word, 2c + 1 from lane 8c + 4 + g/2.
-        uint hh, ll;
-        split2(pv[0], pv[1], &hh, &ll);
-        const uint w1 = prmt(hh, ll, 0x5410u), w2 = prmt(hh, ll, 0x7632u);
-        const int sa = 8 * c + (g >> 1), sb = sa + 4;
-        pb[b][0] = prmt(shfl_idx_u(w1, sa), shfl_idx_u(w1, sb), psel);
-        pb[b][1] = prmt(shfl_idx_u(w2, sa), shfl_idx_u(w2, sb), psel);
+        mma_weights_to_b(pv[0], pv[1], g, c, psel, &pb[b][0], &pb[b][1] PTX_SCR_ARG);
       }
       // O^T += V^T P^T: m-tile j takes bytes 2j (row g) and 2j + 1 (row g + 8) of the lane's
       // V piece (dims g D/8 + 2j, + 1) for keys 2c, 2c + 1 (a0, a1) and 8 + 2c, 9 + 2c (a2, a3).
@@ -320,27 +259,14 @@ UNROLL_LOOP
 UNROLL_LOOP
     for (int m = 4; m < 32; m <<= 1) lsum[b] += shfl_xor(lsum[b], m);
 
-  // ---- Merge the warps' states (warp order) and write. Head 4b + c's state: lanes c + 4i.
-  __local float* sm_ml = sm_st;
-  __local float* sm_mo = sm_st + NWARPS * GMAX;
-  __local float* sm_l = sm_st + 2 * NWARPS * GMAX;
-UNROLL_LOOP
-  for (int b = 0; b < NB; ++b) {
-    const int hg = 4 * b + c;
-    if (g == 0 && hg < GMAX) {
-      sm_ml[warp * GMAX + hg] = ml[b];
-      sm_mo[warp * GMAX + hg] = mo[b];
-      sm_l[warp * GMAX + hg] = lsum[b];
-    }
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
+  // ---- Merge the warps' states (warp order) and write.
+  mma_store_states(sm_st, ml, lsum, warp, g, c);
 UNROLL_LOOP
   for (int b = 0; b < NB; ++b) {
     const int hg = 4 * b + c;
     if (hg < GMAX) {
-      float M = CLATTN_NEG_INF;
-      for (int w = 0; w < NWARPS; ++w) M = fmax(M, sm_ml[w * GMAX + hg]);
       // O here is relative to mo; relative to the head's M it is O * 2^(mo - M).
+      const float M = mma_head_max(sm_st, hg);
       const float f = mo[b] == CLATTN_NEG_INF || M == CLATTN_NEG_INF ? 0.0f : exp2(mo[b] - M);
       __local float* dst = sm_o + (warp * GMAX + hg) * HEAD_DIM + g * (HEAD_DIM / 8);
 UNROLL_LOOP
@@ -350,29 +276,5 @@ UNROLL_LOOP
       }
     }
   }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int idx = lid; idx < ng * HEAD_DIM; idx += WGSIZE) {
-    const int hg = idx / HEAD_DIM, d = idx % HEAD_DIM, h = h0 + hg;
-    float M = CLATTN_NEG_INF, L = 0.0f, sum = 0.0f;
-    for (int w = 0; w < NWARPS; ++w) M = fmax(M, sm_ml[w * GMAX + hg]);
-    for (int w = 0; w < NWARPS; ++w) {
-      const float mw = sm_ml[w * GMAX + hg];
-      if (mw != CLATTN_NEG_INF) L += sm_l[w * GMAX + hg] * exp2(mw - M);
-      sum += sm_o[(w * GMAX + hg) * HEAD_DIM + d];
-    }
-    const float2 fin = final_scale_lse(M, L, part, has_sinks, sinks, h, vs_h);
-    if (part < 0) store_elem(o, ((size_t)req * num_qo_heads + h) * HEAD_DIM + d, o_dt, sum * fin.x);
-    else ws[((size_t)part * num_qo_heads + h) * HEAD_DIM + d] = sum * fin.x;
-    if (d == 0) {
-      if (part < 0) {
-        if (has_lse) lse[(size_t)req * num_qo_heads + h] = fin.y;
-      } else {
-        ws[lse_off + (size_t)part * num_qo_heads + h] = fin.y;
-      }
-    }
-  }
-#if FUSE_MERGE
-  if (part >= 0) fused_merge_tail(tab, merge_off, wk[6], counters, counter_off, ws, lse_off, o, o_dt, lse, has_lse,
-                                  sinks, has_sinks, num_qo_heads, HEAD_DIM, h0, ng, lid, WGSIZE, &is_last);
-#endif
+  MMA_DECODE_WRITE();
 }

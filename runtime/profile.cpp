@@ -31,7 +31,8 @@ namespace rt {
 
 const std::vector<std::string>& emulatable_features() {
   static const std::vector<std::string> f = {"cl_khr_subgroups", "cl_intel_subgroups",
-                                             "cl_intel_subgroup_matrix_multiply_accumulate", "amd_wmma", "amd_mfma"};
+                                             "cl_intel_subgroup_matrix_multiply_accumulate", "amd_wmma", "amd_mfma",
+                                             "nv_mma_sync"};
   return f;
 }
 

@@ -322,7 +322,8 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
   x.file = "decode_mma_nv.cl", x.kernel = "paged_decode_mma";
   x.wg = size_t(t.wg);
   const size_t nw = size_t(t.wg / 32), g = size_t(t.gmax);
-  x.local_bytes = (nw * g * size_t(c.head_dim) + 3 * nw * g + (t.fuse_merge ? 1 : 0)) * 4;
+  const bool emul = params::emulated(prof, "nv_mma_sync");
+  x.local_bytes = (nw * g * size_t(c.head_dim) + 2 * nw * g + (t.fuse_merge ? 1 : 0) + (emul ? 8 * x.wg : 0)) * 4;
   // Rows are read in 16-byte pieces at 16-byte offsets.
   const bool aligned = c.page_stride() % 16 == 0 && c.token_stride() % 16 == 0 && c.head_stride() % 16 == 0;
   if (!t.mma) x.why_not = "MMA = 0";
@@ -333,13 +334,16 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
   else if (t.wg < 32 || t.wg % 32) x.why_not = "WG must be a multiple of 32";
   else if (!aligned) x.why_not = "cache strides must be multiples of 16 bytes";
   else x.why_not = params::why_unavailable(prof, x.name);
-  if (x.why_not.empty())
-    x.options = rt::make_options({{"HEAD_DIM", std::to_string(c.head_dim)},
-                                  {"GMAX", std::to_string(t.gmax)},
-                                  {"NWARPS", std::to_string(nw)},
-                                  {"UNROLL", std::to_string(t.mma_unroll)},
-                                  {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
-                                  {"MERGE_BATCH", std::to_string(t.merge_batch)}});
+  if (x.why_not.empty()) {
+    std::map<std::string, std::string> d = {{"HEAD_DIM", std::to_string(c.head_dim)},
+                                            {"GMAX", std::to_string(t.gmax)},
+                                            {"NWARPS", std::to_string(nw)},
+                                            {"UNROLL", std::to_string(t.mma_unroll)},
+                                            {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
+                                            {"MERGE_BATCH", std::to_string(t.merge_batch)}};
+    ops::add_emulation(prof, "nv_mma_sync", d);
+    x.options = rt::make_options(d);
+  }
   return x;
 }
 

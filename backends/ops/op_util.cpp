@@ -175,7 +175,8 @@ void add_emulation(const DeviceProfile& p, const std::string& feature, std::map<
       {"cl_intel_subgroups", "EMULATE_INTEL_SUBGROUPS"},
       {"cl_intel_subgroup_matrix_multiply_accumulate", "EMULATE_INTEL_DPAS"},
       {"amd_wmma", "EMULATE_AMD_WMMA"},
-      {"amd_mfma", "EMULATE_AMD_MFMA"}};
+      {"amd_mfma", "EMULATE_AMD_MFMA"},
+      {"nv_mma_sync", "EMULATE_NV_MMA"}};
   const auto it = names.find(feature);
   if (it == names.end()) throw Error(Status::Internal, "add_emulation: unknown feature " + feature);
   if (params::emulated(p, feature)) defines[it->second] = "1";

@@ -106,7 +106,8 @@ inline const char* prefetch_builtin(const DeviceProfile& p) {
 // (DeviceProfile::emulated, CLATTN_EMULATE) rather than present: the kernel then includes
 // its emulation header. Defines: cl_khr_subgroups -> EMULATE_KHR_SUBGROUPS,
 // cl_intel_subgroups -> EMULATE_INTEL_SUBGROUPS, cl_intel_subgroup_matrix_multiply_accumulate
-// -> EMULATE_INTEL_DPAS, amd_wmma -> EMULATE_AMD_WMMA, amd_mfma -> EMULATE_AMD_MFMA.
+// -> EMULATE_INTEL_DPAS, amd_wmma -> EMULATE_AMD_WMMA, amd_mfma -> EMULATE_AMD_MFMA,
+// nv_mma_sync -> EMULATE_NV_MMA (the decode tensor-core kernels' PTX helpers).
 void add_emulation(const DeviceProfile& p, const std::string& feature, std::map<std::string, std::string>& defines);
 inline int log2_int(int x) {  // ceil(log2(x)) for 1 <= x <= 2^30
   int l = 0;

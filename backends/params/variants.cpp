@@ -34,6 +34,7 @@ bool has_feature(const DeviceProfile& p, const std::string& f) {
   if (f == "cl_intel_subgroups") return p.intel_subgroups;
   if (f == "amd_wmma") return p.vendor == "amd" && amd_has_wmma(p.architecture);
   if (f == "amd_mfma") return p.vendor == "amd" && amd_has_mfma(p.architecture);
+  if (f == "nv_mma_sync") return p.nv_inline_ptx && p.nv_compute_capability >= 80;
   return p.has_extension(f);
 }
 
@@ -67,6 +68,8 @@ bool variant_available(const DeviceProfile& p, const std::string& v, std::string
     return p.nv_inline_ptx ? say(true, "NVIDIA inline PTX, sm_" + std::to_string(p.nv_compute_capability))
                            : say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");
   if (v == "nv_mma_sync") {
+    if (!p.nv_inline_ptx && p.emulates("nv_mma_sync"))
+      return say(true, "mma.sync m16n8k16 f16 (emulated: CLATTN_EMULATE=nv_mma_sync; decode kernels only)");
     if (!p.nv_inline_ptx) return say(false, "needs NVIDIA's OpenCL compiler (inline PTX)");
     if (p.nv_compute_capability < 80)
       return say(false, "needs compute capability >= 8.0, device has " + std::to_string(p.nv_compute_capability));
