@@ -130,7 +130,11 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
                                                   : "merge",
                 t.last_us, t.call_us);
   }
-  if (verbose_build) h.print_build_log("decode.cl", plan.kernel_options);
+  if (verbose_build)
+    h.print_build_log(plan.variant == "nv_mma_sync" ? (cache.dtype == DType::I4 ? "decode_mma_i4_nv.cl" : "decode_mma_nv.cl")
+                      : plan.variant == "cpu"       ? "decode_cpu.cl"
+                                                    : "decode.cl",
+                      plan.kernel_options);
   // int8 / int4: the scales are read too (per token and head, K and V: one f32, or an f32
   // [scale, zero] pair per group).
   const bool i4 = c.kv == DType::I4;

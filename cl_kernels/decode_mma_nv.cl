@@ -35,7 +35,8 @@
 // warp order and the work-group writes o/lse or a partial state, with the optional fused
 // merge, as decode.cl does (same table layout and arguments: DECODE_KERNEL_ARGS).
 //
-// Build options (-D): HEAD_DIM (64 or 128), GMAX, NWARPS, UNROLL, FUSE_MERGE, MERGE_BATCH.
+// Build options (-D): HEAD_DIM (64 or 128), SC_F16 (scale caches in f16), GMAX, NWARPS, UNROLL,
+// FUSE_MERGE, MERGE_BATCH.
 #define MMA_BF16 0
 #include "common.clh"
 #include "kernel_args.clh"
@@ -57,6 +58,9 @@
 #endif
 #ifndef FUSE_MERGE
 #define FUSE_MERGE 0
+#endif
+#ifndef SC_F16
+#define SC_F16 0
 #endif
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
@@ -149,8 +153,8 @@ UNROLL_LOOP
           const uint4 x = *(__global const uint4*)(k_cache + row + KBYTE(c, 4 * i));
           kw[u][r][4 * i] = x.x, kw[u][r][4 * i + 1] = x.y, kw[u][r][4 * i + 2] = x.z, kw[u][r][4 * i + 3] = x.w;
         }
-        ks[u][r] = kv_row_scale(k_scales, sc, sc_f16);
-        vsc[u][r] = kv_row_scale(v_scales, sc, sc_f16);
+        ks[u][r] = kv_row_scale(k_scales, sc, SC_F16);
+        vsc[u][r] = kv_row_scale(v_scales, sc, SC_F16);
       }
 UNROLL_LOOP
       for (int i = 0; i < 4; ++i) {
@@ -202,9 +206,8 @@ UNROLL_LOOP
           xi = valid[u][r] ? xi : CLATTN_NEG_INF;
           // The V scale: exponent into the V-side score, mantissa (in [1, 2)) onto the weight.
           const float v = vsc[u][r];
-          const int ve = v > 0.0f ? ilogb(v) : 0;
-          fv[r] = v > 0.0f ? ldexp(v, -ve) : 0.0f;
-          xo[r] = v > 0.0f ? xi + (float)ve : CLATTN_NEG_INF;
+          const float ve = v_scale_split(v, &fv[r]);
+          xo[r] = v > 0.0f ? xi + ve : CLATTN_NEG_INF;
           x[r] = xi;
           mt = fmax(mt, xi);
           mot = fmax(mot, xo[r]);

@@ -127,6 +127,8 @@ struct KTile {
   // mma_unroll 16-key blocks per warp and step (MMA_UNROLL).
   bool mma = false;
   int mma_unroll = 1;
+  int mma_maxrreg = 0;
+  int mma_pipe = 0;     // int4 kernel: step n + 1's rows loaded while step n computes (MMA_PIPE)  // registers per thread the NVIDIA compiler may use (MMA_MAXRREG; 0: its choice)
   std::string source;     // parameter source, for logs
 };
 
@@ -227,10 +229,12 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   if (over_h != over.end()) t.unroll_hints = over_h->second ? 1 : 0;
   auto over_f = over.find("FP8_FAST");
   if (over_f != over.end()) t.fp8_fast = over_f->second ? 1 : 0;
-  // The int8 tensor-core kernel keeps up to 8 heads in its MMA rows at no register cost.
+  // The tensor-core kernels (int8, int4) keep up to 8 heads in their MMA rows at no register cost.
   t.mma = ops::param_or(e, over, "MMA", 0) != 0;
   t.mma_unroll = std::clamp(ops::param_or(e, over, "MMA_UNROLL", 1), 1, 4);
-  if (t.mma && c.dtype == DType::I8 && (c.head_dim == 64 || c.head_dim == 128) &&
+  t.mma_maxrreg = std::clamp(ops::param_or(e, over, "MMA_MAXRREG", 0), 0, 255);
+  t.mma_pipe = ops::param_or(e, over, "MMA_PIPE", 0) != 0;
+  if (t.mma && (c.dtype == DType::I8 || c.dtype == DType::I4) && (c.head_dim == 64 || c.head_dim == 128) &&
       params::variant_available(prof, "nv_mma_sync"))
     t.gmax = std::min(pow2_ceil(std::min(group, 8)), 8);
   auto over_g = over.find("GMAX");
@@ -315,24 +319,32 @@ std::string cpu_build_options(const DeviceProfile& prof, const KTile& t, const P
   return rt::make_options(d);
 }
 
-// The tensor-core variant (decode_mma_nv.cl): int8 rows on mma.sync, or why it does not apply.
+// The tensor-core variant: int8 rows (decode_mma_nv.cl) or int4 rows (decode_mma_i4_nv.cl) on
+// mma.sync, or why it does not apply.
 ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedKV& c) {
   ops::Variant x;
   x.name = "nv_mma_sync";
-  x.file = "decode_mma_nv.cl", x.kernel = "paged_decode_mma";
+  const bool i4 = c.dtype == DType::I4;
+  x.file = i4 ? "decode_mma_i4_nv.cl" : "decode_mma_nv.cl", x.kernel = "paged_decode_mma";
   x.wg = size_t(t.wg);
   const size_t nw = size_t(t.wg / 32), g = size_t(t.gmax);
   const bool emul = params::emulated(prof, "nv_mma_sync");
   x.local_bytes = (nw * g * size_t(c.head_dim) + 2 * nw * g + (t.fuse_merge ? 1 : 0) + (emul ? 8 * x.wg : 0)) * 4;
-  // Rows are read in 16-byte pieces at 16-byte offsets.
-  const bool aligned = c.page_stride() % 16 == 0 && c.token_stride() % 16 == 0 && c.head_stride() % 16 == 0;
+  // Rows are read in pieces of up to 16 bytes at 16-byte aligned row starts (strides in
+  // elements: an int4 element is half a byte).
+  const int64_t a = i4 ? 32 : 16;
+  // int4's [scale, zero] pairs are read as one 4- or 8-byte load: even scale strides.
+  const bool aligned = c.page_stride() % a == 0 && c.token_stride() % a == 0 && c.head_stride() % a == 0 &&
+                       (!i4 || (c.scale_page_stride() % 2 == 0 && c.scale_token_stride() % 2 == 0 &&
+                                c.scale_head_stride() % 2 == 0));
   if (!t.mma) x.why_not = "MMA = 0";
-  else if (c.dtype != DType::I8) x.why_not = "int8 caches only";
+  else if (c.dtype != DType::I8 && !i4) x.why_not = "int8 and int4 caches only";
   else if (t.sparse) x.why_not = "no sparse page lists";
   else if (c.head_dim != 64 && c.head_dim != 128) x.why_not = "head_dim 64 or 128 only";
   else if (t.gmax > 8) x.why_not = "at most 8 query heads per work-group (GMAX " + std::to_string(t.gmax) + ")";
   else if (t.wg < 32 || t.wg % 32) x.why_not = "WG must be a multiple of 32";
-  else if (!aligned) x.why_not = "cache strides must be multiples of 16 bytes";
+  else if (!aligned) x.why_not = i4 ? "cache strides must be multiples of 16 bytes, scale strides even"
+                                    : "cache strides must be multiples of 16 bytes";
   else x.why_not = params::why_unavailable(prof, x.name);
   if (x.why_not.empty()) {
     std::map<std::string, std::string> d = {{"HEAD_DIM", std::to_string(c.head_dim)},
@@ -341,8 +353,12 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
                                             {"UNROLL", std::to_string(t.mma_unroll)},
                                             {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
                                             {"MERGE_BATCH", std::to_string(t.merge_batch)}};
+    if (i4) d["QGROUP"] = std::to_string(c.quant_group), d["PIPE"] = t.mma_pipe ? "1" : "0";
+    d["SC_F16"] = c.scale_dtype == DType::F16 ? "1" : "0";
     ops::add_emulation(prof, "nv_mma_sync", d);
-    x.options = rt::make_options(d);
+    x.options = rt::make_options(d, t.mma_maxrreg > 0 && prof.nv_inline_ptx
+                                        ? "-cl-nv-maxrregcount=" + std::to_string(t.mma_maxrreg)
+                                        : std::string());
   }
   return x;
 }
@@ -985,6 +1001,8 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   const params::Entry entry = params::lookup(c.profile, "decode", kv_key(p.cache.dtype));
   t.merge_batch = std::clamp(entry.get_or("MERGE_BATCH", 8), 1, 32);
   t.mma_unroll = std::clamp(entry.get_or("MMA_UNROLL", 1), 1, 4);
+  t.mma_maxrreg = std::clamp(entry.get_or("MMA_MAXRREG", 0), 0, 255);
+  t.mma_pipe = entry.get_or("MMA_PIPE", 0) != 0;
   // Sub-group size and shuffle form: the device's current entry (the sums are the same bits
   // in every form).
   if (t.subgroup) {

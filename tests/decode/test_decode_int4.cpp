@@ -35,14 +35,25 @@ struct I4Case {
 
 double o_tol(DType t) { return t == DType::F32 ? 5e-5 : t == DType::F16 ? 2e-3 : 1e-2; }
 
-// The variant the plan must have run: the cpu kernel under the cpu rows, a lanes kernel of
-// decode.cl otherwise, built for int4 with the cache's group.
-void expect_variant(const DecodePlan& plan, int G) {
+// Whether this device can run the tensor-core kernel (NVIDIA inline PTX, sm_80+, or its
+// emulation: CLATTN_EMULATE=nv_mma_sync).
+bool mma_available() {
+  for (const auto& v : variants(ctx().profile()))
+    if (v.name == "nv_mma_sync") return v.available;
+  return false;
+}
+
+// The variant the plan must have run: the tensor-core kernel where it is available and the
+// rows are 16-byte aligned, the cpu kernel under the cpu rows, a lanes kernel of decode.cl
+// otherwise (built for int4), each with the cache's group.
+void expect_variant(const DecodePlan& plan, const I4Case& c) {
   const auto& prof = ctx().profile();
-  if (prof.is_cpu && prof.param_vendor() == "cpu") EXPECT_EQ(plan.variant, "cpu");
+  if (mma_available() && !c.pad && c.Hq / c.Hkv <= 8) EXPECT_EQ(plan.variant, "nv_mma_sync");
+  else if (prof.is_cpu && prof.param_vendor() == "cpu") EXPECT_EQ(plan.variant, "cpu");
   else EXPECT_NE(plan.variant, "cpu");
-  EXPECT_NE(plan.kernel_options.find("-DKV_DT=8"), std::string::npos) << plan.kernel_options;
-  EXPECT_NE(plan.kernel_options.find("-DQGROUP=" + std::to_string(G)), std::string::npos) << plan.kernel_options;
+  if (plan.variant != "nv_mma_sync")
+    EXPECT_NE(plan.kernel_options.find("-DKV_DT=8"), std::string::npos) << plan.kernel_options;
+  EXPECT_NE(plan.kernel_options.find("-DQGROUP=" + std::to_string(c.G)), std::string::npos) << plan.kernel_options;
 }
 
 void run_case(const I4Case& c, test::Rng& rng) {
@@ -156,7 +167,7 @@ void run_case(const I4Case& c, test::Rng& rng) {
   else opt.max_splits = 1;
   DecodePlan plan = decode_plan(ctx(), csr, cache, opt);
   if (c.split) EXPECT_GT(plan.num_merges, 0);
-  expect_variant(plan, c.G);
+  expect_variant(plan, c);
   auto ids = test::upload(csr.kv_indices);
   const size_t ob = size_t(c.B) * c.Hq * c.D * dtype_size(c.io);
   auto o = test::upload(std::vector<uint8_t>(ob, 0));
@@ -202,6 +213,9 @@ TEST(Int4KV, AppendAndDecodeMatchTheReference) {
       {2, 4, 4, 64, 1, 64, KVLayout::HND, DType::F16, DType::F32, true, false},
       {2, 8, 2, 128, 16, 128, KVLayout::HND, DType::F32, DType::F32, true, true},
       {3, 2, 2, 64, 16, 32, KVLayout::NHD, DType::F16, DType::BF16, false, true},
+      // Each K word arrangement of the tensor-core kernel: D 128 in two groups, in one group.
+      {2, 8, 2, 128, 16, 64, KVLayout::NHD, DType::F32, DType::F32, true, false},
+      {2, 4, 1, 128, 1, 128, KVLayout::NHD, DType::F16, DType::BF16, false, false},
   };
   for (const I4Case& c : cases) {
     run_case(c, rng);
