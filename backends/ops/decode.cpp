@@ -355,6 +355,10 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
                                             {"MERGE_BATCH", std::to_string(t.merge_batch)}};
     if (i4) d["QGROUP"] = std::to_string(c.quant_group), d["PIPE"] = t.mma_pipe ? "1" : "0";
     d["SC_F16"] = c.scale_dtype == DType::F16 ? "1" : "0";
+    const int64_t lim = int64_t(1) << 31;
+    const bool s32 = c.page_stride() < lim && c.token_stride() < lim && c.head_stride() < lim &&
+                     c.scale_page_stride() < lim && c.scale_token_stride() < lim && c.scale_head_stride() < lim;
+    d["STRIDE32"] = s32 ? "1" : "0";
     ops::add_emulation(prof, "nv_mma_sync", d);
     x.options = rt::make_options(d, t.mma_maxrreg > 0 && prof.nv_inline_ptx
                                         ? "-cl-nv-maxrregcount=" + std::to_string(t.mma_maxrreg)
