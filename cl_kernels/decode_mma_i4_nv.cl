@@ -94,7 +94,6 @@
 #define KDIM(c, J) (32 * (J) + 8 * (c))
 #endif
 #define KGRP(J) (KDIM(0, J) / QGROUP)
-#define MMA_Q_B1_SCALE 0.0625f  // the high nibbles' factor 16 (NIB_HI below)
 #define MMA_Q_DIM(c, s, k) (KDIM(c, (s) / 2) + 2 * ((s) % 2) + (k) / 2 + 4 * ((k) % 2))
 #include "decode_mma_nv.clh"
 
@@ -143,15 +142,11 @@ inline void load_v_piece(__global const uchar* vp, uint* w) {
 }
 
 #define F16_1024 0x64006400u  // f16x2 {1024, 1024}
-// The low nibbles of bytes 0 and 2 of w as f16x2 {1024 + u, 1024 + u'}, minus {1024 + zero, ..}
-// (ZZ): u - zero, exact. The high nibbles of the same bytes, in place (no shift), are {1024 +
-// 16 u, ..}; minus ZZ16: 16 (u - zero), exact; the factor 16 is taken back where those values
-// end up (q's b1 half carries 1/16, O's rows g + 8 are scaled by 1/16 at the end).
-#define NIB_LO(w, zz) hsub2(((w) & 0x000F000Fu) | F16_1024, (zz))
-#define NIB_HI(w, zz16) hsub2(((w) & 0x00F000F0u) | F16_1024, (zz16))
+// Nibbles s and s + 4 of w (after the shift by 4s) as f16x2 {1024 + u, 1024 + u'}; minus
+// {1024 + zero, ...}: u - zero, exact.
+#define NIB_PAIR(w, sh, zz) hsub2((((w) >> (sh)) & 0x000F000Fu) | F16_1024, (zz))
+// {1024 + z0, 1024 + z1} as f16x2 (exact: z in 0 .. 15).
 #define ZZ(z0, z1) pack2_f16(1024.0f + (z0), 1024.0f + (z1))
-#define ZZ16(z0, z1) pack2_f16(1024.0f + 16.0f * (z0), 1024.0f + 16.0f * (z1))
-
 
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_mma(DECODE_KERNEL_ARGS) {
   __local float sm_o[NWARPS * GMAX * HEAD_DIM];
@@ -287,12 +282,10 @@ UNROLL_LOOP
       for (int J = 0; J < KC; ++J) {
         const int gj = KGRP(J);  // the slot's group
         const uint z0 = ZZ(ckz[u][0][gj], ckz[u][0][gj]), z1 = ZZ(ckz[u][1][gj], ckz[u][1][gj]);
-        const uint y0 = ZZ16(ckz[u][0][gj], ckz[u][0][gj]), y1 = ZZ16(ckz[u][1][gj], ckz[u][1][gj]);
 UNROLL_LOOP
         for (int h = 0; h < 2; ++h) {
-          // k-step 2J + h: nibbles {2h, 2h + 4} (a0, a1) and {2h + 1, 2h + 5} (a2, a3, times 16).
-          const uint w0 = ckw[u][0][J] >> (8 * h), w1 = ckw[u][1][J] >> (8 * h);
-          const uint a0 = NIB_LO(w0, z0), a1 = NIB_LO(w1, z1), a2 = NIB_HI(w0, y0), a3 = NIB_HI(w1, y1);
+          const uint a0 = NIB_PAIR(ckw[u][0][J], 8 * h, z0), a1 = NIB_PAIR(ckw[u][1][J], 8 * h, z1);
+          const uint a2 = NIB_PAIR(ckw[u][0][J], 8 * h + 4, z0), a3 = NIB_PAIR(ckw[u][1][J], 8 * h + 4, z1);
 UNROLL_LOOP
           for (int b = 0; b < NB; ++b) MMA(sacc[gj][b], a0, a1, a2, a3, qb[b][2 * J + h][0], qb[b][2 * J + h][1]);
         }
@@ -353,14 +346,13 @@ UNROLL_LOOP
 UNROLL_LOOP
       for (int J = 0; J < NG; ++J) {
         const uint z01 = ZZ(cvz[u][0][J], cvz[u][1][J]), z23 = ZZ(cvz[u][2][J], cvz[u][3][J]);
-        const uint y01 = ZZ16(cvz[u][0][J], cvz[u][1][J]), y23 = ZZ16(cvz[u][2][J], cvz[u][3][J]);
 UNROLL_LOOP
         for (int t = 0; t < VT; ++t) {
           const uint sel = (t % 4) * 0x11u + (4 + t % 4) * 0x1100u;  // bytes 0, 2 <- byte t of each key
           const uint x01 = prmt(cvw[u][0][J][t / 4], cvw[u][1][J][t / 4], sel);
           const uint x23 = prmt(cvw[u][2][J][t / 4], cvw[u][3][J][t / 4], sel);
-          const uint a0 = NIB_LO(x01, z01), a1 = NIB_HI(x01, y01);  // a1, a3: rows g + 8, times 16
-          const uint a2 = NIB_LO(x23, z23), a3 = NIB_HI(x23, y23);
+          const uint a0 = NIB_PAIR(x01, 0, z01), a1 = NIB_PAIR(x01, 4, z01);
+          const uint a2 = NIB_PAIR(x23, 0, z23), a3 = NIB_PAIR(x23, 4, z23);
 UNROLL_LOOP
           for (int b = 0; b < NB; ++b) MMA(acc[b][J * VT + t], a0, a1, a2, a3, pb[b][J][0], pb[b][J][1]);
         }
@@ -389,7 +381,7 @@ UNROLL_LOOP
         for (int t = 0; t < VT; ++t) {
           const float* a = acc[b][J * VT + t];
           dst[QGROUP * J + 2 * t] = (a[0] + a[1]) * f;
-          dst[QGROUP * J + 2 * t + 1] = (a[2] + a[3]) * (f * 0.0625f);  // the high nibbles' 16
+          dst[QGROUP * J + 2 * t + 1] = (a[2] + a[3]) * f;
         }
       }
     }
