@@ -53,9 +53,6 @@
 #ifndef SC_F16
 #define SC_F16 0
 #endif
-#ifndef PIPE
-#define PIPE 0
-#endif
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
@@ -226,48 +223,9 @@ UNROLL_LOOP
   if (begin < end) {
     LOAD_IDS(first)
   }
-#if PIPE
-  // Register pipeline: step n + 1's rows are in flight while step n computes.
-  uint ckw[UNROLL][2][KC], cvw[UNROLL][4][NG][VWD];
-  float cks[UNROLL][2][NG], ckz[UNROLL][2][NG], cvs[UNROLL][2][NG], cvz[UNROLL][4][NG];
-  if (begin < end) {
-    LOAD_ROWS(first)
-    LOAD_IDS(first + STEP)
-  }
-#else
-#define ckw kw
-#define cvw vw
-#define cks ks
-#define ckz kz
-#define cvs vs
-#define cvz vz
-#endif
   for (int t0 = first; MMA_LOOP_MORE(t0); t0 += STEP) {
-#if PIPE
-UNROLL_LOOP
-    for (int u = 0; u < UNROLL; ++u) {
-UNROLL_LOOP
-      for (int r = 0; r < 2; ++r) {
-UNROLL_LOOP
-        for (int J = 0; J < KC; ++J) ckw[u][r][J] = kw[u][r][J];
-UNROLL_LOOP
-        for (int J = 0; J < NG; ++J) cks[u][r][J] = ks[u][r][J], ckz[u][r][J] = kz[u][r][J], cvs[u][r][J] = vs[u][r][J];
-      }
-UNROLL_LOOP
-      for (int i = 0; i < 4; ++i)
-UNROLL_LOOP
-        for (int J = 0; J < NG; ++J) {
-          cvz[u][i][J] = vz[u][i][J];
-UNROLL_LOOP
-          for (int w = 0; w < VWD; ++w) cvw[u][i][J][w] = vw[u][i][J][w];
-        }
-    }
-    LOAD_ROWS(t0 + STEP)
-    LOAD_IDS(t0 + 2 * STEP)
-#else
     LOAD_ROWS(t0)
     LOAD_IDS(t0 + STEP)
-#endif
 
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
@@ -281,11 +239,11 @@ UNROLL_LOOP
 UNROLL_LOOP
       for (int J = 0; J < KC; ++J) {
         const int gj = KGRP(J);  // the slot's group
-        const uint z0 = ZZ(ckz[u][0][gj], ckz[u][0][gj]), z1 = ZZ(ckz[u][1][gj], ckz[u][1][gj]);
+        const uint z0 = ZZ(kz[u][0][gj], kz[u][0][gj]), z1 = ZZ(kz[u][1][gj], kz[u][1][gj]);
 UNROLL_LOOP
         for (int h = 0; h < 2; ++h) {
-          const uint a0 = NIB_PAIR(ckw[u][0][J], 8 * h, z0), a1 = NIB_PAIR(ckw[u][1][J], 8 * h, z1);
-          const uint a2 = NIB_PAIR(ckw[u][0][J], 8 * h + 4, z0), a3 = NIB_PAIR(ckw[u][1][J], 8 * h + 4, z1);
+          const uint a0 = NIB_PAIR(kw[u][0][J], 8 * h, z0), a1 = NIB_PAIR(kw[u][1][J], 8 * h, z1);
+          const uint a2 = NIB_PAIR(kw[u][0][J], 8 * h + 4, z0), a3 = NIB_PAIR(kw[u][1][J], 8 * h + 4, z1);
 UNROLL_LOOP
           for (int b = 0; b < NB; ++b) MMA(sacc[gj][b], a0, a1, a2, a3, qb[b][2 * J + h][0], qb[b][2 * J + h][1]);
         }
@@ -298,7 +256,7 @@ UNROLL_LOOP
 UNROLL_LOOP
         for (int r = 0; r < 2; ++r) {
 UNROLL_LOOP
-          for (int J = 0; J < NG; ++J) x[r] += (sacc[J][b][2 * r] + sacc[J][b][2 * r + 1]) * cks[u][r][J];
+          for (int J = 0; J < NG; ++J) x[r] += (sacc[J][b][2 * r] + sacc[J][b][2 * r + 1]) * ks[u][r][J];
           float xi = x[r] * descale[b];
           if (cap_log2 > 0.0f) xi = cap_log2 * tanh(xi * inv_cap);
           x[r] = KTOK(t0 + u * BLK, r) < end ? xi : CLATTN_NEG_INF;
@@ -319,7 +277,7 @@ UNROLL_LOOP
           float mot = CLATTN_NEG_INF;
 UNROLL_LOOP
           for (int r = 0; r < 2; ++r) {
-            const float v = cvs[u][r][J];
+            const float v = vs[u][r][J];
             const float ve = v_scale_split(v, &fv[r]);
             xo[r] = v > 0.0f ? x[r] + ve : CLATTN_NEG_INF;
             mot = fmax(mot, xo[r]);
@@ -345,12 +303,12 @@ UNROLL_LOOP
       // 2c + 1 (a0: low nibbles, row g; a1: high, row g + 8) and 8 + 2c, 9 + 2c (a2, a3).
 UNROLL_LOOP
       for (int J = 0; J < NG; ++J) {
-        const uint z01 = ZZ(cvz[u][0][J], cvz[u][1][J]), z23 = ZZ(cvz[u][2][J], cvz[u][3][J]);
+        const uint z01 = ZZ(vz[u][0][J], vz[u][1][J]), z23 = ZZ(vz[u][2][J], vz[u][3][J]);
 UNROLL_LOOP
         for (int t = 0; t < VT; ++t) {
           const uint sel = (t % 4) * 0x11u + (4 + t % 4) * 0x1100u;  // bytes 0, 2 <- byte t of each key
-          const uint x01 = prmt(cvw[u][0][J][t / 4], cvw[u][1][J][t / 4], sel);
-          const uint x23 = prmt(cvw[u][2][J][t / 4], cvw[u][3][J][t / 4], sel);
+          const uint x01 = prmt(vw[u][0][J][t / 4], vw[u][1][J][t / 4], sel);
+          const uint x23 = prmt(vw[u][2][J][t / 4], vw[u][3][J][t / 4], sel);
           const uint a0 = NIB_PAIR(x01, 0, z01), a1 = NIB_PAIR(x01, 4, z01);
           const uint a2 = NIB_PAIR(x23, 0, z23), a3 = NIB_PAIR(x23, 4, z23);
 UNROLL_LOOP

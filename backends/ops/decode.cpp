@@ -127,8 +127,6 @@ struct KTile {
   // mma_unroll 16-key blocks per warp and step (MMA_UNROLL).
   bool mma = false;
   int mma_unroll = 1;
-  int mma_maxrreg = 0;
-  int mma_pipe = 0;     // int4 kernel: step n + 1's rows loaded while step n computes (MMA_PIPE)  // registers per thread the NVIDIA compiler may use (MMA_MAXRREG; 0: its choice)
   std::string source;     // parameter source, for logs
 };
 
@@ -232,8 +230,6 @@ KTile choose_tile(const DeviceProfile& prof, const PagedKV& c, int group, const 
   // The tensor-core kernels (int8, int4) keep up to 8 heads in their MMA rows at no register cost.
   t.mma = ops::param_or(e, over, "MMA", 0) != 0;
   t.mma_unroll = std::clamp(ops::param_or(e, over, "MMA_UNROLL", 1), 1, 4);
-  t.mma_maxrreg = std::clamp(ops::param_or(e, over, "MMA_MAXRREG", 0), 0, 255);
-  t.mma_pipe = ops::param_or(e, over, "MMA_PIPE", 0) != 0;
   if (t.mma && (c.dtype == DType::I8 || c.dtype == DType::I4) && (c.head_dim == 64 || c.head_dim == 128) &&
       params::variant_available(prof, "nv_mma_sync"))
     t.gmax = std::min(pow2_ceil(std::min(group, 8)), 8);
@@ -353,16 +349,14 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
                                             {"UNROLL", std::to_string(t.mma_unroll)},
                                             {"FUSE_MERGE", t.fuse_merge ? "1" : "0"},
                                             {"MERGE_BATCH", std::to_string(t.merge_batch)}};
-    if (i4) d["QGROUP"] = std::to_string(c.quant_group), d["PIPE"] = t.mma_pipe ? "1" : "0";
+    if (i4) d["QGROUP"] = std::to_string(c.quant_group);
     d["SC_F16"] = c.scale_dtype == DType::F16 ? "1" : "0";
     const int64_t lim = int64_t(1) << 31;
     const bool s32 = c.page_stride() < lim && c.token_stride() < lim && c.head_stride() < lim &&
                      c.scale_page_stride() < lim && c.scale_token_stride() < lim && c.scale_head_stride() < lim;
     d["STRIDE32"] = s32 ? "1" : "0";
     ops::add_emulation(prof, "nv_mma_sync", d);
-    x.options = rt::make_options(d, t.mma_maxrreg > 0 && prof.nv_inline_ptx
-                                        ? "-cl-nv-maxrregcount=" + std::to_string(t.mma_maxrreg)
-                                        : std::string());
+    x.options = rt::make_options(d);
   }
   return x;
 }
@@ -1005,8 +999,6 @@ DecodePlan DecodePlan::from_vector(const Context& ctx, const std::vector<int64_t
   const params::Entry entry = params::lookup(c.profile, "decode", kv_key(p.cache.dtype));
   t.merge_batch = std::clamp(entry.get_or("MERGE_BATCH", 8), 1, 32);
   t.mma_unroll = std::clamp(entry.get_or("MMA_UNROLL", 1), 1, 4);
-  t.mma_maxrreg = std::clamp(entry.get_or("MMA_MAXRREG", 0), 0, 255);
-  t.mma_pipe = entry.get_or("MMA_PIPE", 0) != 0;
   // Sub-group size and shuffle form: the device's current entry (the sums are the same bits
   // in every form).
   if (t.subgroup) {

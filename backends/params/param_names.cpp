@@ -14,7 +14,7 @@ namespace {
 // test (tests/tools/test_param_names.cpp) scans those files so that this list keeps up.
 const std::map<std::string, std::vector<std::string>>& default_only() {
   static const std::map<std::string, std::vector<std::string>> m = {
-      {"decode", {"FP8_FAST", "GMAX", "MERGE_BATCH", "MMA_MAXRREG", "MMA_PIPE", "SUBGROUP_SHUFFLE", "TPT", "UNROLL_HINTS"}},
+      {"decode", {"FP8_FAST", "GMAX", "MERGE_BATCH", "SUBGROUP_SHUFFLE", "TPT", "UNROLL_HINTS"}},
       {"extend", {"MMA_TMA_PAGES", "PUNROLL", "QRES", "SUB_TX", "SUNROLL"}},
       {"mla_decode", {"FP8_FAST", "FUSE_MAX_PARTS", "FUSE_MERGE", "L2_AHEAD", "LOCAL_BUFS", "UNROLL_HINTS"}},
       // (the extend plan reads the split-K names too, through the tile both plans share)
