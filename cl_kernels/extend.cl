@@ -17,8 +17,9 @@
 //
 // Scores are in log2 space (q pre-scaled by sm_scale * log2(e) * k_scale and the KV head's
 // k_head_scales entry; with a soft cap the tanh is taken on the natural-log score first).
-// int8 KV: each key's row scales are read with its row offset and multiply the row as it is
-// staged (extend_kv.clh says why there). Work table entry (8 int32):
+// int8 / int4 KV: each key's row scales (int4: per group a scale and zero point) are read
+// with its row offset and dequantise the row as it is staged (extend_kv.clh says why there).
+// Work table entry (8 int32):
 // qo_start, qo_len, kv_len, row0, base, tok_off, mask_off, 0.
 //   paged:  key k (list coordinates) -> physical token k + tok_off of the request's list,
 //           page page_ids[base + (k + tok_off) / page_size]
@@ -27,7 +28,6 @@
 // CLATTN_FAULT_PAGE_ID is set in *faults. `tmaps` is extend_mma's TMA map argument (unused
 // here: one argument list for every extend kernel).
 #include "common.clh"
-#include "extend_kv.clh"
 #include "kernel_args.clh"
 
 #ifndef HEAD_DIM
@@ -36,6 +36,8 @@
 #ifndef KV_DT
 #define KV_DT DT_BF16
 #endif
+#include "extend_kv.clh"  // (after HEAD_DIM and KV_DT)
+
 #ifndef WG
 #define WG 128
 #endif
@@ -89,11 +91,15 @@
 #error "extend.cl: ROWS % TM, WG % (ROWS/TM), KEYS % TX, HEAD_DIM % DC, DC % 4, KEYS % VC, TM % 4 must be 0"
 #endif
 
-// Four consecutive stored KV values as f32: the per-tensor scales are applied elsewhere; a
-// quantised row's own scale (rs, KV_META) is applied here, the one dequantising load.
-inline float4 load_kv4_dq(__global const void* p, long i, float rs) {
+// Four consecutive stored KV values (element offset i; a multiple of 4 for int4, so inside
+// one group) as f32: the per-tensor scales are applied elsewhere; a quantised row's own
+// (scale, bias) of its group (sz: KV_SZ, extend_kv.clh) here, the one dequantising load.
+inline float4 load_kv4_dq(__global const void* p, long i, float2 sz) {
 #if KV_DT == DT_I8
-  return convert_float4(vload4(0, (__global const char*)p + i)) * rs;
+  return convert_float4(vload4(0, (__global const char*)p + i)) * sz.x;
+#elif KV_DT == DT_I4
+  const uint u = as_ushort(vload2(0, (__global const uchar*)p + i / 2));  // nibbles low first
+  return (as_float4((((uint4)(u) >> (uint4)(0, 4, 8, 12)) & 15u) | 0x4B000000u) - sz.y) * sz.x;
 #elif KV_DT == DT_F32
   return vload4(0, (__global const float*)p + i);
 #elif KV_DT == DT_F16
@@ -110,19 +116,15 @@ inline float4 load_kv4_dq(__global const void* p, long i, float rs) {
 #endif
 }
 
-// Columns [c0, c0 + width) of `n` K or V rows (offsets ro[], -1 = zero row; row scales rs[]
-// where KV_META) -> dst[n][stride].
+// Columns [c0, c0 + width) of `n` K or V rows (offsets ro[], -1 = zero row; each row's
+// KV_META values at rs[r * KV_META] where KV_META) -> dst[n][stride].
 inline void stage_kv(__global const void* src, __local const long* ro, __local const float* rs, int n, int c0,
                      int width, __local float* dst, int stride, int lid) {
   const int w4 = width / 4;
   for (int e = lid; e < n * w4; e += WG) {
     const int r = e / w4, c = (e % w4) * 4;
-#if KV_META
-    const float sr = rs[r];
-#else
-    const float sr = 1.0f;
-#endif
-    vstore4(ro[r] >= 0 ? load_kv4_dq(src, ro[r] + c0 + c, sr) : (float4)(0.0f), 0, dst + r * stride + c);
+    const float2 sz = KV_SZ(rs + r * KV_META, c0 + c);
+    vstore4(ro[r] >= 0 ? load_kv4_dq(src, ro[r] + c0 + c, sz) : (float4)(0.0f), 0, dst + r * stride + c);
   }
 }
 
@@ -143,22 +145,23 @@ inline void stage_q(__global const void* q, int q_dt, float q_scale, int qo_star
 }
 
 // The row offsets of the tile at k0 -> ro[]; -1: no row (past kv_end, or a page id outside
-// the pool: masked, and *bad set). Quantised KV: the rows' K and V scales -> rs[0 .. KEYS),
-// rs[KEYS .. 2 KEYS).
+// the pool: masked, and *bad set). Quantised KV: the keys' K meta -> rs[0 .. KEYS x KV_META),
+// V meta -> rs[KEYS x KV_META ..) (extend_kv.clh), spread over the work-group by value.
 inline void tile_rows(__local long* ro, __local float* rs, int k0, int kv_end, int paged, __global const int* page_ids,
                       int base, int tok_off, int page_size, int num_pages, long stride_page, long stride_token,
                       long head_off, __global const uchar* k_scales, __global const uchar* v_scales, long sc_page,
                       long sc_token, long sc_head_off, int sc_f16, bool* bad, int lid) {
-  for (int kr = lid; kr < KEYS; kr += WG) {
-    const long r = extend_key_row(k0 + kr, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page,
-                                  stride_token, head_off, bad);
-    ro[kr] = r;
+  for (int kr = lid; kr < KEYS; kr += WG)
+    ro[kr] = extend_key_row(k0 + kr, kv_end, paged, page_ids, base, tok_off, page_size, num_pages, stride_page,
+                            stride_token, head_off, bad);
 #if KV_META
-    const float2 sc = extend_row_scales(k0 + kr, kv_end, page_ids, base, tok_off, page_size, num_pages, sc_page,
-                                        sc_token, sc_head_off, k_scales, v_scales, sc_f16);
-    rs[kr] = sc.x, rs[KEYS + kr] = sc.y;
-#endif
+  for (int e = lid; e < KEYS * KV_META; e += WG) {
+    const long at = extend_scale_at(k0 + e / KV_META, kv_end, page_ids, base, tok_off, page_size, num_pages, sc_page,
+                                    sc_token, sc_head_off);
+    rs[e] = extend_meta(k_scales, at, e % KV_META, sc_f16);
+    rs[KEYS * KV_META + e] = extend_meta(v_scales, at, e % KV_META, sc_f16);
   }
+#endif
 }
 
 // The max / sum of a row's TX partials.
@@ -188,7 +191,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SIMD_ATTR void extend_g
   __local float ps[KEYS * PST];       // P^T: ps[key][ty * TM + i] = P of row ty + TY * i
   __local float red[ROWS * RST];      // per-row partials across tx (max, then sum): red[i * TY + ty]
   __local long rowoff[KEYS];
-  __local float rowsc[KV_META ? 2 * KEYS : 1];  // quantised KV: the tile's K, then V row scales
+  __local float rowsc[KV_META ? 2 * KEYS * KV_META : 1];  // quantised KV: the tile's K, then V meta
 
   const int lid = get_local_id(0);
   // A sub-group of 32 covers SUB_TX x (32 / SUB_TX) of the grid: few distinct Q rows and K
@@ -311,7 +314,7 @@ UNROLL_LOOP
     // O += P V over VC-key chunks.
     for (int v0 = 0; v0 < KEYS; v0 += VC) {
       barrier(CLK_LOCAL_MEM_FENCE);  // ps written; the stage's previous readers are done
-      stage_kv(v, rowoff + v0, rowsc + KEYS + v0, VC, 0, HEAD_DIM, stage, VST, lid);
+      stage_kv(v, rowoff + v0, rowsc + (KEYS + v0) * KV_META, VC, 0, HEAD_DIM, stage, VST, lid);
       barrier(CLK_LOCAL_MEM_FENCE);
 UNROLL_BY(PUNROLL)
       for (int kk = 0; kk < VC; ++kk) {

@@ -22,14 +22,13 @@
 //
 // Scores in log2 space (q pre-scaled by sm_scale * log2(e) * k_scale and the KV head's
 // k_head_scales entry; with a soft cap the tanh is taken on the natural-log score first).
-// int8 KV: a key's row scales multiply its rows as the block is converted to f32
-// (extend_kv.clh says why there). Masks (causal, window, keys past the end or
+// int8 / int4 KV: a key's row scales (int4: a scale and zero point per group) dequantise its
+// rows as the block is converted to f32 (extend_kv.clh says why there). Masks (causal, window, keys past the end or
 // behind a page id outside the pool, custom bits) are applied only to blocks that need them.
 // Rows past the request's end compute on zero q and are never stored.
 //
-// Build options (-D): HEAD_DIM, KV_DT, VW (4, 8 or 16), RV, BK, SK, PD.
+// Build options (-D): HEAD_DIM, KV_DT, VW (4, 8 or 16), RV, BK, SK, PD; QGROUP for int4.
 #include "common.clh"
-#include "extend_kv.clh"
 #include "kernel_args.clh"
 
 #ifndef HEAD_DIM
@@ -38,6 +37,8 @@
 #ifndef KV_DT
 #define KV_DT DT_BF16
 #endif
+#include "extend_kv.clh"  // (after HEAD_DIM and KV_DT)
+
 #ifndef VW  // floats per vector (the device's preferred float width)
 #define VW 16
 #endif
@@ -63,11 +64,15 @@
 #endif
 #define ALL_ROWS (BK == 64 ? ~(ulong)0 : ((ulong)1 << BK) - 1)
 
-// VW stored KV values at element offset `off` as f32: the per-tensor scales are applied
-// elsewhere; a quantised row's own scale (rs, KV_META) here, the one dequantising load.
-inline floatV load_kv_dq(__global const uchar* base, long off, float rs) {
+// VW stored KV values at element offset `off` (int4: a VW chunk lies inside one group, since
+// QGROUP is a multiple of 16) as f32: the per-tensor scales are applied elsewhere; a quantised
+// row's own (scale, bias) of its group (sz: KV_SZ, extend_kv.clh) here, the one dequantising
+// load.
+inline floatV load_kv_dq(__global const uchar* base, long off, float2 sz) {
 #if KV_DT == DT_I8
-  return load_kv(base, off) * rs;
+  return load_kv(base, off) * sz.x;
+#elif KV_DT == DT_I4
+  return (load_kv4_biased(base, off) - sz.y) * sz.x;
 #else
   return load_kv(base, off);
 #endif
@@ -75,8 +80,8 @@ inline floatV load_kv_dq(__global const uchar* base, long off, float rs) {
 
 // The block's K and V rows (from key k0, up to kv_end) as f32 -> kb, vb. Returns a bit per
 // key that has a row; a key past kv_end or behind a page id outside the pool (*bad set) has
-// none (its rows are zeroed and its scores masked). Quantised KV: each row times its scale
-// from the scale caches (sc_head_off = kvh * sc_head).
+// none (its rows are zeroed and its scores masked). Quantised KV: each row dequantised with
+// its KV_META values from the scale caches (sc_head_off = kvh * sc_head).
 inline ulong load_block(__global const uchar* k, __global const uchar* v, int k0, int kv_end, int paged,
                         __global const int* page_ids, int base, int tok_off, int page_size, int num_pages,
                         long stride_page, long stride_token, long head_off, __global const uchar* k_scales,
@@ -91,14 +96,15 @@ inline ulong load_block(__global const uchar* k, __global const uchar* v, int k0
     if (r >= 0) {
       rows |= (ulong)1 << kk;
 #if KV_META
-      const float2 sc = extend_row_scales(k0 + kk, kv_end, page_ids, base, tok_off, page_size, num_pages, sc_page,
-                                          sc_token, sc_head_off, k_scales, v_scales, sc_f16);
-#else
-      const float2 sc = (float2)(1.0f);
+      float km[KV_META], vm[KV_META];
+      const long at = extend_scale_at(k0 + kk, kv_end, page_ids, base, tok_off, page_size, num_pages, sc_page,
+                                      sc_token, sc_head_off);
+      for (int j = 0; j < KV_META; ++j)
+        km[j] = extend_meta(k_scales, at, j, sc_f16), vm[j] = extend_meta(v_scales, at, j, sc_f16);
 #endif
       for (int c = 0; c < NV; ++c) {
-        vstoreV(load_kv_dq(k, r + c * VW, sc.x), c, kd);
-        vstoreV(load_kv_dq(v, r + c * VW, sc.y), c, vd);
+        vstoreV(load_kv_dq(k, r + c * VW, KV_SZ(km, c * VW)), c, kd);
+        vstoreV(load_kv_dq(v, r + c * VW, KV_SZ(vm, c * VW)), c, vd);
       }
     } else {
       for (int c = 0; c < NV; ++c) vstoreV((floatV)(0.0f), c, kd), vstoreV((floatV)(0.0f), c, vd);

@@ -51,7 +51,7 @@ struct ExtendPlanState : ops::PlanTable {
   int64_t mask_bytes = 0, workspace_bytes = 0;
   std::string kv_shape;  // for messages
   // The cache the scale checks read (paged: the plan's; ragged: heads and dtype only), and the
-  // int8 scale caches' bytes, strides (elements) and dtype flag.
+  // int8 / int4 scale caches' bytes, strides (elements) and dtype flag.
   PagedKV scales_of;
   int64_t scale_bytes = 0, sc_page = 0, sc_token = 0, sc_head = 0;
   int sc_f16 = 0;
@@ -73,7 +73,7 @@ struct ExtendPlanState : ops::PlanTable {
     } else {
       scales_of = p.cache;
     }
-    if (p.kv_dtype == DType::I8) {
+    if (p.kv_dtype == DType::I8 || p.kv_dtype == DType::I4) {
       scale_bytes = p.cache.scale_required_bytes();
       sc_page = p.cache.scale_page_stride(), sc_token = p.cache.scale_token_stride();
       sc_head = p.cache.scale_head_stride(), sc_f16 = p.cache.scale_dtype == DType::F16;
@@ -97,10 +97,24 @@ struct KVDesc {
   bool paged = true;
   int num_kv_heads = 0, head_dim = 0, page_size = 1;
   DType dtype = DType::BF16;
+  int quant_group = 0;  // int4: head-dim elements per [scale, zero] pair
   int64_t stride_page = 0, stride_token = 0, stride_head = 0;
   int64_t num_pages = 0;   // paged: pages in the cache (a tensor map's outer dim)
   int64_t num_tokens = 0;  // ragged: tokens in the buffer
 };
+
+// Floats a key carries beside its row per side in the portable and cpu kernels (KV_META,
+// cl_kernels/extend_kv.clh): int8 its row scale, int4 a (scale, zero) pair per group.
+int kv_meta(const KVDesc& kv) {
+  if (kv.dtype == DType::I8) return 1;
+  if (kv.dtype == DType::I4) return 2 * (kv.head_dim / kv.quant_group);
+  return 0;
+}
+
+// The quantised formats' build options beside KV_DT (int4: its group).
+void add_quant_defs(const KVDesc& kv, std::map<std::string, std::string>& d) {
+  if (kv.dtype == DType::I4) d["QGROUP"] = to_string(kv.quant_group);
+}
 
 // Per-request rows of the work list.
 struct Requests {
@@ -191,13 +205,13 @@ struct GenericTile {
 // extend.cl: the stage (Q and K chunks [ROWS + KEYS][DC + 4], or with QRES K chunks
 // [KEYS][DC + 4]; or a V chunk [VC][D + 4]), with QRES the Q rows [ROWS][D + 4], P^T
 // [KEYS][ROWS + 4], the row partials [ROWS][TX + 4] (floats), KEYS row offsets (long) and
-// the K and V row scales of an int8 tile (2 x KEYS floats; other builds never read their
-// one-float placeholder, which the compilers drop).
-size_t generic_local_bytes(const GenericTile& g, int d, bool i8 = false) {
+// the K and V meta of a quantised tile (2 x KEYS x `meta` floats, kv_meta; other builds never
+// read their one-float placeholder, which the compilers drop).
+size_t generic_local_bytes(const GenericTile& g, int d, int meta = 0) {
   const size_t srows = size_t(g.qres ? g.keys : g.rows + g.keys);
   const size_t stage = std::max(srows * (g.dc + 4), size_t(g.vc) * (d + 4));
   const size_t qs = g.qres ? size_t(g.rows) * (d + 4) : 0;
-  const size_t scales = i8 ? 2 * size_t(g.keys) : 0;
+  const size_t scales = 2 * size_t(g.keys) * size_t(meta);
   return (stage + qs + size_t(g.keys) * (g.rows + 4) + size_t(g.rows) * (g.tx() + 4) + scales) * 4 +
          size_t(g.keys) * 8;
 }
@@ -464,8 +478,8 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       *why_not_mma = why;
     } else if (kv.dtype == DType::F32) {
       *why_not_mma = "f32 KV keeps f32 math (tensor cores take f16/bf16)";
-    } else if (kv.dtype == DType::I8) {
-      *why_not_mma = "int8 KV (the portable and cpu kernels dequantise its rows)";
+    } else if (kv.dtype == DType::I8 || kv.dtype == DType::I4) {
+      *why_not_mma = std::string(dtype_name(kv.dtype)) + " KV (the portable and cpu kernels dequantise its rows)";
     } else if (!al16(kv.stride_token) || !al16(kv.stride_head) || (kv.paged && !al16(kv.stride_page))) {
       *why_not_mma = "KV strides are not multiples of 16 bytes";
     } else {
@@ -568,9 +582,12 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
     Tile t;
     t.variant = "cpu", t.file = "extend_cpu.cl";
     t.wg = 1, t.rows = ct.rows(), t.keys = ct.bk;
-    t.options = rt::make_options({{"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))},
-                                  {"VW", to_string(ct.vw)}, {"RV", to_string(ct.rv)}, {"BK", to_string(ct.bk)},
-                                  {"SK", to_string(ct.sk)}, {"PD", to_string(ct.pd)}});
+    std::map<std::string, std::string> d = {{"HEAD_DIM", to_string(kv.head_dim)}, {"KV_DT", to_string(int(kv.dtype))},
+                                            {"VW", to_string(ct.vw)},             {"RV", to_string(ct.rv)},
+                                            {"BK", to_string(ct.bk)},             {"SK", to_string(ct.sk)},
+                                            {"PD", to_string(ct.pd)}};
+    add_quant_defs(kv, d);
+    t.options = rt::make_options(d);
     t.local_bytes = cpu_local_bytes(ct, kv.head_dim);
     out.push_back(t);
   }
@@ -580,8 +597,10 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
   GenericTile gt{param(e, over, "WG"), param(e, over, "ROWS"), param(e, over, "KEYS"),
                  param(e, over, "TM"),  param(e, over, "DC"),   param(e, over, "VC"),
                  ops::param_or(e, over, "QRES", 1)};
-  // int8 caches stage a row scale per key beside each row: KEYS_I8 keys per tile there where a
-  // row asks for fewer (the Intel rows: 64 keys spill at int8).
+  // int8 caches: KEYS_I8 keys per tile where a row asks for fewer (the Intel rows: 64 keys spill
+  // at int8). int4 keeps KEYS: its builds at 64 keys spill nothing in ocloc's dg2 / pvc builds
+  // (clattn-kernel-report --op extend, groups 32 and 128, D 64 / 128 / 256).
+  const int meta = kv_meta(kv);
   if (kv.dtype == DType::I8 && !over.count("KEYS")) gt.keys = std::max(1, ops::param_or(e, over, "KEYS_I8", gt.keys));
   // A head-dim chunk that does not divide head_dim (80, 96, 192) becomes the largest
   // multiple of 4 below it that does.
@@ -597,16 +616,15 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
                                          to_string(prof.max_work_group_size) + " work-items per group");
   // Over the device's local memory: Q staged per chunk instead of resident, then fewer keys
   // per tile (down to one per tx), then fewer rows (and work-items) per group.
-  const bool i8 = kv.dtype == DType::I8;
-  if (gt.qres && !over.count("QRES") && generic_local_bytes(gt, kv.head_dim, i8) > lmax) gt.qres = 0;
-  while (generic_local_bytes(gt, kv.head_dim, i8) > lmax) {
+  if (gt.qres && !over.count("QRES") && generic_local_bytes(gt, kv.head_dim, meta) > lmax) gt.qres = 0;
+  while (generic_local_bytes(gt, kv.head_dim, meta) > lmax) {
     GenericTile k = gt, r = gt;
     k.keys /= 2, k.vc = std::min(k.vc, k.keys);
     r.rows /= 2, r.wg /= 2;
     if (generic_unfit(k, kv.head_dim).empty()) gt = k;
     else if (generic_unfit(r, kv.head_dim).empty()) gt = r;
     else
-      throw Error(Status::Unsupported, "extend tile needs " + to_string(generic_local_bytes(gt, kv.head_dim, i8)) +
+      throw Error(Status::Unsupported, "extend tile needs " + to_string(generic_local_bytes(gt, kv.head_dim, meta)) +
                                            " bytes of local memory, device has " + to_string(lmax));
   }
   // (SUB_TX only shapes the grid inside 32 work-items: a power of two up to 32.)
@@ -624,8 +642,9 @@ std::vector<Tile> candidates(const DeviceProfile& prof, const KVDesc& kv, const 
       {"DC", to_string(gt.dc)},             {"VC", to_string(gt.vc)},          {"QRES", to_string(gt.qres)},
       {"SUB_TX", to_string(sub_tx)},        {"SUNROLL", to_string(sunroll)},     {"PUNROLL", to_string(punroll)},
       {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}};
+  add_quant_defs(kv, d);
   g.options = rt::make_options(d);
-  g.local_bytes = generic_local_bytes(gt, kv.head_dim, i8);
+  g.local_bytes = generic_local_bytes(gt, kv.head_dim, meta);
   out.push_back(g);
   return out;
 }
@@ -806,7 +825,7 @@ KVDesc desc_of(const PagedKV& cache) {
   KVDesc d;
   d.paged = true;
   d.num_kv_heads = cache.num_kv_heads, d.head_dim = cache.head_dim, d.page_size = cache.page_size;
-  d.dtype = cache.dtype;
+  d.dtype = cache.dtype, d.quant_group = cache.quant_group;
   d.stride_page = cache.page_stride(), d.stride_token = cache.token_stride(), d.stride_head = cache.head_stride();
   d.num_pages = cache.num_pages;
   return d;
@@ -830,7 +849,7 @@ namespace {
 template <class MakeRequests>
 ExtendPlan paged_plan(const Context& ctx, const PagedKV& cache, const ExtendOptions& opt, ExtendPlan::Source src,
                       cl_command_queue queue, MakeRequests&& requests) {
-  ops::check_paged_kv(cache, "cache", true);
+  ops::check_paged_kv(cache, "cache", true, true);
   KVDesc kv = desc_of(cache);
   check_options(kv, opt);
   ExtendPlan p = make_plan(ctx, requests(), src, kv, opt, queue);
@@ -947,8 +966,9 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   cl_mem lse = b.lse ? b.lse : dummy, sinks = b.sinks ? b.sinks : dummy;
   cl_mem mask = st->has_mask ? b.custom_mask : dummy;
   cl_mem tmaps = st->workspace_bytes > 0 ? b.workspace : dummy;
-  const bool i8 = st->kv_dtype == DType::I8;
-  cl_mem k_sc = i8 && b.k_scale_cache ? b.k_scale_cache : dummy, v_sc = i8 && b.v_scale_cache ? b.v_scale_cache : dummy;
+  const bool quant = st->kv_dtype == DType::I8 || st->kv_dtype == DType::I4;
+  cl_mem k_sc = quant && b.k_scale_cache ? b.k_scale_cache : dummy;
+  cl_mem v_sc = quant && b.v_scale_cache ? b.v_scale_cache : dummy;
   cl_mem k_hs = b.k_head_scales ? b.k_head_scales : dummy, v_hs = b.v_head_scales ? b.v_head_scales : dummy;
   size_t gws[2] = {size_t(st->num_tiles) * st->wg, size_t(st->Hkv)};
   size_t lws[2] = {st->wg, 1};
@@ -987,14 +1007,26 @@ void set_extend_test_candidate(std::optional<ExtendTestCandidate> t) {
 }
 
 // Paged KV (page size 16; ragged builds the same programs) of every dtype at head dims 64, 80,
-// 128 and 256, causal; TMA where the cache allows it (a paged NHD cache, 16-byte strides).
+// 128 and 256, causal; TMA where the cache allows it (a paged NHD cache, 16-byte strides). int4
+// at its smallest group (32: the most scale pairs a key stages) and its largest (128) where
+// the head dim takes them (80 takes none).
 void catalog_extend(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
-  for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::FP8_E4M3, DType::I8})
+  struct Kind {
+    DType dt;
+    int group;
+  };
+  const Kind kinds[] = {{DType::BF16, 0},     {DType::F16, 0}, {DType::F32, 0},
+                        {DType::FP8_E4M3, 0}, {DType::I8, 0},  {DType::I4, 32},
+                        {DType::I4, 128}};
+  for (const Kind& k : kinds)
     for (int d : {64, 80, 128, 256}) {
-      const std::string shape = std::string(dtype_name(dt)) + " d" + std::to_string(d) + " paged";
+      if (k.group && d % k.group != 0) continue;
+      const std::string shape = std::string(dtype_name(k.dt)) + (k.group ? " g" + std::to_string(k.group) : "") +
+                                " d" + std::to_string(d) + " paged";
       catalog_add(out, "extend", shape, [&] {
         KVDesc kv;
-        kv.paged = true, kv.num_kv_heads = 8, kv.head_dim = d, kv.dtype = dt, kv.page_size = 16;
+        kv.paged = true, kv.num_kv_heads = 8, kv.head_dim = d, kv.dtype = k.dt, kv.page_size = 16;
+        kv.quant_group = k.group;
         kv.stride_head = d, kv.stride_token = int64_t(8) * d, kv.stride_page = int64_t(16) * 8 * d;
         kv.num_pages = 1024;
         ExtendOptions opt;

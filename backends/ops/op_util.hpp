@@ -141,8 +141,8 @@ void require_io_dtype(DType t, const std::string& what);
 
 // Checks a cache descriptor (positive shapes, supported page size and dtype, strides that
 // fit) and returns nothing; `what` names the argument in messages. In paged_kv.cpp.
-// allow_int8 / allow_int4: the op reads int8 caches (append_kv, decode, extend, cascade) /
-// int4 caches (append_kv, decode); elsewhere they are Unsupported. int4 also needs quant_group
+// allow_int8 / allow_int4: the op reads int8 / int4 caches (append_kv, decode, extend,
+// cascade); elsewhere they are Unsupported. int4 also needs quant_group
 // 32/64/128 dividing head_dim and even strides.
 void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8 = false, bool allow_int4 = false);
 

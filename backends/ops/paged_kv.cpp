@@ -100,10 +100,9 @@ void check_paged_kv(const PagedKV& c, const std::string& what, bool allow_int8, 
   if (c.head_dim < 1) rt::invalid(what + ".head_dim = " + std::to_string(c.head_dim) + ", must be >= 1");
   const std::string dt = dtype_name(c.dtype);
   if ((c.dtype == DType::I8 && !allow_int8) || (c.dtype == DType::I4 && !allow_int4))
-    throw Error(Status::Unsupported, what + ".dtype " + dt + ": this op does not read " + dt + " caches yet (" +
-                                         (c.dtype == DType::I8 ? "append_kv, decode, extend and cascade do"
-                                                               : "append_kv and decode do") +
-                                         "; docs/kv_formats.md)");
+    throw Error(Status::Unsupported, what + ".dtype " + dt + ": this op does not read " + dt +
+                                         " caches yet (append_kv, decode, extend and cascade do; "
+                                         "docs/kv_formats.md)");
   if (!is_kv_dtype(c.dtype) && !quantised(c.dtype))
     throw Error(Status::Unsupported, what + ".dtype " + dt + " unsupported (f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8, int4)");
   if (c.dtype == DType::I4) {

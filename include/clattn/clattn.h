@@ -77,7 +77,7 @@ CLATTN_API clattn_status clattn_context_device_faults(clattn_context ctx, uint32
  * queue) after `num_wait` events; `event` (nullable) receives its last command. */
 typedef struct clattn_paged_kv {
   int num_pages, page_size, num_kv_heads, head_dim;
-  int layout, dtype;                       /* dtype 7 int8 (append_kv, decode, extend, cascade), 8 int4 (append_kv, decode) */
+  int layout, dtype;                       /* dtype 7 int8, 8 int4 (append_kv, decode, extend, cascade) */
   int64_t stride_page, stride_token, stride_head;
   /* int8 / int4: the scale caches' dtype (0 f32, 1 f16) and strides (elements; 0 = the
    * layout's order, clattn/paged_kv.hpp). Zero-initialised: f32, contiguous. */
@@ -445,7 +445,7 @@ typedef struct clattn_extend_buffers {
   cl_mem custom_mask;  /* required iff the plan has a mask */
   float k_scale, v_scale;
   cl_mem workspace;    /* >= info.workspace_bytes when nonzero (per-run state of the run) */
-  cl_mem k_scale_cache, v_scale_cache;  /* int8 caches (paged): the row scales; NULL otherwise */
+  cl_mem k_scale_cache, v_scale_cache;  /* int8 / int4 caches (paged): the row / group scales; NULL otherwise */
   cl_mem k_head_scales, v_head_scales;  /* optional [Hkv] f32 per-head scales (x k_scale / v_scale); both or NULL */
 } clattn_extend_buffers;
 CLATTN_API clattn_status clattn_extend_run(clattn_context ctx, clattn_extend_plan plan, const clattn_extend_buffers* b,
@@ -472,7 +472,7 @@ typedef struct clattn_cascade_buffers {
   cl_mem sinks;
   float k_scale, v_scale;
   cl_mem workspace;                             /* >= clattn_cascade_workspace_bytes when nonzero */
-  cl_mem k_scale_cache, v_scale_cache;          /* int8 caches: the row scales; NULL otherwise */
+  cl_mem k_scale_cache, v_scale_cache;          /* int8 / int4 caches: the row / group scales; NULL otherwise */
   cl_mem k_head_scales, v_head_scales;          /* optional [Hkv] f32 per-head scales; both or NULL */
 } clattn_cascade_buffers;
 CLATTN_API clattn_status clattn_cascade_run(clattn_context ctx, clattn_cascade_plan plan,

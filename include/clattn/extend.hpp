@@ -117,10 +117,11 @@ struct ExtendBuffers {
   cl_mem lse = nullptr;          // [num_tokens, Hq] f32, optional
   cl_mem sinks = nullptr;        // [Hq] f32 sink logits, optional
   cl_mem custom_mask = nullptr;  // packed mask bytes; required iff the plan has a mask
-  float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale (int8 caches: must be 1)
+  float k_scale = 1.0f, v_scale = 1.0f;  // loaded = stored * scale (int8 / int4 caches: must be 1)
   cl_mem workspace = nullptr;    // >= plan.workspace_bytes when that is nonzero (per-run state)
-  // As DecodeBuffers: an int8 cache's row scales (paged only; PagedKV), and optional per-KV-head
-  // scales [Hkv] f32 (> 0) multiplied with k_scale / v_scale (not with int8). Both or neither.
+  // As DecodeBuffers: an int8 cache's row scales or an int4 cache's [scale, zero] group pairs
+  // (paged only; PagedKV), and optional per-KV-head scales [Hkv] f32 (> 0) multiplied with
+  // k_scale / v_scale (not with int8 / int4). Both or neither.
   cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;
   cl_mem k_head_scales = nullptr, v_head_scales = nullptr;
 };
@@ -157,7 +158,7 @@ struct CascadeBuffers {
   cl_mem sinks = nullptr;
   float k_scale = 1.0f, v_scale = 1.0f;
   cl_mem workspace = nullptr;  // >= plan.workspace_bytes when nonzero
-  // As ExtendBuffers (both levels read them): int8 row scales, per-KV-head scales.
+  // As ExtendBuffers (both levels read them): int8 / int4 scale caches, per-KV-head scales.
   cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;
   cl_mem k_head_scales = nullptr, v_head_scales = nullptr;
 };

@@ -20,7 +20,7 @@ namespace clattn {
 // token*scale_stride_token + head*scale_stride_head; zero strides take the cache layout's
 // order: NHD [num_pages, page_size, num_kv_heads], HND [num_pages, num_kv_heads, page_size].
 //
-// int4 (dtype I4; decode and append_kv): unsigned nibbles 0..15, two per byte, element 2i in
+// int4 (dtype I4; append_kv, decode, extend, cascade): unsigned nibbles 0..15, two per byte, element 2i in
 // the low nibble of byte i and 2i+1 in the high one. Strides stay in elements (nibbles) and
 // must be even (a row starts on a byte); required_bytes() is in bytes. Asymmetric per group
 // of quant_group (32, 64 or 128, dividing head_dim) consecutive head-dim elements: loaded =

@@ -1,6 +1,6 @@
 /* Extend through the C ABI, compiled as C: paged CSR and page-table plans (causal, window,
  * soft cap, custom mask), ragged prefill and cascade, each against a double-precision loop
- * written here; an int8 cache and per-KV-head scales through the buffers' scale fields;
+ * written here; int8 and int4 caches and per-KV-head scales through the buffers' scale fields;
  * rejected calls name the argument and leave the output untouched. */
 #include <math.h>
 
@@ -312,11 +312,56 @@ int main(void) {
     w = worst(out, want, T * HQ * D);
     CHECK(w < 1e-4);
     printf("per-head scales: max |o - ref| %.2g\n", w);
+
+    /* int4 (groups of 32, f32 [scale, zero] pairs) written by clattn_append_kv: a group that
+     * does not divide head_dim is rejected naming quant_group; the run matches the reference
+     * over the rows the stored nibbles and pairs dequantise to, (u - zero) * scale. */
+    enum { NG = D / 32 };
+    clattn_paged_kv c4 = cache;
+    c4.dtype = 8;
+    c4.quant_group = 48;
+    cl_mem k4 = buffer(c, sizeof kc / 8, NULL, q), v4 = buffer(c, sizeof kc / 8, NULL, q);
+    cl_mem ks4 = buffer(c, N * HKV * NG * 2 * 4, NULL, q), vs4 = buffer(c, N * HKV * NG * 2 * 4, NULL, q);
+    clattn_extend_plan p4 = NULL;
+    CHECK_FAILS(clattn_extend_plan_csr(ctx, &csr, &c4, &opt, &p4), CLATTN_INVALID_ARGUMENT, "quant_group");
+    CHECK(p4 == NULL);
+    c4.quant_group = 32;
+    a.k_cache = k4; a.v_cache = v4; a.cache = c4; a.k_scale_cache = ks4; a.v_scale_cache = vs4;
+    CHECK(clattn_append_kv(ctx, &a, NULL) == CLATTN_SUCCESS);
+    CHECK(clattn_extend_plan_csr(ctx, &csr, &c4, &opt, &p4) == CLATTN_SUCCESS);
+    clattn_extend_buffers b4 = eb;
+    b4.k = k4; b4.v = v4; b4.o = od8; b4.lse = NULL; b4.k_scale_cache = ks4;
+    CHECK_FAILS(clattn_extend_run(ctx, p4, &b4, NULL), CLATTN_INVALID_ARGUMENT, "v_scale_cache");
+    b4.v_scale_cache = vs4;
+    CHECK(clattn_extend_run(ctx, p4, &b4, NULL) == CLATTN_SUCCESS);
+    read_back(q, od8, out, sizeof out);
+    static unsigned char nib[2][sizeof kc / 8];
+    static float pairs[2][N * HKV * NG * 2], kf[sizeof kc / sizeof kc[0]], vf[sizeof vc / sizeof vc[0]];
+    read_back(q, k4, nib[0], sizeof nib[0]);
+    read_back(q, v4, nib[1], sizeof nib[1]);
+    read_back(q, ks4, pairs[0], sizeof pairs[0]);
+    read_back(q, vs4, pairs[1], sizeof pairs[1]);
+    memcpy(kf, kc, sizeof kc);
+    memcpy(vf, vc, sizeof vc);
+    for (size_t e = 0; e < sizeof kc / sizeof kc[0]; ++e) { /* NHD, contiguous: pair of row e / D, group */
+      const size_t pr = (e / D * NG + e % D / 32) * 2;
+      kc[e] = (float)(((nib[0][e / 2] >> (e % 2 * 4)) & 15) - pairs[0][pr + 1]) * pairs[0][pr];
+      vc[e] = (float)(((nib[1][e / 2] >> (e % 2 * 4)) & 15) - pairs[1][pr + 1]) * pairs[1][pr];
+    }
+    ref_batch(1, -1, 0, 1.0 / sqrt((double)D), NULL, NULL, want, NULL);
+    memcpy(kc, kf, sizeof kc);
+    memcpy(vc, vf, sizeof vc);
+    w = worst(out, want, T * HQ * D);
+    CHECK(w < 1e-4);
+    printf("int4 extend: max |o - ref over the dequantised rows| %.2g\n", w);
+
+    clattn_extend_plan_release(p4);
     clattn_extend_plan_release(p8);
     clattn_extend_plan_release(pf);
     clReleaseMemObject(sl); clReleaseMemObject(k8); clReleaseMemObject(v8); clReleaseMemObject(ks8);
     clReleaseMemObject(vs8); clReleaseMemObject(od8); clReleaseMemObject(khd); clReleaseMemObject(vhd);
-    clReleaseMemObject(khsd); clReleaseMemObject(vhsd);
+    clReleaseMemObject(khsd); clReleaseMemObject(vhsd); clReleaseMemObject(k4); clReleaseMemObject(v4);
+    clReleaseMemObject(ks4); clReleaseMemObject(vs4);
   }
 
   clReleaseMemObject(kd); clReleaseMemObject(vd); clReleaseMemObject(qd); clReleaseMemObject(od);

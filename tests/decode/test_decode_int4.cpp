@@ -266,12 +266,12 @@ TEST(Int4KV, RejectsBadGeometryScalesAndOps) {
   ctx().finish();
   for (uint8_t x : test::download<uint8_t>(kc, cb)) ASSERT_EQ(x, 0x11);
   for (uint8_t x : test::download<uint8_t>(ksc, sb)) ASSERT_EQ(x, 0x11);
-  // Ops that do not read int4 caches yet say so.
-  ExtendOptions eo;
-  eo.num_qo_heads = 1;
+  // Ops that do not read int4 caches yet say so (extend: tests/extend/test_extend_int4.cpp).
+  HsaOptions ho;
+  ho.num_qo_heads = 1, ho.topk = 1;
   PagedCsr csr;
   csr.page_size = 4, csr.kv_indptr = {0, 1}, csr.kv_indices = {0}, csr.kv_last_page_len = {1}, csr.qo_indptr = {0, 1};
-  EXPECT_TRUE(test::throws_error([&] { extend_plan(ctx(), csr, cache, eo); }, Status::Unsupported, "int4"));
+  EXPECT_TRUE(test::throws_error([&] { hsa_plan(ctx(), csr, cache, ho); }, Status::Unsupported, "int4"));
   // Decode: the group and the scale caches are required.
   DecodeOptions opt;
   opt.num_qo_heads = 1, opt.q_dtype = opt.o_dtype = DType::F32;
