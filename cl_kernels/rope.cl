@@ -205,12 +205,40 @@ inline float2 rope_two(__global const void* src, size_t sb, int src_dt, int e, i
                   neox_elem(src, sb, src_dt, e + 1, b, R, p, has_cache, cs, log2_theta, inv_scale));
 }
 
+// NeoX groups g0 (first half) and g0 + R/2 (second half), G dividing R/2: pair i of group g0
+// turns into element i of the one and element i + R/2 of the other, so the two groups are
+// quantised together and each pair's angle is computed once per walk (as rope_append_kv_i8
+// computes it), not once per element.
+inline void i4_neox_groups(__global const void* src, size_t sb, int src_dt, int g0, int G, int R, long p,
+                           int has_cache, __global const float* cs, float log2_theta, float inv_scale,
+                           __global uchar* dst, size_t db, __global void* scales, size_t so, int s_f16) {
+  const int r2 = R / 2;
+  float lo0 = 0.0f, hi0 = 0.0f, lo1 = 0.0f, hi1 = 0.0f;
+  for (int i = g0; i < g0 + G; ++i) {
+    const float2 o = rope_turn(load_elem(src, sb + i, src_dt), load_elem(src, sb + i + r2, src_dt),
+                               rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale));
+    lo0 = fmin(lo0, o.x), hi0 = fmax(hi0, o.x), lo1 = fmin(lo1, o.y), hi1 = fmax(hi1, o.y);
+  }
+  const float2 sz0 = int4_store_group(scales, so + 2 * (size_t)(g0 / G), s_f16, lo0, hi0);
+  const float2 sz1 = int4_store_group(scales, so + 2 * (size_t)((g0 + r2) / G), s_f16, lo1, hi1);
+  for (int i = g0; i < g0 + G; i += 2) {
+    const float2 a = rope_turn(load_elem(src, sb + i, src_dt), load_elem(src, sb + i + r2, src_dt),
+                               rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale));
+    const float2 b = rope_turn(load_elem(src, sb + i + 1, src_dt), load_elem(src, sb + i + 1 + r2, src_dt),
+                               rope_cos_sin(i + 1, R, p, has_cache, cs, log2_theta, inv_scale));
+    dst[db + (size_t)(i / 2)] = int4_byte((float2)(a.x, b.x), sz0);
+    dst[db + (size_t)((i + r2) / 2)] = int4_byte((float2)(a.y, b.y), sz1);
+  }
+}
+
 // int4 caches (rope_append_kv; rope_append_kv above then takes the q rows only): work-item
 // (h, t) quantises KV head h's k row of token t, rotated, and its v row, group by group with
 // append_kv_i4's rules (int4_quant.clh): a group's lo and hi give its [scale, zero] pair, then
 // each element pair its byte. A group is walked twice (rotated for lo / hi, then for the
-// codes) rather than kept, as in rope_append_kv_i8; NeoX pairs straddle groups, so the walk
-// goes by the stored byte (two elements) and rotates each element with its partner.
+// codes) rather than kept, as in rope_append_kv_i8. NeoX groups go in first-half /
+// second-half couples where G divides R/2 (i4_neox_groups); otherwise (GPT-J, dims from R on,
+// NeoX groups that straddle the halves) the walk goes by the stored byte, each element rotated
+// with its partner (rope_two).
 __kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
 void rope_append_kv_i4(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
                        __global const void* slots, int slots_i64, long num_slots, __global uchar* k_cache,
@@ -229,16 +257,23 @@ void rope_append_kv_i4(__global const void* k, __global const void* v, int src_d
   // c_* in elements (nibbles, even): the row's first byte.
   const size_t sb = (size_t)(t * src_st + h * src_sh), db = (size_t)((page * c_sp + off * c_st + h * c_sh) / 2);
   const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
+  const bool couples = !gptj && (R / 2) % G == 0;
   for (int kind = 0; kind < 2; ++kind) {  // k (rotated), v
     __global const void* src = kind ? v : k;
     __global uchar* dst = kind ? v_cache : k_cache;
+    __global void* scales = kind ? v_scales : k_scales;
     for (int g0 = 0; g0 < D; g0 += G) {
+      if (kind == 0 && couples && g0 < R) {
+        if (g0 < R / 2)  // the second-half group goes with its first-half one
+          i4_neox_groups(src, sb, src_dt, g0, G, R, p, has_cache, cs, log2_theta, inv_scale, dst, db, scales, so, s_f16);
+        continue;
+      }
       float lo = 0.0f, hi = 0.0f;
       for (int e = g0; e < g0 + G; e += 2) {
         const float2 x = rope_two(src, sb, src_dt, e, kind == 0, R, gptj, p, has_cache, cs, log2_theta, inv_scale);
         lo = fmin(lo, fmin(x.x, x.y)), hi = fmax(hi, fmax(x.x, x.y));
       }
-      const float2 sz = int4_store_group(kind ? v_scales : k_scales, so + 2 * (size_t)(g0 / G), s_f16, lo, hi);
+      const float2 sz = int4_store_group(scales, so + 2 * (size_t)(g0 / G), s_f16, lo, hi);
       for (int e = g0; e < g0 + G; e += 2)
         dst[db + (size_t)(e / 2)] =
             int4_byte(rope_two(src, sb, src_dt, e, kind == 0, R, gptj, p, has_cache, cs, log2_theta, inv_scale), sz);

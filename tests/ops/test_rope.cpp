@@ -339,11 +339,17 @@ TEST(RopeAppendKV, Int4CacheMatchesTheReference) {
     DType src;
   };
   const C cases[] = {
-      {64, 64, 32, 1, 16, false, false, false, false, DType::F32},  // NeoX pairs straddle the two groups
-      {128, 128, 64, 2, 16, true, true, true, true, DType::BF16},
+      // NeoX with G dividing R/2: groups quantised in first-half / second-half couples.
+      {64, 64, 32, 1, 16, false, false, false, false, DType::F32},
       {128, 64, 32, 2, 1, false, true, false, true, DType::F32},    // partial: groups 2 and 3 pass through
+      {256, 192, 32, 1, 16, false, false, true, false, DType::BF16},  // three couples, two plain groups
+      // NeoX otherwise, element by element: a group holding both halves, one holding rotated
+      // and plain dims.
+      {128, 128, 128, 1, 16, false, true, false, true, DType::F32},
+      {64, 32, 64, 2, 16, false, false, true, false, DType::BF16},
+      // GPT-J: a byte is a pair.
+      {128, 128, 64, 2, 16, true, true, true, true, DType::BF16},
       {128, 96, 128, 1, 16, true, false, true, false, DType::F16},
-      {64, 32, 64, 2, 16, false, false, true, false, DType::BF16},  // rotated and plain dims in one group
   };
   for (const C& k : cases) {
     const int D = k.D, G = k.G, Hkv = k.Hkv, Hq = 2 * Hkv, P = k.P, ng = D / G;
