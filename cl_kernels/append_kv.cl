@@ -5,6 +5,7 @@
 // saturating (common.clh). Work-item (i, t): elements i*APPEND_ITEMS .. of token t's [Hkv, D] rows.
 #include "common.clh"
 #include "int8_quant.clh"
+#include "int4_quant.clh"
 
 #ifndef APPEND_WG
 #define APPEND_WG 64
@@ -103,13 +104,9 @@ void append_kv_i8(__global const void* k, __global const void* v, int src_dt, lo
 }
 
 // int4 caches (PagedKV dtype I4): work-item (h, t) quantises token t's head-h K and V rows,
-// group by group (G = quant_group consecutive elements): lo = min(min x, 0), hi = max(max x,
-// 0), scale = (hi - lo) * fl(1/15) (rounded to f16 with s_f16), zero = the integer nearest to
-// -lo / scale, u = the integer nearest to x / scale, plus zero, clamped to [0, 15]; the
-// quotients are exact (int8_nearest_quotient) with the scale as stored, so every device stores the
-// same bytes; a group whose stored scale is 0 stores scale 0, zero 0 and zeros. Nibble pairs:
-// element 2i in the low nibble of byte i. The pair [scale, zero] sits at so + 2 * group.
-
+// group by group (G = quant_group consecutive elements) with int4_quant.clh's rules (shared
+// with rope.cl's rope_append_kv_i4): the group's lo and hi give its [scale, zero] pair (at so
+// + 2 * group), then each element pair its byte.
 inline void quantize_row_i4(__global const void* src, size_t s0, int src_dt, int D, int G, __global uchar* dst,
                             size_t b0, __global void* scales, size_t so, int s_f16) {
   for (int g0 = 0; g0 < D; g0 += G) {
@@ -118,17 +115,10 @@ inline void quantize_row_i4(__global const void* src, size_t s0, int src_dt, int
       const float x = load_elem(src, s0 + g0 + d, src_dt);
       lo = fmin(lo, x), hi = fmax(hi, x);
     }
-    const size_t at = so + 2 * (size_t)(g0 / G);
-    const float scale = store_scale(scales, at, s_f16, (hi - lo) * (1.0f / 15.0f));
-    const float zero = scale > 0.0f ? clamp(int8_nearest_quotient(-lo, scale), 0.0f, 15.0f) : 0.0f;
-    store_scale(scales, at + 1, s_f16, zero);
+    const float2 sz = int4_store_group(scales, so + 2 * (size_t)(g0 / G), s_f16, lo, hi);
     for (int d = 0; d < G; d += 2) {
-      uint u[2];
-      for (int j = 0; j < 2; ++j) {
-        const float x = load_elem(src, s0 + g0 + d + j, src_dt);
-        u[j] = scale > 0.0f ? (uint)clamp(int8_nearest_quotient(x, scale) + zero, 0.0f, 15.0f) : 0u;
-      }
-      dst[b0 + (size_t)((g0 + d) / 2)] = (uchar)(u[0] | u[1] << 4);
+      const float2 ab = (float2)(load_elem(src, s0 + g0 + d, src_dt), load_elem(src, s0 + g0 + d + 1, src_dt));
+      dst[b0 + (size_t)((g0 + d) / 2)] = int4_byte(ab, sz);
     }
   }
 }

@@ -58,6 +58,7 @@ void clattn_kv_pool_config_init(clattn_kv_pool_config* c) {
   c->k_scale = d.k_scale, c->v_scale = d.v_scale;
   c->num_state_slots = d.num_state_slots, c->state_dtype = int(d.state_dtype);
   c->scale_dtype = int(d.scale_dtype);
+  c->quant_group = d.quant_group;
 }
 
 clattn_status clattn_kv_pool_create(clattn_context ctx, const clattn_kv_pool_config* cfg, const clattn_layer_spec* layers,
@@ -74,6 +75,7 @@ clattn_status clattn_kv_pool_create(clattn_context ctx, const clattn_kv_pool_con
     pc.num_state_slots = cfg->num_state_slots;
     pc.state_dtype = static_cast<clattn::DType>(cfg->state_dtype);
     pc.scale_dtype = static_cast<clattn::DType>(cfg->scale_dtype);  // checked by the pool
+    pc.quant_group = cfg->quant_group;                                 // int4: checked by the pool
     auto specs = to_cpp(layers, num_layers);
     auto p = std::make_unique<clattn_kv_pool_s>();
     p->pool = allocate ? clattn::KVPool(need(ctx, "ctx")->ctx, pc, specs) : clattn::KVPool(pc, specs);
@@ -109,7 +111,7 @@ clattn_status clattn_kv_pool_set_layer_scales(clattn_kv_pool pool, int layer_id,
     need(pool, "pool");
     clattn::KVPool::Layer l = pool->pool.layer(layer_id);
     if (l.kind != clattn::LayerKind::MHA || l.kv.scale_required_bytes() == 0)
-      invalid("layer " + std::to_string(layer_id) + " has no scale caches (only MHA layers of an int8 pool)");
+      invalid("layer " + std::to_string(layer_id) + " has no scale caches (only MHA layers of an int8 or int4 pool)");
     l.k_scale_cache = need(k_scale_cache, "k_scale_cache");
     l.v_scale_cache = need(v_scale_cache, "v_scale_cache");
     pool->pool.set_layer(layer_id, l);

@@ -25,16 +25,26 @@ void check_config(const KVPoolConfig& cfg, const std::vector<LayerSpec>& layers)
   if (paged && (cfg.num_pages <= 0 || cfg.page_size <= 0))
     rt::invalid("KVPool: num_pages and page_size must be > 0 for full-attention/MLA layers (got " +
                 std::to_string(cfg.num_pages) + ", " + std::to_string(cfg.page_size) + ")");
-  if (cfg.kv_dtype == DType::I8) {
+  if (cfg.kv_dtype == DType::I8 || cfg.kv_dtype == DType::I4) {
+    const std::string q = dtype_name(cfg.kv_dtype);
     for (const auto& l : layers)
       if (l.kind == LayerKind::MLA)
-        throw Error(Status::Unsupported, "KVPool: kv_dtype int8 with MLA layer " + std::to_string(l.layer_id) +
-                                             ": the engine's MLA layers take no int8 latents yet (docs/kv_formats.md)");
+        throw Error(Status::Unsupported, "KVPool: kv_dtype " + q + " with MLA layer " + std::to_string(l.layer_id) +
+                                             ": the engine's MLA layers take no " + q + " latents (docs/kv_formats.md)");
     if (cfg.scale_dtype != DType::F32 && cfg.scale_dtype != DType::F16)
-      rt::invalid(std::string("KVPool: scale_dtype ") + dtype_name(cfg.scale_dtype) + " is not f32/f16 (int8 scale caches)");
+      rt::invalid(std::string("KVPool: scale_dtype ") + dtype_name(cfg.scale_dtype) + " is not f32/f16 (" + q +
+                  " scale caches)");
     if (cfg.k_scale != 1.0f || cfg.v_scale != 1.0f)
       rt::invalid("KVPool: k_scale / v_scale (" + std::to_string(cfg.k_scale) + ", " + std::to_string(cfg.v_scale) +
-                  ") must be 1 with kv_dtype int8: its rows carry their own scales");
+                  ") must be 1 with kv_dtype " + q + ": its rows carry their own scales");
+  }
+  if (cfg.kv_dtype == DType::I4) {
+    const int g = cfg.quant_group;
+    for (const auto& l : layers)
+      if (l.kind == LayerKind::MHA && ((g != 32 && g != 64 && g != 128) || l.head_dim <= 0 || l.head_dim % g))
+        rt::invalid("KVPool: quant_group = " + std::to_string(g) + " with kv_dtype int4: must be 32, 64 or 128 and " +
+                    "divide the head_dim of every MHA layer (layer " + std::to_string(l.layer_id) + ": head_dim " +
+                    std::to_string(l.head_dim) + ")");
   }
   if (linear && cfg.num_state_slots <= 0)
     rt::invalid("KVPool: num_state_slots must be > 0 for linear layers");
@@ -53,6 +63,7 @@ KVPool::Layer describe(const KVPoolConfig& cfg, const LayerSpec& l) {
     out.kv.layout = cfg.layout;
     out.kv.dtype = cfg.kv_dtype;
     out.kv.scale_dtype = cfg.scale_dtype;
+    if (cfg.kv_dtype == DType::I4) out.kv.quant_group = cfg.quant_group;
   } else if (l.kind == LayerKind::MLA) {
     out.latent.num_pages = cfg.num_pages;
     out.latent.page_size = cfg.page_size;
@@ -197,7 +208,10 @@ int64_t KVPool::bytes_per_page() const {
   int64_t n = 0;
   for (const auto& l : layers_) {
     if (l.kind == LayerKind::MHA) {
-      n = ck::add(n, ck::product({2, l.kv.page_stride(), int64_t(dtype_size(l.kv.dtype))}, what), what);
+      // int4: two elements a byte (its page stride is even).
+      const int64_t page_bytes = l.kv.dtype == DType::I4 ? l.kv.page_stride() / 2
+                                                          : ck::mul(l.kv.page_stride(), int64_t(dtype_size(l.kv.dtype)), what);
+      n = ck::add(n, ck::mul(2, page_bytes, what), what);
       if (l.kv.num_pages > 0)  // scale caches: the pool allocates them contiguous, a page's share each
         n = ck::add(n, ck::mul(2, l.kv.scale_required_bytes() / l.kv.num_pages, what), what);
     }

@@ -178,7 +178,8 @@ std::string shape_key(const LayerSpec& l, const PagedKV& kv) {
          std::to_string(l.logits_soft_cap) + "/" + std::to_string(kv.page_stride()) + "," +
          std::to_string(kv.token_stride()) + "," + std::to_string(kv.head_stride()) + "/" + dtype_name(kv.dtype) + "," +
          dtype_name(kv.scale_dtype) + "," + std::to_string(kv.scale_page_stride()) + "," +
-         std::to_string(kv.scale_token_stride()) + "," + std::to_string(kv.scale_head_stride());
+         std::to_string(kv.scale_token_stride()) + "," + std::to_string(kv.scale_head_stride()) + "/g" +
+         std::to_string(kv.quant_group);
 }
 
 std::unique_ptr<AttentionBackend> make_paged(const Context& ctx, const KVPool& pool, const BackendConfig& cfg,

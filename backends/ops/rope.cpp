@@ -171,8 +171,6 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   const char* fn = "rope_append_kv";
   const AppendKVArgs& a = r.append;
   const ops::AppendChecked ch = ops::check_append_kv(a);
-  if (a.cache.dtype == DType::I4)
-    throw Error(Status::Unsupported, "rope_append_kv: int4 caches are not supported yet (apply_rope, then append_kv)");
   if (a.k_head_scales)
     throw Error(Status::Unsupported, "rope_append_kv: per-head scales (k_head_scales) are not supported yet (apply_rope, "
                                      "then append_kv)");
@@ -200,12 +198,13 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   const RopeProgram rp = rope_program(c.profile, D);
   auto prog = c.programs.get(rp.v.file, rp.v.options);
   rt::Kernel& k = prog->kernel("rope_append_kv");
-  // int8 caches: the k and v rows go to rope_append_kv_i8 (a row's max sets its scale), after
-  // the q rows; no pages: q rows only.
-  const bool i8 = a.cache.dtype == DType::I8 && !ch.empty;
-  const int kv_rows = ch.empty || i8 ? 0 : Hkv;
+  // int8 / int4 caches: the k and v rows go to rope_append_kv_i8 / _i4 (a row's max, a group's
+  // range sets its scales), after the q rows; no pages: q rows only.
+  const bool i8 = a.cache.dtype == DType::I8 && !ch.empty, i4 = a.cache.dtype == DType::I4 && !ch.empty;
+  const bool quant = i8 || i4;
+  const int kv_rows = ch.empty || quant ? 0 : Hkv;
   const size_t rows = size_t(Hq + 2 * kv_rows);
-  if (rows == 0 && !i8) {
+  if (rows == 0 && !quant) {
     ops::marker_if_needed(q, e);
     return;
   }
@@ -213,7 +212,7 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   rope_grid(rp, D, rows, T, gws, lws);
   const cl_mem none = nullptr;
   cl_event ev_q = nullptr;
-  cl_event* q_event = i8 ? &ev_q : e.event;
+  cl_event* q_event = quant && rows > 0 ? &ev_q : e.event;
   rt::log().debug("rope_append_kv: {} tokens, Hq {} Hkv {} D {} R {} {}, {} -> {} cache ({})", T, Hq, Hkv, D, rr.R,
                   r.rope.style == RopeStyle::GptJ ? "gptj" : "neox", dtype_name(a.src_dtype), dtype_name(a.cache.dtype),
                   rp.source);
@@ -228,23 +227,36 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
            cl_int(r.pos.dtype == DType::I64), cl_int(r.rope.cos_sin_cache != nullptr),
            r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none, cl_long(r.rope.cache_positions), rr.log2_theta,
            rr.inv_scale, cl_long(T), c.faults);
-  if (!i8) return;
-  rt::Kernel& k8 = prog->kernel("rope_append_kv_i8");
+  if (!quant) return;
   const size_t wg = rp.v.wg;
-  size_t g8[2] = {(size_t(Hkv) + wg - 1) / wg * wg, size_t(T)}, l8[2] = {wg, 1};
+  size_t gq[2] = {(size_t(Hkv) + wg - 1) / wg * wg, size_t(T)}, lq[2] = {wg, 1};
   // After the q rows' kernel where it ran (so the caller's event covers both).
   const cl_uint nw = ev_q ? 1 : e.num_wait;
   const cl_event* w = ev_q ? &ev_q : e.wait;
+  const cl_long num_slots = cl_long(int64_t(a.cache.num_pages) * a.cache.page_size);
+  const cl_int gptj = r.rope.style == RopeStyle::GptJ, s_f16 = a.cache.scale_dtype == DType::F16;
+  const cl_int pos_i64 = r.pos.dtype == DType::I64, has_cache = r.rope.cos_sin_cache != nullptr;
+  const cl_mem cs = r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none;
   try {
-    k8.launch(q, 2, g8, l8, nw, w, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st), cl_long(ch.sh),
-              a.slot_mapping, cl_int(a.slot_dtype == DType::I64), cl_long(int64_t(a.cache.num_pages) * a.cache.page_size),
-              a.k_cache, a.v_cache, cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()),
-              cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(Hkv), a.k_scale_cache, a.v_scale_cache,
-              cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
-              cl_long(a.cache.scale_head_stride()), cl_int(a.cache.scale_dtype == DType::F16), cl_int(D), cl_int(rr.R),
-              cl_int(r.rope.style == RopeStyle::GptJ), r.pos.positions, cl_int(r.pos.dtype == DType::I64),
-              cl_int(r.rope.cos_sin_cache != nullptr), r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none,
-              cl_long(r.rope.cache_positions), rr.log2_theta, rr.inv_scale, cl_long(T), c.faults);
+    if (i8)
+      prog->kernel("rope_append_kv_i8")
+          .launch(q, 2, gq, lq, nw, w, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st), cl_long(ch.sh),
+                  a.slot_mapping, cl_int(a.slot_dtype == DType::I64), num_slots, a.k_cache, a.v_cache,
+                  cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()), cl_long(a.cache.head_stride()),
+                  cl_int(a.cache.page_size), cl_int(Hkv), a.k_scale_cache, a.v_scale_cache,
+                  cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
+                  cl_long(a.cache.scale_head_stride()), s_f16, cl_int(D), cl_int(rr.R), gptj, r.pos.positions, pos_i64,
+                  has_cache, cs, cl_long(r.rope.cache_positions), rr.log2_theta, rr.inv_scale, cl_long(T), c.faults);
+    else
+      prog->kernel("rope_append_kv_i4")
+          .launch(q, 2, gq, lq, nw, w, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st), cl_long(ch.sh),
+                  a.slot_mapping, cl_int(a.slot_dtype == DType::I64), num_slots, a.k_cache, a.v_cache,
+                  cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()), cl_long(a.cache.head_stride()),
+                  cl_int(a.cache.page_size), cl_int(Hkv), a.k_scale_cache, a.v_scale_cache,
+                  cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
+                  cl_long(a.cache.scale_head_stride()), s_f16, cl_int(D), cl_int(a.cache.quant_group), cl_int(rr.R), gptj,
+                  r.pos.positions, pos_i64, has_cache, cs, cl_long(r.rope.cache_positions), rr.log2_theta, rr.inv_scale,
+                  cl_long(T), c.faults);
   } catch (...) {
     if (ev_q) clReleaseEvent(ev_q);
     throw;

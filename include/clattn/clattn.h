@@ -788,10 +788,12 @@ CLATTN_API void clattn_layer_spec_init(clattn_layer_spec* l);
 
 typedef struct clattn_kv_pool_config {
   int num_pages, page_size;     /* full-attention / MLA layers */
-  int kv_dtype, layout;         /* cache dtype (7 = int8: MHA layers only), NHD/HND (MHA) */
-  float k_scale, v_scale;       /* fp8: loaded = stored * scale; int8: 1 */
+  int kv_dtype, layout;         /* cache dtype (7 int8, 8 int4: MHA layers only), NHD/HND (MHA) */
+  float k_scale, v_scale;       /* fp8: loaded = stored * scale; int8 / int4: 1 */
   int num_state_slots, state_dtype;  /* linear layers */
-  int scale_dtype;              /* int8: the scale caches' dtype, 0 f32 (init), 1 f16 */
+  int scale_dtype;              /* int8 / int4: the scale caches' dtype, 0 f32 (init), 1 f16 */
+  int quant_group;              /* int4 (kv_dtype 8): head-dim elements per [scale, zero] pair,
+                                 * 32, 64 (init) or 128, dividing every MHA layer's head_dim */
 } clattn_kv_pool_config;
 CLATTN_API void clattn_kv_pool_config_init(clattn_kv_pool_config* c);
 
@@ -804,7 +806,7 @@ CLATTN_API clattn_status clattn_kv_pool_create(clattn_context ctx, const clattn_
 /* MHA: k and v caches; MLA: ckv and kpe caches; linear: the state pool in `k` (v unused). */
 CLATTN_API clattn_status clattn_kv_pool_set_layer(clattn_kv_pool pool, int layer_id, cl_mem k, cl_mem v);
 CLATTN_API clattn_status clattn_kv_pool_get_layer(clattn_kv_pool pool, int layer_id, cl_mem* k, cl_mem* v);
-/* MHA layers of a format with scale caches (int8): the K and V scale caches (clattn_paged_kv's
+/* MHA layers of a format with scale caches (int8, int4): the K and V scale caches (clattn_paged_kv's
  * layout; set: engine-owned ones beside clattn_kv_pool_set_layer's caches, never released). */
 CLATTN_API clattn_status clattn_kv_pool_set_layer_scales(clattn_kv_pool pool, int layer_id, cl_mem k_scale_cache,
                                                          cl_mem v_scale_cache);

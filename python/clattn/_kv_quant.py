@@ -7,31 +7,60 @@ from ._clattn import Tensor
 from ._util import _is_pyopencl_array, as_tensor, check, error, is_raw_buffer
 
 # Quantised cache dtypes -> (their name in messages, the dtypes their scale caches may hold).
-# int8: one scale per (token, KV head), stored beside the pages with the same page ids.
-QUANT_KV = {"i8": ("int8", ("f32", "f16"))}
+# int8: one scale per (token, KV head); int4: a [scale, zero] pair per (token, KV head, group of
+# quant_group head-dim elements); stored beside the pages with the same page ids.
+QUANT_KV = {"i8": ("int8", ("f32", "f16")), "i4": ("int4", ("f32", "f16"))}
 FLOAT_KV = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
 KV_DTYPES = FLOAT_KV + tuple(QUANT_KV)
+# int4: head-dim elements per [scale, zero] pair when the caller names none (f16 pairs cost
+# 12.5 % of the nibbles' bytes at 64; docs/kv_formats.md "int4: layout").
+DEFAULT_QUANT_GROUP = 64
+_PER_ROW = {"i8": "one scale per (token, KV head)", "i4": "a [scale, zero] pair per (token, KV head, group)"}
 
 
 def is_quantised(kv_dtype):
     return kv_dtype in QUANT_KV
 
 
-def scale_cache_shape(layout, num_pages, page_size, num_kv_heads):
-    """The shape of one scale cache: the cache's page/token/head order without head_dim."""
+def quant_group_of(kv_dtype, quant_group, head_dim):
+    """The group an int4 cache of ``head_dim`` uses (checked: 32, 64 or 128, dividing
+    head_dim; None = DEFAULT_QUANT_GROUP); 0 for the other dtypes, which take none."""
+    if kv_dtype != "i4":
+        if quant_group is not None:
+            raise error(f"quant_group={quant_group!r}: only int4 caches group their scales (the cache is {kv_dtype})")
+        return 0
+    g = DEFAULT_QUANT_GROUP if quant_group is None else quant_group
+    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g not in (32, 64, 128) or head_dim % g:
+        raise error(f"quant_group={quant_group!r}: int4 takes 32, 64 or 128 head-dim elements per [scale, zero] "
+                    f"pair, dividing head_dim {head_dim}")
+    return int(g)
+
+
+def cache_storage(kv_dtype, head_dim):
+    """(tensor dtype, last dim) of a cache's tensors: int4 caches are uint8 bytes of two
+    nibbles (element 2i in the low nibble of byte i), [..., head_dim / 2]."""
+    return ("u8", head_dim // 2) if kv_dtype == "i4" else (kv_dtype, head_dim)
+
+
+def scale_cache_shape(layout, num_pages, page_size, num_kv_heads, kv_dtype="i8", groups=0):
+    """The shape of one scale cache: the cache's page/token/head order without head_dim;
+    int4 adds [groups, 2] (a [scale, zero] pair per group of the row)."""
     if layout == "NHD":
-        return (num_pages, page_size, num_kv_heads)
-    return (num_pages, num_kv_heads, page_size)
+        shape = (num_pages, page_size, num_kv_heads)
+    else:
+        shape = (num_pages, num_kv_heads, page_size)
+    return shape + (groups, 2) if kv_dtype == "i4" else shape
 
 
 def scale_caches(ctx, kv_dtype, k_scale_cache, v_scale_cache, layout, num_pages, page_size, num_kv_heads,
-                 scale_dtype=None, track=None):
+                 scale_dtype=None, track=None, groups=0):
     """The (k, v) scale-cache tensors of a cache of ``kv_dtype`` holding ``num_pages`` pages:
     (None, None) for a float cache (passing one is an error), both required and checked
-    (dtype f32 or f16, the two alike; shape ``scale_cache_shape``) for a quantised one.
-    ``scale_dtype`` is the dtype a raw buffer is read as (default f32); ``track(x, name,
-    make)`` (Writeback.track) when the op writes them. Checked before the op runs (a numpy
-    array tracked for write-back is checked after its upload, before the op)."""
+    (dtype f32 or f16, the two alike; shape ``scale_cache_shape``, int4 with ``groups``
+    pairs a row) for a quantised one. ``scale_dtype`` is the dtype a raw buffer is read as
+    (default f32); ``track(x, name, make)`` (Writeback.track) when the op writes them. Checked
+    before the op runs (a numpy array tracked for write-back is checked after its upload,
+    before the op)."""
     if kv_dtype not in QUANT_KV:
         given = "k_scale_cache" if k_scale_cache is not None else "v_scale_cache" if v_scale_cache is not None else None
         if given:
@@ -39,12 +68,11 @@ def scale_caches(ctx, kv_dtype, k_scale_cache, v_scale_cache, layout, num_pages,
                         f"({', '.join(n for n, _ in QUANT_KV.values())})")
         return None, None
     name, dtypes = QUANT_KV[kv_dtype]
+    shape = scale_cache_shape(layout, num_pages, page_size, num_kv_heads, kv_dtype, groups)
     for arg, x in (("k_scale_cache", k_scale_cache), ("v_scale_cache", v_scale_cache)):
         if x is None:
-            raise error(f"{arg}: required with an {name} cache (one scale per (token, KV head), "
-                        f"shape {list(scale_cache_shape(layout, num_pages, page_size, num_kv_heads))} "
+            raise error(f"{arg}: required with an {name} cache ({_PER_ROW[kv_dtype]}, shape {list(shape)} "
                         f"{' or '.join(dtypes)}; docs/kv_formats.md)")
-    shape = scale_cache_shape(layout, num_pages, page_size, num_kv_heads)
 
     def make(x, arg):
         if is_raw_buffer(x):
@@ -102,7 +130,7 @@ def kv_scales(ctx, k_scale, v_scale, num_kv_heads, kv_dtype):
     if kv_dtype in QUANT_KV:
         for arg, x in zip(("k_scale", "v_scale"), vals):
             if not (isinstance(x, float) and x == 1.0):
-                raise error(f"{arg}: an {QUANT_KV[kv_dtype][0]} cache carries a scale per (token, KV head) in its "
+                raise error(f"{arg}: an {QUANT_KV[kv_dtype][0]} cache carries {_PER_ROW[kv_dtype]} in its "
                             "scale caches; k_scale / v_scale must be None or 1")
         return 1.0, 1.0, None, None
     if all(isinstance(x, float) for x in vals):

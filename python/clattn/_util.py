@@ -14,7 +14,7 @@ _DTYPE_ALIASES = {
     "fp8_e4m3": "fp8_e4m3", "e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
     "fp8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
     "i32": "i32", "int32": "i32", "i64": "i64", "int64": "i64", "u8": "u8", "uint8": "u8",
-    "i8": "i8", "int8": "i8",
+    "i8": "i8", "int8": "i8", "i4": "i4", "int4": "i4",
 }
 _ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i32": 4, "i64": 8, "u8": 1, "i8": 1}
 _FROM_NUMPY = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int32): "i32",
@@ -32,7 +32,8 @@ def error(msg, status="InvalidArgument"):
 
 def dtype_name(dt, arg="dtype"):
     """Normalises a dtype given as a string, numpy dtype or torch-like object to clattn's
-    short names (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8 i8); None stays None."""
+    short names (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8 i8, and i4: the int4 KV cache
+    format, whose tensors are u8 nibble pairs); None stays None."""
     if dt is None:
         return None
     if isinstance(dt, str):
@@ -51,7 +52,7 @@ def dtype_name(dt, arg="dtype"):
         s = str(dt)
         s = s[6:] if s.startswith("torch.") else s
     if s not in _DTYPE_ALIASES:
-        raise error(f"{arg}: unknown dtype {dt!r} (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8 i8)")
+        raise error(f"{arg}: unknown dtype {dt!r} (f32 f16 bf16 fp8_e4m3 fp8_e5m2 i32 i64 u8 i8 i4)")
     return _DTYPE_ALIASES[s]
 
 

@@ -6,7 +6,8 @@ import numpy as np
 from . import _clattn
 from ._util import (LOG2E, Writeback, as_tensor, check, context_of, dtype_name, error, host_i32, is_raw_buffer,
                     natural_lse, rescale_lse, result, _ITEMSIZE)
-from ._kv_quant import QUANT_KV, is_quantised, kv_scales, scale_cache_shape, scale_caches
+from ._kv_quant import (QUANT_KV, cache_storage, is_quantised, kv_scales, quant_group_of, scale_cache_shape,
+                        scale_caches)
 
 _FLOAT_IO = ("f32", "f16", "bf16")
 
@@ -153,8 +154,9 @@ class _Planned:
         again)."""
         d = self._dims
         ks, vs, kh, vh = kv_scales(ctx, k_scale, v_scale, d["num_kv_heads"], d["kv_dtype"])
+        groups = d["head_dim"] // d["quant_group"] if d["quant_group"] else 0
         ksc, vsc = scale_caches(ctx, d["kv_dtype"], k_scale_cache, v_scale_cache, self._kv_layout, num_pages,
-                                d["page_size"], d["num_kv_heads"], self._opts["scale_dtype"])
+                                d["page_size"], d["num_kv_heads"], self._opts["scale_dtype"], groups=groups)
         if ksc is not None:
             self._use(scale_dtype=ksc.dtype)
         return ks, vs, kh, vh, ksc, vsc
@@ -244,7 +246,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
              kv_data_type=None, o_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
              non_blocking=True, block_tables=None, seq_lens=None, fixed_split_size=None, disable_split_kv=False,
              q_len_per_req=1, *, window_right=0, deterministic=False, max_splits=0, validate=True,
-             kv_scale_data_type="float32"):
+             kv_scale_data_type="float32", quant_group=None):
         r"""Plan batch decode for given problem specification.
 
         Positional order as FlashInfer's (after ``page_size``: pos_encoding_mode,
@@ -278,9 +280,10 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
         q_data_type : str | dtype
             Query (and default output) dtype: float32, float16 or bfloat16.
         kv_data_type : str | dtype, optional
-            KV cache dtype: float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 or int8 (default:
-            q's). int8 caches come with scale caches (``run``'s ``k_scale_cache`` /
-            ``v_scale_cache``; docs/kv_formats.md).
+            KV cache dtype: float32, float16, bfloat16, fp8_e4m3, fp8_e5m2, int8 or int4
+            (default: q's). int8 and int4 caches come with scale caches (``run``'s
+            ``k_scale_cache`` / ``v_scale_cache``; docs/kv_formats.md); int4 caches are uint8
+            tensors of nibble pairs, ``[..., head_dim // 2]``.
         o_data_type : optional
             Output dtype (default: ``q_data_type``).
         data_type : optional
@@ -305,8 +308,11 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
         validate : bool
             Run the O(pages) metadata validation (page ids in range, ...).
         kv_scale_data_type : str
-            Keyword; int8 caches: the scale caches' dtype, float32 (default) or float16 (a
-            ``run`` with the other dtype plans again).
+            Keyword; int8 / int4 caches: the scale caches' dtype, float32 (default) or
+            float16 (a ``run`` with the other dtype plans again).
+        quant_group : Optional[int]
+            Keyword; int4 caches: head-dim elements per [scale, zero] pair, 32, 64 (default)
+            or 128, dividing head_dim. Not with other dtypes.
 
         Note
         ----
@@ -320,6 +326,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
         kv_dt = dtype_name(kv_data_type if kv_data_type is not None else data_type, "kv_data_type") or q_dt
         o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
         sc_dt = dtype_name(kv_scale_data_type, "kv_scale_data_type")
+        group = quant_group_of(kv_dt, quant_group, int(head_dim))
         indptr_h = host_i32(indptr, "indptr")
         indices_h = host_i32(indices, "indices")
         last_h = host_i32(last_page_len, "last_page_len")
@@ -330,14 +337,14 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
             return _clattn._decode_plan(self._ctx, indptr_h, indices_h, last_h, int(page_size), max(num_pages, 1),
                                         int(num_kv_heads), int(head_dim), self._kv_layout, kv_dt, int(num_qo_heads),
                                         q_dt, o_dt, o["sm_scale"], o["cap"], o["window_left"], bool(deterministic),
-                                        splits, bool(validate), o["scale_dtype"])
+                                        splits, bool(validate), o["scale_dtype"], group)
 
         self._set_plan(make, dict(sm_scale=_opt_scale(sm_scale), cap=_opt_cap(logits_soft_cap),
                                   window_left=int(window_left), scale_dtype=sc_dt))
         self._indices = self._ctx.to_device(indices_h if indices_h.size else np.zeros(1, np.int32), "i32")
         self._dims = dict(batch_size=len(last_h), num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
                           head_dim=int(head_dim), page_size=int(page_size), num_pages=num_pages,
-                          q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt)
+                          q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt, quant_group=group)
 
     begin_forward = plan
 
@@ -355,19 +362,22 @@ class BatchDecodeWithPagedKVCacheWrapper(_Planned):
             ``(k_cache, v_cache)``, each ``[max_num_pages, page_size, num_kv_heads,
             head_dim]`` (NHD) or ``[max_num_pages, num_kv_heads, page_size, head_dim]``
             (HND); with ``page_size == 1`` also 3-D ``[max_num_pages, num_kv_heads,
-            head_dim]`` (FlashInfer's page-size-1 form, either layout).
+            head_dim]`` (FlashInfer's page-size-1 form, either layout). int4: uint8, the last
+            dim ``head_dim // 2``.
         q_scale : Optional[float]
             Only None or 1.0 (fold a query scale into ``sm_scale`` at plan time instead).
         k_scale, v_scale : Optional[float | Tensor-like]
             Dequantisation scales of a float (fp8) cache, loaded = stored * scale: a number
             or a one-element array/tensor, or ``[num_kv_heads]`` values (per-KV-head
             scales, vLLM's / FlashInfer's form; f32 tensors stay on the device). Only None
-            or 1 with an int8 cache.
+            or 1 with an int8 or int4 cache.
         k_scale_cache, v_scale_cache : Optional[Tensor-like]
-            int8 caches only (required there): the scale of every (token, KV head) row as
-            ``append_paged_kv_cache`` wrote it, ``[max_num_pages, page_size,
-            num_kv_heads]`` (NHD) or ``[max_num_pages, num_kv_heads, page_size]`` (HND),
-            float32 or float16, the same page count as the caches; loaded = stored * scale.
+            int8 / int4 caches only (required there), as ``append_paged_kv_cache`` wrote
+            them, float32 or float16, the same page count as the caches. int8: the scale of
+            every (token, KV head) row, ``[max_num_pages, page_size, num_kv_heads]`` (NHD) or
+            ``[max_num_pages, num_kv_heads, page_size]`` (HND); loaded = stored * scale.
+            int4: those shapes plus ``[head_dim // quant_group, 2]``, a [scale, zero] pair
+            per group; loaded = (nibble - zero) * scale.
         out : Optional[Tensor-like], shape ``[batch_size, num_qo_heads, head_dim]``
             Output buffer (allocated when None); a numpy array is written in place.
         lse : Optional[Tensor-like], shape ``[batch_size, num_qo_heads]`` float32
@@ -472,11 +482,11 @@ def _arg(ctx, x, name, shape, dtype):
 
 def _cache_arg(ctx, x, name, layout, d):
     """A paged cache argument; for a raw buffer the page count comes from its size."""
+    dt, last = cache_storage(d["kv_dtype"], d["head_dim"])
     if is_raw_buffer(x):
-        per_page = d["page_size"] * d["num_kv_heads"] * d["head_dim"] * _ITEMSIZE[d["kv_dtype"]]
+        per_page = d["page_size"] * d["num_kv_heads"] * last * _ITEMSIZE[dt]
         n = ctx.wrap(x, (1,), "u8").buffer_bytes // per_page
-        return as_tensor(ctx, x, name, d["kv_dtype"],
-                         _cache_shape(layout, n, d["page_size"], d["num_kv_heads"], d["head_dim"]))
+        return as_tensor(ctx, x, name, dt, _cache_shape(layout, n, d["page_size"], d["num_kv_heads"], last))
     t = as_tensor(ctx, x, name, d["kv_dtype"] if _is_bits(x, d["kv_dtype"]) else None)
     if len(t.shape) == 3:  # FlashInfer's page-size-1 form [slots, heads, dim], either layout
         if d["page_size"] != 1:
@@ -496,13 +506,18 @@ def _is_bits(x, want):
 
 
 def _check_cache(k_cache, v_cache, layout, d):
-    check(k_cache, "k_cache", (d["kv_dtype"],))
-    check(v_cache, "v_cache", (d["kv_dtype"],), tuple(k_cache.shape))
+    dt, last = cache_storage(d["kv_dtype"], d["head_dim"])
+    if d["kv_dtype"] == "i4" and k_cache.dtype != "u8":
+        raise error(f"k_cache: dtype {k_cache.dtype}; an int4 cache is uint8 bytes of two nibbles each "
+                    f"([..., head_dim // 2 = {last}])")
+    check(k_cache, "k_cache", (dt,))
+    check(v_cache, "v_cache", (dt,), tuple(k_cache.shape))
     n, p, h, hd = _cache_dims(k_cache, layout)
-    if (p, h, hd) != (d["page_size"], d["num_kv_heads"], d["head_dim"]):
-        want = _cache_shape(layout, None, d["page_size"], d["num_kv_heads"], d["head_dim"])
+    if (p, h, hd) != (d["page_size"], d["num_kv_heads"], last):
+        want = _cache_shape(layout, None, d["page_size"], d["num_kv_heads"], last)
         raise error(f"k_cache: shape {list(k_cache.shape)}, expected "
-                    f"[{', '.join('*' if w is None else str(w) for w in want)}] ({layout})")
+                    f"[{', '.join('*' if w is None else str(w) for w in want)}] ({layout}"
+                    f"{'; int4: head_dim // 2 bytes a row' if d['kv_dtype'] == 'i4' else ''})")
     if n < d["num_pages"]:
         raise error(f"k_cache: {n} pages, the planned indices reach page {d['num_pages'] - 1}")
     return n
@@ -632,7 +647,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
              o_data_type=None, non_blocking=True, prefix_len_ptr=None, token_pos_in_items_ptr=None,
              token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None, seq_lens_q=None, block_tables=None,
              max_token_per_sequence=None, max_sequence_kv=None, fixed_split_size=None, disable_split_kv=False,
-             *, window_right=-1, validate=True, kv_scale_data_type="float32"):
+             *, window_right=-1, validate=True, kv_scale_data_type="float32", quant_group=None):
         r"""Plan batch prefill/append attention on Paged KV-Cache for given problem specification.
 
         Positional order as FlashInfer's; clattn's own options are keyword-only.
@@ -677,8 +692,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             Soft cap (``cap * tanh(s / cap)``) when > 0.
         q_data_type, kv_data_type, o_data_type :
             dtypes of q, the cache and the output (kv and o default to q's). The cache may be
-            float32, float16, bfloat16, fp8_e4m3, fp8_e5m2 or int8 (with scale caches:
-            ``run``'s ``k_scale_cache`` / ``v_scale_cache``; docs/kv_formats.md).
+            float32, float16, bfloat16, fp8_e4m3, fp8_e5m2, int8 or int4 (with scale caches:
+            ``run``'s ``k_scale_cache`` / ``v_scale_cache``; docs/kv_formats.md), where the
+            extend op reads that format.
         rope_scale, rope_theta, non_blocking, seq_lens, seq_lens_q, max_token_per_sequence,
         max_sequence_kv, fixed_split_size, disable_split_kv :
             Accepted for compatibility and ignored (hints of other FlashInfer backends).
@@ -689,7 +705,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         validate : bool
             Keyword; run the O(pages) metadata validation.
         kv_scale_data_type : str
-            Keyword; int8 caches: the scale caches' dtype, float32 (default) or float16.
+            Keyword; int8 / int4 caches: the scale caches' dtype, float32 (default) or float16.
+        quant_group : Optional[int]
+            Keyword; int4 caches: head-dim elements per [scale, zero] pair (32, 64 (default)
+            or 128), as :meth:`BatchDecodeWithPagedKVCacheWrapper.plan`.
         """
         _check_pos_encoding(pos_encoding_mode)
         _check_prefill_extras(prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
@@ -701,6 +720,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         kv_dt = dtype_name(kv_data_type, "kv_data_type") or q_dt
         o_dt = dtype_name(o_data_type, "o_data_type") or q_dt
         sc_dt = dtype_name(kv_scale_data_type, "kv_scale_data_type")
+        group = quant_group_of(kv_dt, quant_group, int(head_dim_qk))
         qo_h = host_i32(qo_indptr, "qo_indptr")
         indptr_h = host_i32(paged_kv_indptr, "paged_kv_indptr")
         indices_h = host_i32(paged_kv_indices, "paged_kv_indices")
@@ -717,14 +737,14 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             return _clattn._extend_plan(self._ctx, qo_h, indptr_h, indices_h, last_h, int(page_size), num_pages,
                                         int(num_kv_heads), int(head_dim_qk), self._kv_layout, kv_dt,
                                         int(num_qo_heads), q_dt, o_dt, o["sm_scale"], o["cap"], o["window_left"],
-                                        o["causal"], mask_indptr, bool(validate), o["scale_dtype"])
+                                        o["causal"], mask_indptr, bool(validate), o["scale_dtype"], group)
 
         self._set_plan(make, dict(self._plan_opts(causal, window_left, logits_soft_cap, sm_scale), scale_dtype=sc_dt))
         self._indices = self._ctx.to_device(indices_h if indices_h.size else np.zeros(1, np.int32), "i32")
         self._mask_t = mask
         self._dims = dict(num_tokens=int(qo_h[-1]), num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
                           head_dim=int(head_dim_qk), page_size=int(page_size), num_pages=num_pages,
-                          q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt)
+                          q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt, quant_group=group)
 
     begin_forward = plan
 
@@ -745,9 +765,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             Only None or 1.0.
         k_scale, v_scale : Optional[float | Tensor-like]
             Dequantisation scales of a float (fp8) cache: a number, a one-element array, or
-            ``[num_kv_heads]`` per-KV-head scales. Only None or 1 with an int8 cache.
+            ``[num_kv_heads]`` per-KV-head scales. Only None or 1 with an int8 or int4 cache.
         k_scale_cache, v_scale_cache : Optional[Tensor-like]
-            int8 caches only (required there): the row scales, as
+            int8 / int4 caches only (required there): the row scales or group pairs, as
             :meth:`BatchDecodeWithPagedKVCacheWrapper.run` takes them.
         out, lse : Optional[Tensor-like]
             Output buffers (allocated when None); numpy arrays are written in place.
@@ -1096,7 +1116,8 @@ def _append_cache(c, x, name, layout, wb):
 
 
 def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=None, v_scale=None,
-              validate=True, *, k_scale_cache=None, v_scale_cache=None, dtype=None, ctx=None):
+              validate=True, *, k_scale_cache=None, v_scale_cache=None, dtype=None, kv_data_type=None,
+              quant_group=None, ctx=None):
     r"""Writes new K/V rows into the paged cache at ``slot_mapping`` (vLLM's
     ``reshape_and_cache`` / SGLang's ``set_kv_buffer``).
 
@@ -1110,16 +1131,28 @@ def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=Non
         The paged cache (``kv_layout``; 3-D ``[slots, heads, dim]`` = page size 1); fp8
         caches store ``round(value / scale)``; int8 caches (int8 arrays / ``"i8"``
         tensors) store each (token, KV head) row as ``round(row / s)`` with ``s = max |row|
-        / 127`` written to the scale caches (docs/kv_formats.md). A numpy cache is copied to
-        the device, written and copied back (every call: meant for tests, not a serving loop).
+        / 127`` written to the scale caches; int4 caches (``kv_data_type="int4"``: uint8
+        arrays / tensors ``[..., head_dim // 2]``, two nibbles a byte, element 2i in the low
+        nibble of byte i) store each group of ``quant_group`` elements as nibbles ``u =
+        round(x / s) + z`` with its [s, z] pair in the scale caches (docs/kv_formats.md). A
+        numpy cache is copied to the device, written and copied back (every call: meant for
+        tests, not a serving loop).
     k_scale, v_scale : Optional[float | Tensor-like]
         Quantisation scales of a float cache (default 1): a number, a one-element array, or
         ``[num_kv_heads]`` per-KV-head scales (stored = value / scale[head]). Only None or 1
-        with an int8 cache.
+        with an int8 or int4 cache.
     k_scale_cache, v_scale_cache : Optional[Tensor-like]
-        Keyword; int8 caches only (required there): where each row's scale goes,
-        ``[num_pages, page_size, num_kv_heads]`` (NHD) or ``[num_pages, num_kv_heads,
-        page_size]`` (HND; page size 1: ``[slots, num_kv_heads]``), float32 or float16.
+        Keyword; int8 / int4 caches only (required there), float32 or float16. int8: where
+        each row's scale goes, ``[num_pages, page_size, num_kv_heads]`` (NHD) or
+        ``[num_pages, num_kv_heads, page_size]`` (HND; page size 1: ``[slots,
+        num_kv_heads]``); int4: those shapes plus ``[head_dim // quant_group, 2]``, where
+        each group's [scale, zero] pair goes.
+    kv_data_type : Optional[str]
+        Keyword; ``"int4"`` for int4 caches (their uint8 tensors do not say it); other
+        caches carry their dtype (None, or the same dtype).
+    quant_group : Optional[int]
+        Keyword; int4 caches: head-dim elements per [scale, zero] pair, 32, 64 (default) or
+        128, dividing head_dim.
     validate : bool
         Check every slot against the cache size on the host first (copies slot_mapping
         back when it lives on the device).
@@ -1134,22 +1167,45 @@ def append_kv(k, v, slot_mapping, k_cache, v_cache, kv_layout="NHD", k_scale=Non
     wb = Writeback()
     kc = _append_cache(c, k_cache, "k_cache", kv_layout, wb)
     vc = _append_cache(c, v_cache, "v_cache", kv_layout, wb)
-    ks, vs, kh, vh = kv_scales(c, k_scale, v_scale, kt.shape[1] if len(kt.shape) == 3 else 0, kc.dtype)
-    ksc, vsc = _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb)
-    _clattn._append_kv(c, kt, vt, sl, kc, vc, kv_layout, ks, vs, host, ksc, vsc, kh, vh)
+    kv_dt = _append_kv_dtype(kc, kv_data_type)
+    head_dim = kt.shape[2] if len(kt.shape) == 3 else 0
+    group = quant_group_of(kv_dt, quant_group, head_dim)
+    ks, vs, kh, vh = kv_scales(c, k_scale, v_scale, kt.shape[1] if len(kt.shape) == 3 else 0, kv_dt)
+    ksc, vsc = _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb, kv_dt,
+                                    head_dim // group if group else 0)
+    _clattn._append_kv(c, kt, vt, sl, kc, vc, kv_layout, ks, vs, host, ksc, vsc, kh, vh,
+                       "i4" if kv_dt == "i4" else "", group)
     wb.done()
 
 
-def _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb):
-    """The scale caches of an append into cache kc (4-D; page size 1 also as [slots, heads])."""
+def _append_kv_dtype(kc, kv_data_type):
+    """The cache dtype of an append into tensor kc: its own, or int4 (u8 tensors) when named."""
+    want = dtype_name(kv_data_type, "kv_data_type")
+    if want == "i4":
+        if kc.dtype != "u8":
+            raise error(f"k_cache: dtype {kc.dtype}; an int4 cache is uint8 bytes of two nibbles each "
+                        "([..., head_dim // 2])")
+        return "i4"
+    if want is not None and want != kc.dtype:
+        raise error(f"kv_data_type={kv_data_type!r}: the caches are {kc.dtype}")
+    if kc.dtype == "u8":
+        raise error("k_cache: a uint8 cache is an int4 cache (say kv_data_type='int4') or fp8 bits (pass fp8 "
+                    "tensors, clattn.Context.empty(shape, 'fp8_e4m3'))")
+    return kc.dtype
+
+
+def _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb, kv_dtype, groups):
+    """The scale caches of an append into cache kc of kv_dtype (4-D; page size 1 also as
+    [slots, heads], int4 [slots, heads, groups, 2])."""
     if len(kc.shape) != 4:
         raise error(f"k_cache: shape {list(kc.shape)}, expected 4 dims ({kv_layout}) or 3 (page size 1)")
     n, p, h, _ = _cache_dims(kc, kv_layout)
 
-    shape3 = scale_cache_shape(kv_layout, n, 1, h)
+    shape3 = scale_cache_shape(kv_layout, n, 1, h, kv_dtype, groups)
+    page1 = len(shape3) - 1  # the dims of the page-size-1 form (no page-offset axis)
 
-    def track(x, name, make):  # page size 1 also takes [slots, heads] (the cache's 3-D form)
-        if p == 1 and len(getattr(x, "shape", ())) == 2:
+    def track(x, name, make):  # page size 1 also takes [slots, heads, ...] (the cache's 3-D form)
+        if p == 1 and len(getattr(x, "shape", ())) == page1:
             if isinstance(x, np.ndarray):
                 x3 = x.reshape(shape3)  # a view: the write-back lands in x
                 return wb.track(x3, name, lambda: as_tensor(c, x3, name))
@@ -1157,7 +1213,7 @@ def _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb):
                 return x.view(shape3)
         return wb.track(x, name, make)
 
-    return scale_caches(c, kc.dtype, k_scale_cache, v_scale_cache, kv_layout, n, p, h, track=track)
+    return scale_caches(c, kv_dtype, k_scale_cache, v_scale_cache, kv_layout, n, p, h, track=track, groups=groups)
 
 
 def get_batch_indices_positions(append_indptr, seq_lens, nnz):
@@ -1186,7 +1242,7 @@ def get_batch_indices_positions(append_indptr, seq_lens, nnz):
 
 def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices,
                           kv_indptr, kv_last_page_len, kv_layout="NHD", *, k_scale_cache=None, v_scale_cache=None,
-                          k_scale=None, v_scale=None, dtype=None, ctx=None):
+                          k_scale=None, v_scale=None, dtype=None, kv_data_type=None, quant_group=None, ctx=None):
     r"""Append a batch of key-value pairs to a paged key-value cache (FlashInfer signature).
 
     Parameters
@@ -1204,11 +1260,15 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     kv_layout : str
         ``"NHD"`` or ``"HND"``.
     k_scale_cache, v_scale_cache : Optional[Tensor-like]
-        Keyword; an int8 cache's scale caches (required there), as :func:`append_kv` takes
-        them: each new row's scale is written beside it.
+        Keyword; an int8 or int4 cache's scale caches (required there), as :func:`append_kv`
+        takes them: each new row's scale (int8) or group pairs (int4) are written beside it.
     k_scale, v_scale : Optional[float | Tensor-like]
         Keyword; quantisation scales of a float (fp8) cache, one value or ``[num_kv_heads]``
         (as :func:`append_kv`).
+    kv_data_type, quant_group : Optional
+        Keyword; ``kv_data_type="int4"`` for int4 caches (uint8 nibble pairs, ``[...,
+        head_dim // 2]``) with their group size (32, 64 (default) or 128), as
+        :func:`append_kv`.
 
     Note
     ----
@@ -1219,7 +1279,8 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     c = context_of(append_key, append_value, k_cache, v_cache, ctx=ctx)
     slots = _append_slots(c, k_cache, kv_layout, batch_indices, positions, kv_indices, kv_indptr)
     append_kv(append_key, append_value, slots, k_cache, v_cache, kv_layout, k_scale, v_scale,
-              k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, dtype=dtype, ctx=c)
+              k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, dtype=dtype, kv_data_type=kv_data_type,
+              quant_group=quant_group, ctx=c)
 
 
 def _append_slots(c, k_cache, kv_layout, batch_indices, positions, kv_indices, kv_indptr):

@@ -229,8 +229,9 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
         raise error("q_out given without q")
     kc = _append_cache(c, k_cache, "k_cache", kv_layout, wb)
     vc = _append_cache(c, v_cache, "v_cache", kv_layout, wb)
-    if is_quantised(kc.dtype):
-        raise error(f"paged_kv_cache: an {QUANT_KV[kc.dtype][0]} cache is not written by rope_append_paged_kv_cache "
+    if is_quantised(kc.dtype) or kc.dtype == "u8":  # uint8: int4 nibble pairs
+        name = QUANT_KV[kc.dtype][0] if is_quantised(kc.dtype) else "int4 (uint8)"
+        raise error(f"paged_kv_cache: an {name} cache is not written by rope_append_paged_kv_cache "
                     "(it takes no scale caches); rotate with apply_rope_pos_ids, then append_paged_kv_cache with "
                     "k_scale_cache / v_scale_cache", "Unsupported")
     cache = _cos_sin_cache(c, cos_sin_cache) if cos_sin_cache is not None else None

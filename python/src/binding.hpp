@@ -108,7 +108,8 @@ auto plan_from(py::object indptr, py::object indices, py::object last, py::objec
 }
 
 // The side buffers of a KV cache, checked: a quantised cache's scale caches (int8: one
-// scale per (token, KV head), f32 or f16; docs/kv_formats.md) and per-KV-head scales
+// scale per (token, KV head); int4: a [scale, zero] pair per (token, KV head, group); f32 or
+// f16; docs/kv_formats.md) and per-KV-head scales
 // ([Hkv] f32). Null handles stay null; the library checks which the cache needs.
 struct KVScales {
   cl_mem k_cache = nullptr, v_cache = nullptr, k_head = nullptr, v_head = nullptr;
@@ -119,13 +120,16 @@ KVScales kv_scales(const clattn::Context& ctx, py::handle k_scale_cache, py::han
 
 // append_kv's arguments from the Python ones (shared by _append_kv and _rope_append_kv):
 // shapes and dtypes checked, the host slot copy (when not None) validated against the cache.
+// kv_dtype "i4": the caches are u8 tensors of nibble pairs ([..., head_dim / 2]) of an int4
+// cache with quant_group; otherwise ("") the caches' tensor dtype is the cache dtype.
 struct AppendKV {
   clattn::AppendKVArgs args;
   std::vector<TensorPtr> hold;  // the tensors behind args' buffers, alive for the call
 };
 AppendKV append_kv_args(const clattn::Context& ctx, py::handle k, py::handle v, py::handle slot_mapping,
                         py::handle k_cache, py::handle v_cache, const std::string& layout, float k_scale,
-                        float v_scale, py::object slot_mapping_host, const KVScales& scales = {});
+                        float v_scale, py::object slot_mapping_host, const KVScales& scales = {},
+                        const std::string& kv_dtype = "", int quant_group = 0);
 
 void init_tensor(py::module_& m);
 void init_ops(py::module_& m);

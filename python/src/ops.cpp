@@ -14,16 +14,19 @@ clattn::DType scale_dtype(const std::string& s) {
   return to_lib(d, "scale dtype");
 }
 
+// A cache of dtype `dtype`: a tensor dtype name, or "i4" (int4: the tensors are u8 bytes, two
+// nibbles each, and quant_group head-dim elements share a [scale, zero] pair).
 clattn::PagedKV paged_kv(int num_pages, int page_size, int num_kv_heads, int head_dim, const std::string& layout,
-                         const std::string& dtype, const std::string& scales = "f32") {
+                         const std::string& dtype, const std::string& scales = "f32", int quant_group = 0) {
   clattn::PagedKV c;
   c.num_pages = num_pages;
   c.page_size = page_size;
   c.num_kv_heads = num_kv_heads;
   c.head_dim = head_dim;
   c.layout = parse_layout(layout);
-  c.dtype = to_lib(parse_dtype(dtype, "kv_data_type"), "kv_data_type");
+  c.dtype = dtype == "i4" ? clattn::DType::I4 : to_lib(parse_dtype(dtype, "kv_data_type"), "kv_data_type");
   c.scale_dtype = scale_dtype(scales);
+  if (c.dtype == clattn::DType::I4) c.quant_group = quant_group;
   return c;
 }
 
@@ -50,7 +53,8 @@ KVScales kv_scales(const clattn::Context& ctx, py::handle k_scale_cache, py::han
 
 AppendKV append_kv_args(const clattn::Context& ctx, py::handle k_, py::handle v_, py::handle slots_,
                         py::handle k_cache_, py::handle v_cache_, const std::string& layout, float k_scale,
-                        float v_scale, py::object slots_host, const KVScales& sc) {
+                        float v_scale, py::object slots_host, const KVScales& sc, const std::string& kv_dtype,
+                        int quant_group) {
   AppendKV r;
   const TensorPtr k = tensor_arg(k_, "append_key"), v = tensor_arg(v_, "append_value");
   const TensorPtr slots = tensor_arg(slots_, "slot_mapping");
@@ -67,14 +71,15 @@ AppendKV append_kv_args(const clattn::Context& ctx, py::handle k_, py::handle v_
   a.num_tokens = k->shape[0];
   a.slot_mapping = check_tensor(ctx, slots, "slot_mapping", {PDType::I32, PDType::I64}, {a.num_tokens});
   a.slot_dtype = to_lib(slots->dtype, "slot_mapping");
-  a.k_cache = check_tensor(ctx, k_cache, "k_cache", kv);
+  const bool i4 = kv_dtype == "i4";  // u8 tensors of nibble pairs, [..., head_dim / 2]
+  a.k_cache = i4 ? check_tensor(ctx, k_cache, "k_cache", {PDType::U8}) : check_tensor(ctx, k_cache, "k_cache", kv);
   if (k_cache->shape.size() != 4) invalid("k_cache: shape " + shape_str(k_cache->shape) + ", expected 4 dimensions");
   a.v_cache = check_tensor(ctx, v_cache, "v_cache", {k_cache->dtype}, k_cache->shape);
   bool nhd = parse_layout(layout) == clattn::KVLayout::NHD;
   const auto& cs = k_cache->shape;
   const char* scales = !sc.hold.empty() && sc.hold[0] ? dtype_str(sc.hold[0]->dtype) : "f32";
-  a.cache = paged_kv(int(cs[0]), int(nhd ? cs[1] : cs[2]), int(nhd ? cs[2] : cs[1]), int(cs[3]), layout,
-                     dtype_str(k_cache->dtype), scales);
+  a.cache = paged_kv(int(cs[0]), int(nhd ? cs[1] : cs[2]), int(nhd ? cs[2] : cs[1]), int(cs[3]) * (i4 ? 2 : 1), layout,
+                     i4 ? "i4" : dtype_str(k_cache->dtype), scales, quant_group);
   if (k->shape[1] != a.cache.num_kv_heads || k->shape[2] != a.cache.head_dim)
     invalid("append_key: shape " + shape_str(k->shape) + " does not match the cache's heads/head_dim " + shape_str(cs));
   a.k_scale = k_scale;
@@ -95,14 +100,17 @@ void init_ops(py::module_& m) {
   m.def("_append_kv", [](const clattn::Context& ctx, py::handle k_, py::handle v_, py::handle slots_,
                          py::handle k_cache_, py::handle v_cache_, const std::string& layout,
                          float k_scale, float v_scale, py::object slots_host, py::handle k_scale_cache,
-                         py::handle v_scale_cache, py::handle k_head_scales, py::handle v_head_scales) {
+                         py::handle v_scale_cache, py::handle k_head_scales, py::handle v_head_scales,
+                         const std::string& kv_dtype, int quant_group) {
     const KVScales sc = kv_scales(ctx, k_scale_cache, v_scale_cache, k_head_scales, v_head_scales);
-    const AppendKV a = append_kv_args(ctx, k_, v_, slots_, k_cache_, v_cache_, layout, k_scale, v_scale, slots_host, sc);
+    const AppendKV a = append_kv_args(ctx, k_, v_, slots_, k_cache_, v_cache_, layout, k_scale, v_scale, slots_host, sc,
+                                      kv_dtype, quant_group);
     clattn::append_kv(ctx, a.args);
   }, py::arg("ctx"), py::arg("k"), py::arg("v"), py::arg("slot_mapping"), py::arg("k_cache"), py::arg("v_cache"),
      py::arg("kv_layout"), py::arg("k_scale"), py::arg("v_scale"), py::arg("slot_mapping_host") = py::none(),
      py::arg("k_scale_cache") = py::none(), py::arg("v_scale_cache") = py::none(),
-     py::arg("k_head_scales") = py::none(), py::arg("v_head_scales") = py::none());
+     py::arg("k_head_scales") = py::none(), py::arg("v_head_scales") = py::none(), py::arg("kv_dtype") = "",
+     py::arg("quant_group") = 0);
 
   // ---------------------------------------------------------------- merge
   m.def("_merge_state", [](const clattn::Context& ctx, py::handle va_, py::handle sa_, py::handle vb_,
@@ -156,7 +164,8 @@ void init_ops(py::module_& m) {
                            int page_size, int num_pages, int num_kv_heads, int head_dim, const std::string& layout,
                            const std::string& kv_dtype, int num_qo_heads, const std::string& q_dtype,
                            const std::string& o_dtype, float sm_scale, float soft_cap, int window_left,
-                           bool deterministic, int max_splits, bool validate, const std::string& scales) {
+                           bool deterministic, int max_splits, bool validate, const std::string& scales,
+                           int quant_group) {
     clattn::PagedCsr csr;
     csr.page_size = page_size;
     csr.kv_indptr = to_i32(indptr, "indptr");
@@ -172,7 +181,7 @@ void init_ops(py::module_& m) {
     o.deterministic = deterministic;
     o.max_splits = max_splits;
     o.validate = validate;
-    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype, scales);
+    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype, scales, quant_group);
     py::gil_scoped_release nogil;
     return clattn::decode_plan(ctx, csr, cache, o);
   });
@@ -238,7 +247,7 @@ void init_ops(py::module_& m) {
                                    const std::string& layout, const std::string& kv_dtype, int num_qo_heads,
                                    const std::string& q_dtype, const std::string& o_dtype, float sm_scale,
                                    float soft_cap, int window_left, bool causal, py::object mask_indptr, bool validate,
-                                   const std::string& scales) {
+                                   const std::string& scales, int quant_group) {
     clattn::PagedCsr csr;
     csr.page_size = page_size;
     csr.qo_indptr = to_i32(qo_indptr, "qo_indptr");
@@ -246,7 +255,7 @@ void init_ops(py::module_& m) {
     csr.kv_indices = to_i32(indices, "paged_kv_indices");
     csr.kv_last_page_len = to_i32(last, "paged_kv_last_page_len");
     auto o = ext_opts(num_qo_heads, q_dtype, o_dtype, sm_scale, soft_cap, window_left, causal, mask_indptr, validate);
-    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype, scales);
+    auto cache = paged_kv(num_pages, page_size, num_kv_heads, head_dim, layout, kv_dtype, scales, quant_group);
     py::gil_scoped_release nogil;
     return clattn::extend_plan(ctx, csr, cache, o);
   });

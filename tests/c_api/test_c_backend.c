@@ -1,7 +1,8 @@
 /* The engine backend through the C ABI, compiled as C: a KV pool and a "paged" backend for
  * one GQA layer; an extend step (6 prompt tokens) then a decode step, each checked against
  * a double-precision loop here; the same decode on "hsa" with every key covered; registry
- * and batch errors; no allocation when a decode step repeats. */
+ * and batch errors; no allocation when a decode step repeats; int8 and int4 pools (their
+ * scale caches, byte counts and refused configurations). */
 #include <math.h>
 
 #include "c_test_util.h"
@@ -168,6 +169,23 @@ int main(void) {
   clattn_kv_pool_release(ip);
   ic.scale_dtype = 2; /* bf16 */
   CHECK_FAILS(clattn_kv_pool_create(ctx, &ic, &layer, 1, 1, &ip), CLATTN_INVALID_ARGUMENT, "scale_dtype");
+
+  /* int4 pool (groups of 32, f32 pairs): nibbles plus a [scale, zero] pair per group, the
+   * group checked against the head dim. */
+  clattn_kv_pool_config i4;
+  clattn_kv_pool_config_init(&i4);
+  CHECK(i4.quant_group == 64);
+  i4.num_pages = PAGES, i4.page_size = P, i4.kv_dtype = 8, i4.quant_group = 32;
+  CHECK(clattn_kv_pool_create(ctx, &i4, &layer, 1, 1, &ip) == CLATTN_SUCCESS);
+  ksc = vsc = NULL;
+  CHECK(clattn_kv_pool_get_layer_scales(ip, 0, &ksc, &vsc) == CLATTN_SUCCESS && ksc && vsc);
+  CHECK(clattn_kv_pool_bytes(ip, &alloc, &per_page, NULL) == CLATTN_SUCCESS);
+  CHECK(per_page == 2 * P * HKV * D / 2 + 2 * P * HKV * (D / 32) * 2 * 4 && alloc == per_page * PAGES);
+  clattn_kv_pool_release(ip);
+  i4.quant_group = 48;
+  CHECK_FAILS(clattn_kv_pool_create(ctx, &i4, &layer, 1, 1, &ip), CLATTN_INVALID_ARGUMENT, "quant_group = 48");
+  i4.quant_group = 128; /* does not divide D = 64 */
+  CHECK_FAILS(clattn_kv_pool_create(ctx, &i4, &layer, 1, 1, &ip), CLATTN_INVALID_ARGUMENT, "head_dim 64");
 
   clattn_backend_release(be);
   clattn_kv_pool_release(pool);

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "clattn/rope.hpp"
 #include "reference/kv_formats_reference.hpp"
 #include "reference/reference.hpp"
 #include "support/test_support.hpp"
@@ -259,10 +258,6 @@ TEST(Int4KV, RejectsBadGeometryScalesAndOps) {
   a.k_scale_cache = small.get();
   EXPECT_TRUE(test::throws_error([&] { append_kv(ctx(), a); }, Status::InvalidArgument, "k_scale_cache"));
   a.k_scale_cache = ksc.get();
-  // rope_append_kv does not write int4 yet.
-  RopeAppendKVArgs r;
-  r.append = a;
-  EXPECT_TRUE(test::throws_error([&] { rope_append_kv(ctx(), r); }, Status::Unsupported, "int4"));
   ctx().finish();
   for (uint8_t x : test::download<uint8_t>(kc, cb)) ASSERT_EQ(x, 0x11);
   for (uint8_t x : test::download<uint8_t>(ksc, sb)) ASSERT_EQ(x, 0x11);

@@ -2,8 +2,8 @@
 // NeoX and GPT-J, full and partial rotary dims, the theta/scale form and the cos/sin cache
 // form, int32 and int64 positions, padded strides, in place and out of place, every io dtype;
 // rope_append_kv into every cache dtype (scales, NHD and HND, negative slots) with q_out in
-// another dtype. Device faults (a position outside the cache), and rejected calls that write
-// nothing.
+// another dtype; int8 and int4 caches against the reference quantisers. Device faults (a
+// position outside the cache), and rejected calls that write nothing.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -322,6 +322,172 @@ TEST(RopeAppendKV, Int8CacheMatchesTheReference) {
     EXPECT_EQ(bad_k, 0) << "k rows or scales off the rotated rows";
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+// int4 caches: the rotated k row and the v row quantised group by group as append_kv quantises
+// them. The stored nibbles and [scale, zero] pairs equal ref::int4_quantize_group (packed low
+// nibble first) applied to the k rows apply_rope writes in f32 (the same rotation on the same
+// device: rope.cl's one rope_turn, so the comparison is bit for bit) and to the v rows; those
+// rotated rows are within f32 rounding of the double reference rotation. Nothing else in the
+// caches or scale caches is written.
+TEST(RopeAppendKV, Int4CacheMatchesTheReference) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2805);
+  struct C {
+    int D, R, G, Hkv, P;
+    bool gptj, with_cache, f16s, hnd;
+    DType src;
+  };
+  const C cases[] = {
+      // NeoX with G dividing R/2: groups quantised in first-half / second-half couples.
+      {64, 64, 32, 1, 16, false, false, false, false, DType::F32},
+      {128, 64, 32, 2, 1, false, true, false, true, DType::F32},    // partial: groups 2 and 3 pass through
+      {256, 192, 32, 1, 16, false, false, true, false, DType::BF16},  // three couples, two plain groups
+      // NeoX otherwise, element by element: a group holding both halves, one holding rotated
+      // and plain dims.
+      {128, 128, 128, 1, 16, false, true, false, true, DType::F32},
+      {64, 32, 64, 2, 16, false, false, true, false, DType::BF16},
+      // GPT-J: a byte is a pair.
+      {128, 128, 64, 2, 16, true, true, true, true, DType::BF16},
+      {128, 96, 128, 1, 16, true, false, true, false, DType::F16},
+  };
+  for (const C& k : cases) {
+    const int D = k.D, G = k.G, Hkv = k.Hkv, Hq = 2 * Hkv, P = k.P, ng = D / G;
+    RopeCase c = make_case(rng, rng.uniform_int(2, 9), Hq, Hkv, D, k.R, k.gptj, k.with_cache, true);
+    SCOPED_TRACE(c.describe() + " G=" + std::to_string(G) + (k.f16s ? " f16 scales" : " f32 scales") + " P=" +
+                 std::to_string(P) + (k.hnd ? " HND" : " NHD") + " src " + dtype_name(k.src));
+    PagedKV cache = test::cache_geometry(P, Hkv, D, k.hnd ? KVLayout::HND : KVLayout::NHD, DType::I4, 0);
+    cache.num_pages = (c.T + P - 1) / P + 2, cache.quant_group = G;
+    cache.scale_dtype = k.f16s ? DType::F16 : DType::F32;
+    std::vector<int64_t> slots;
+    for (int t = 0; t < c.T; ++t) slots.push_back(t == 1 ? -1 : int64_t(t) + P);
+    const int64_t row = int64_t(Hkv) * D, qrow = int64_t(Hq) * D;
+    const auto q = test::quantize(rng.vec(size_t(c.T * qrow), -2, 2), k.src);
+    auto kk = test::quantize(rng.vec(size_t(c.T * row), -2, 2), k.src);
+    auto vv = test::quantize(rng.vec(size_t(c.T * row), -2, 2), k.src);
+    std::fill(kk.begin(), kk.begin() + D, 0.0);  // token 0, head 0: an all-zero row stays zero rotated
+    std::fill(vv.begin(), vv.begin() + G, 0.0);  // an all-zero group: scale 0
+    for (int d = G; d < std::min(D, 2 * G); ++d) vv[size_t(d)] = std::fabs(vv[size_t(d)]);  // positive only: zero 0
+    auto dq = test::upload(test::pack(q, k.src)), dk = test::upload(test::pack(kk, k.src));
+    auto dv = test::upload(test::pack(vv, k.src)), dk32 = test::upload(test::pack(kk, DType::F32));
+    auto dqo = test::upload(std::vector<float>(size_t(c.T * qrow), 0.0f));
+    auto dko = test::upload(std::vector<float>(size_t(c.T * row), 0.0f));
+    const size_t cb = size_t(cache.required_bytes()), sb = size_t(cache.scale_required_bytes());
+    auto kc = test::upload(std::vector<uint8_t>(cb, kSentinel)), vc = test::upload(std::vector<uint8_t>(cb, kSentinel));
+    auto ksc = test::upload(std::vector<uint8_t>(sb, kSentinel)), vsc = test::upload(std::vector<uint8_t>(sb, kSentinel));
+    auto dpos = upload_positions(c);
+    auto dslots = test::upload(slots);
+    DeviceBuffer dcs;
+    if (c.with_cache) dcs = test::upload(c.cs);
+    RopeAppendKVArgs a;
+    a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = k.src;
+    a.append.slot_mapping = dslots.get(), a.append.slot_dtype = DType::I64;
+    a.append.num_tokens = c.T, a.append.k_cache = kc.get(), a.append.v_cache = vc.get(), a.append.cache = cache;
+    a.append.k_scale_cache = ksc.get(), a.append.v_scale_cache = vsc.get();
+    a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = Hq, a.q_out_dtype = DType::F32;
+    a.pos.positions = dpos.get(), a.pos.dtype = DType::I64;
+    a.rope = config_of(c, c.with_cache ? &dcs : nullptr);
+    rope_append_kv(ctx(), a);
+    // The device's rotation of the same k rows, as apply_rope writes it in f32.
+    RopeArgs ra;
+    ra.k = dk32.get(), ra.k_out = dko.get(), ra.dtype = DType::F32, ra.num_tokens = c.T, ra.num_kv_heads = Hkv;
+    ra.head_dim = D, ra.pos = a.pos, ra.rope = a.rope;
+    apply_rope(ctx(), ra);
+    ctx().finish();
+    EXPECT_EQ(ctx().device_faults(true), 0u);
+    const auto gq = test::download<float>(dqo, size_t(c.T * qrow));
+    EXPECT_TRUE(test::all_close(std::vector<double>(gq.begin(), gq.end()), rotate_rows(c, q, Hq, qrow, D),
+                                c.angle_err() * 3.0 + 1e-6, 1e-6, "q_out"));
+    const auto krot = test::download<float>(dko, size_t(c.T * row));
+    EXPECT_TRUE(test::all_close(std::vector<double>(krot.begin(), krot.end()), rotate_rows(c, kk, Hkv, row, D),
+                                c.angle_err() * 3.0 + 1e-6, 1e-6, "k rotated by apply_rope"));
+    const auto kb = test::download<uint8_t>(kc, cb), vb = test::download<uint8_t>(vc, cb);
+    const auto ksb = test::download<uint8_t>(ksc, sb), vsb = test::download<uint8_t>(vsc, sb);
+    const size_t ses = k.f16s ? 2 : 4;
+    auto scale_at = [&](const std::vector<uint8_t>& b, int64_t i) {
+      return test::unpack(std::vector<uint8_t>(b.begin() + i * ses, b.begin() + (i + 1) * ses), cache.scale_dtype)[0];
+    };
+    std::vector<bool> byte_written(cb, false), pair_written(sb / ses, false);
+    int bad_k = 0, bad_v = 0;
+    for (int t = 0; t < c.T; ++t) {
+      const int64_t sl = slots[size_t(t)];
+      if (sl < 0) continue;
+      for (int h = 0; h < Hkv; ++h) {
+        const int64_t co = ((sl / P) * cache.page_stride() + (sl % P) * cache.token_stride() + h * cache.head_stride()) / 2;
+        const int64_t so = (sl / P) * cache.scale_page_stride() + (sl % P) * cache.scale_token_stride() +
+                           h * cache.scale_head_stride();
+        for (int g = 0; g < ng; ++g) {
+          const int64_t b0 = co + g * G / 2, s0 = so + 2 * g;
+          for (int i = 0; i < G / 2; ++i) byte_written[size_t(b0 + i)] = true;
+          pair_written[size_t(s0)] = pair_written[size_t(s0 + 1)] = true;
+          for (int kind = 0; kind < 2; ++kind) {
+            std::vector<float> x(static_cast<size_t>(G));
+            for (int d = 0; d < G; ++d) {
+              const size_t at = size_t(t * row + h * D + g * G + d);
+              x[size_t(d)] = kind ? float(vv[at]) : krot[at];
+            }
+            std::vector<uint8_t> u(static_cast<size_t>(G)), want(static_cast<size_t>(G / 2));
+            float ws = 0.0f, wz = 0.0f;
+            ref::int4_quantize_group(x.data(), G, k.f16s, u.data(), &ws, &wz);
+            ref::int4_pack(u.data(), G, want.data());
+            const auto& cbytes = kind ? vb : kb;
+            const auto& sbytes = kind ? vsb : ksb;
+            const bool ok = std::memcmp(&cbytes[size_t(b0)], want.data(), size_t(G / 2)) == 0 &&
+                            scale_at(sbytes, s0) == double(ws) && scale_at(sbytes, s0 + 1) == double(wz);
+            if (!ok) ++(kind ? bad_v : bad_k);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad_k, 0) << "k groups differ from the reference quantiser over the rotated rows";
+    EXPECT_EQ(bad_v, 0) << "v groups differ from the reference quantiser";
+    for (size_t i = 0; i < cb; ++i)
+      if (!byte_written[i]) {
+        ASSERT_EQ(kb[i], kSentinel) << "k cache byte " << i << " written";
+        ASSERT_EQ(vb[i], kSentinel) << "v cache byte " << i << " written";
+      }
+    for (size_t i = 0; i < pair_written.size(); ++i)
+      if (!pair_written[i]) {
+        ASSERT_EQ(ksb[i * ses], kSentinel) << "k scale element " << i << " written";
+        ASSERT_EQ(vsb[i * ses], kSentinel) << "v scale element " << i << " written";
+      }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// int4 through rope_append_kv takes append_kv's int4 checks: a group that does not divide the
+// head dim, a missing scale cache, k_scale != 1; nothing is written.
+TEST(RopeAppendKV, Int4RejectsBadGroupAndScales) {
+  test::Rng rng(2806);
+  RopeCase c = make_case(rng, 2, 2, 1, 64, 64, false, false, true);
+  PagedKV cache = test::cache_geometry(4, 1, 64, KVLayout::NHD, DType::I4, 0);
+  cache.num_pages = 2, cache.quant_group = 32;
+  const size_t cb = size_t(cache.required_bytes()), sb = size_t(cache.scale_required_bytes());
+  auto src = test::upload(std::vector<float>(2 * 2 * 64, 1.0f)), dqo = test::upload(std::vector<uint8_t>(2 * 2 * 64 * 4, kSentinel));
+  auto kc = test::upload(std::vector<uint8_t>(cb, kSentinel)), ksc = test::upload(std::vector<uint8_t>(sb, kSentinel));
+  auto dpos = upload_positions(c), dslots = test::upload(std::vector<int64_t>{0, 1});
+  RopeAppendKVArgs good;
+  good.append.k = good.append.v = src.get(), good.append.src_dtype = DType::F32, good.append.slot_mapping = dslots.get();
+  good.append.num_tokens = 2, good.append.k_cache = good.append.v_cache = kc.get(), good.append.cache = cache;
+  good.append.k_scale_cache = good.append.v_scale_cache = ksc.get();
+  good.q = src.get(), good.q_out = dqo.get(), good.num_qo_heads = 2, good.q_out_dtype = DType::F32;
+  good.pos.positions = dpos.get();
+  struct Bad { const char* needle; std::function<void(RopeAppendKVArgs&)> edit; };
+  const Bad bads[] = {
+      {"cache.quant_group", [](RopeAppendKVArgs& a) { a.append.cache.quant_group = 48; }},
+      {"cache.quant_group", [](RopeAppendKVArgs& a) { a.append.cache.quant_group = 128; }},
+      {"v_scale_cache", [](RopeAppendKVArgs& a) { a.append.v_scale_cache = nullptr; }},
+      {"k_scale/v_scale must be 1", [](RopeAppendKVArgs& a) { a.append.k_scale = 0.5f; }},
+  };
+  for (const Bad& b : bads) {
+    RopeAppendKVArgs a = good;
+    b.edit(a);
+    EXPECT_TRUE(test::throws_error([&] { rope_append_kv(ctx(), a); }, Status::InvalidArgument, b.needle)) << b.needle;
+  }
+  ctx().finish();
+  for (uint8_t x : test::download<uint8_t>(dqo, 2 * 2 * 64 * 4)) ASSERT_EQ(x, kSentinel);
+  for (uint8_t x : test::download<uint8_t>(kc, cb)) ASSERT_EQ(x, kSentinel);
+  for (uint8_t x : test::download<uint8_t>(ksc, sb)) ASSERT_EQ(x, kSentinel);
 }
 
 // A device position outside [0, cache rows) leaves that token's outputs unwritten and sets
