@@ -16,6 +16,7 @@ clattn::DType parse_dtype(const std::string& s) {
   if (s == "bf16") return clattn::DType::BF16;
   if (s == "fp8_e4m3" || s == "fp8") return clattn::DType::FP8_E4M3;
   if (s == "int8") return clattn::DType::I8;
+  if (s == "int4") return clattn::DType::I4;
   return clattn::DType::FP8_E5M2;  // (the options' validators admit nothing else)
 }
 
@@ -54,13 +55,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(one_of(clattn::backend_names()));
   app.add_option("--dtype", act, "q/k/v/o dtype")->capture_default_str()->check(one_of({"f32", "f16", "bf16"}));
-  const std::vector<std::string> kv_dtypes = {"f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"};
-  app.add_option("--kv-dtype", kv, "cache dtype (fp8 = fp8_e4m3; int8: a scale per token and KV head)")
+  const std::vector<std::string> kv_dtypes = {"f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4"};
+  app.add_option("--kv-dtype", kv,
+                 "cache dtype (fp8 = fp8_e4m3; int8: a scale per token and KV head; int4: a scale and zero point "
+                 "per group of --quant-group head-dim elements)")
       ->capture_default_str()
       ->check(one_of(kv_dtypes));
-  app.add_option("--kv-scale-dtype", kv_scales, "int8 caches: the scale caches' dtype")
+  app.add_option("--kv-scale-dtype", kv_scales, "int8 / int4 caches: the scale caches' dtype")
       ->capture_default_str()
       ->check(one_of({"f32", "f16"}));
+  app.add_option("--quant-group", cfg.kv_quant_group, "int4 caches: head-dim elements per scale / zero pair")
+      ->capture_default_str()
+      ->check(CLI::IsMember({32, 64, 128}));
   app.add_option("--compare-kv", compare,
                  "also serve the trace on a cache of this dtype (e.g. bf16) and report the outputs' error against it")
       ->check(one_of(kv_dtypes));
@@ -158,7 +164,11 @@ int main(int argc, char** argv) {
     }
     const auto r = clattn::sim::run(ctx, cfg);
     const double toks = double(r.prompt_tokens + r.generated_tokens);
-    const std::string kv_desc = kv + (cfg.kv_dtype == clattn::DType::I8 ? " (" + kv_scales + " scales)" : "");
+    const std::string kv_desc =
+        kv + (cfg.kv_dtype == clattn::DType::I8   ? " (" + kv_scales + " scales)"
+              : cfg.kv_dtype == clattn::DType::I4 ? " (group " + std::to_string(cfg.kv_quant_group) + ", " + kv_scales +
+                                                        " scale / zero pairs)"
+                                                  : "");
     std::printf("  model          %s, backend %s, act %s, kv %s\n", r.model.c_str(), r.backend.c_str(), act.c_str(),
                 kv_desc.c_str());
     std::printf("  steps          %d (%d extend, %d mixed, %d decode)\n", r.steps, r.extend_steps, r.mixed_steps,

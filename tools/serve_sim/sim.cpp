@@ -83,6 +83,7 @@ class Engine {
     pc.page_size = P_;
     pc.kv_dtype = cfg.kv_dtype;
     pc.scale_dtype = cfg.kv_scale_dtype;
+    pc.quant_group = cfg.kv_quant_group;
     pc.num_state_slots = pool_rows_;
     pool_ = KVPool(ctx, pc, model_.layers);
     BackendConfig bc;
@@ -461,10 +462,7 @@ class Engine {
           report_.hsa_read_bytes += read;
           report_.hsa_dense_bytes += keys * 2.0 * l.num_kv_heads * l.head_dim * double(dtype_size(cfg_.kv_dtype));
         } else if (l.kind == LayerKind::MHA)
-          bytes += keys * 2.0 * double(pool_.layer(l.layer_id).kv.scale_required_bytes() > 0
-                                           ? l.num_kv_heads * (l.head_dim * dtype_size(cfg_.kv_dtype) +
-                                                               dtype_size(cfg_.kv_scale_dtype))  // row + its scale
-                                           : l.num_kv_heads * l.head_dim * dtype_size(cfg_.kv_dtype));
+          bytes += keys * 2.0 * l.num_kv_heads * mha_row_bytes(l.head_dim);
         else if (l.kind == LayerKind::MLA)
           bytes += keys * (kMlaCkvDim + kMlaKpeDim) * double(dtype_size(cfg_.kv_dtype));
         else
@@ -504,6 +502,14 @@ class Engine {
     }
   }
 
+  // Bytes decode reads per key, KV head and side of an MHA layer: the row and its scale
+  // (int8) or its [scale, zero] pairs (int4, two nibbles a byte).
+  double mha_row_bytes(int D) const {
+    if (cfg_.kv_dtype == DType::I8) return D + double(dtype_size(cfg_.kv_scale_dtype));
+    if (cfg_.kv_dtype == DType::I4) return D / 2.0 + 2.0 * (D / cfg_.kv_quant_group) * dtype_size(cfg_.kv_scale_dtype);
+    return double(D) * dtype_size(cfg_.kv_dtype);
+  }
+
   // ---------------------------------------------------------------- reference checks
   std::vector<double> field_rows(size_t li, Field f, const Request& r, int from, int to, DType store) const {
     const FieldTable& ft = tables_[li][size_t(f)];
@@ -519,6 +525,20 @@ class Engine {
           ref::int8_quantize_row(row.data(), D, cfg_.kv_scale_dtype == DType::F16, q.data(), &scale);
           ref::int8_dequantize_row(q.data(), D, scale, &out[size_t(p - from) * ft.width + size_t(h) * D]);
         }
+      return out;
+    }
+    if (store == DType::I4) {  // each group of each (token, KV head) row with its scale and zero
+      const int D = model_.layers[li].head_dim, G = cfg_.kv_quant_group;
+      std::vector<float> grp(static_cast<size_t>(G));
+      std::vector<uint8_t> u(static_cast<size_t>(G));
+      for (int p = from; p < to; ++p)
+        for (int h = 0; h < ft.width / D; ++h)
+          for (int g0 = 0; g0 < D; g0 += G) {
+            for (int d = 0; d < G; ++d) grp[size_t(d)] = float(ft.at(r.toks[size_t(p)], h * D + g0 + d));
+            float scale = 0, zero = 0;
+            ref::int4_quantize_group(grp.data(), G, cfg_.kv_scale_dtype == DType::F16, u.data(), &scale, &zero);
+            ref::int4_dequantize_group(u.data(), G, scale, zero, &out[size_t(p - from) * ft.width + size_t(h) * D + g0]);
+          }
       return out;
     }
     for (int p = from; p < to; ++p)

@@ -32,7 +32,8 @@ struct Config {
   std::string backend;         // "" = the preset's
   std::string prefill_backend = "paged", decode_backend = "paged";  // hybrid routing
   DType act_dtype = DType::BF16, kv_dtype = DType::BF16;
-  DType kv_scale_dtype = DType::F32;  // int8 caches: the scale caches' dtype (f32 or f16)
+  DType kv_scale_dtype = DType::F32;  // int8 / int4 caches: the scale caches' dtype (f32 or f16)
+  int kv_quant_group = 64;            // int4 caches: head-dim elements per [scale, zero] pair
   // Also serve every step on a second pool of this cache dtype (same trace: the same tokens,
   // batches and inputs) and report how far the outputs are from it (Report::compare_*).
   std::optional<DType> compare_kv;
