@@ -17,9 +17,10 @@ import tempfile
 # (tool, arguments, environment, exit code, text the output must hold)
 BAD = [
     ("clattn-serve-sim", "--layers -1", {}, 2, "--layers: must be at least 0"),
-    ("clattn-serve-sim", "--kv-dtype int4", {}, 2, "--kv-dtype: must be one of"),
+    ("clattn-serve-sim", "--kv-dtype int2", {}, 2, "--kv-dtype: must be one of"),
     ("clattn-serve-sim", "--kv-scale-dtype bf16", {}, 2, "--kv-scale-dtype: must be one of f32 f16"),
-    ("clattn-serve-sim", "--compare-kv int4", {}, 2, "--compare-kv: must be one of"),
+    ("clattn-serve-sim", "--compare-kv int2", {}, 2, "--compare-kv: must be one of"),
+    ("clattn-serve-sim", "--kv-dtype int4 --quant-group 48", {}, 2, "--quant-group"),
     ("clattn-serve-sim", "--model deepseek-v3-tp8 --kv-dtype int8", {}, 2,
      "--kv-dtype: int8: model deepseek-v3-tp8 has MLA layers"),
     ("clattn-serve-sim", "--model deepseek-v3-tp8 --compare-kv int8", {}, 2, "--compare-kv: int8: model deepseek-v3-tp8"),
