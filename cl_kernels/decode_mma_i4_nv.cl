@@ -148,6 +148,8 @@ inline void load_v_piece(__global const uchar* vp, uint* w) {
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_mma(DECODE_KERNEL_ARGS) {
   __local float sm_o[NWARPS * GMAX * HEAD_DIM];
   __local float sm_st[2 * NWARPS * GMAX];  // per warp and head: score max, sum
+  __local ulong key_row[NWARPS * UNROLL * BLK];    // per warp: the step's key row offsets
+  __local float key_vz[NWARPS * UNROLL * BLK * NG];  // and V zero points
 #if FUSE_MERGE
   __local int is_last;
 #endif
@@ -183,39 +185,45 @@ UNROLL_LOOP
   const uint psel = (g & 1) ? 0x7632u : 0x5410u;  // the lane's P part: lo or hi halves
 
 #define KTOK(tb, r) ((tb) + 8 * (r) + g)
-#define VTOK(tb, i) ((tb) + 8 * ((i) >> 1) + 2 * c + ((i) & 1))
 #define STEP (NWARPS * BLK * UNROLL)
-  // Page ids of a step's keys (K and score keys g, 8 + g; V keys 2c, 2c + 1, 8 + 2c, 9 + 2c of
-  // each block), loaded a step ahead of its rows so the row loads never wait on them.
-  int kid[UNROLL][2], vid[UNROLL][4];
+  // Page ids of a step's K and score keys (g, 8 + g of each block), loaded a step ahead of
+  // their rows so the row loads never wait on them. The V keys (2c, 2c + 1, 8 + 2c, 9 + 2c) are
+  // other lanes' K keys: their row offsets and V zero points come through the warp's key table
+  // (key_row, key_vz) instead of a second page lookup and offset computation per key.
+  int kid[UNROLL][2];
 #define LOAD_IDS(t)                                                                                        \
   UNROLL_LOOP for (int u = 0; u < UNROLL; ++u) {                                                           \
     UNROLL_LOOP for (int r = 0; r < 2; ++r) kid[u][r] = PAGE_OF(KTOK((t) + u * BLK, r));                   \
-    UNROLL_LOOP for (int i = 0; i < 4; ++i) vid[u][i] = PAGE_OF(VTOK((t) + u * BLK, i));                   \
   }
+#define KSLOT(u, k) ((warp * UNROLL + (u)) * BLK + (k))
   // A step's rows and pairs: K words, [scale, zero] pairs and V scales of keys g and 8 + g; V
   // pieces and zero points of the V keys; every group.
   uint kw[UNROLL][2][KC], vw[UNROLL][4][NG][VWD];
   float ks[UNROLL][2][NG], kz[UNROLL][2][NG], vs[UNROLL][2][NG], vz[UNROLL][4][NG];
 #define LOAD_ROWS(t)                                                                                       \
+  BAR_WARP(); /* the previous step's table readers are done */                                            \
   UNROLL_LOOP for (int u = 0; u < UNROLL; ++u) {                                                           \
     const int tb = (t) + u * BLK;                                                                          \
     UNROLL_LOOP for (int r = 0; r < 2; ++r) {                                                              \
       size_t row, sc;                                                                                      \
       KEY_AT(KTOK(tb, r), kid[u][r], row, sc);                                                             \
       load_k_words(k_cache + row / 2, c, lane, kw[u][r] PTX_SCR_ARG);                                      \
+      if (c == r) key_row[KSLOT(u, 8 * r + g)] = row;                                                      \
       UNROLL_LOOP for (int J = 0; J < NG; ++J) {                                                           \
-        const float2 kp = scale_pair(k_scales, sc + 2 * J);                                                \
-        ks[u][r][J] = kp.x, kz[u][r][J] = kp.y;                                                            \
-        vs[u][r][J] = scale_pair(v_scales, sc + 2 * J).x;                                                  \
+        const float2 kp = scale_pair(k_scales, sc + 2 * J), vp = scale_pair(v_scales, sc + 2 * J);         \
+        ks[u][r][J] = kp.x, kz[u][r][J] = kp.y, vs[u][r][J] = vp.x;                                        \
+        if (c == r) key_vz[KSLOT(u, 8 * r + g) * NG + J] = vp.y;                                           \
       }                                                                                                    \
     }                                                                                                      \
+  }                                                                                                        \
+  BAR_WARP();                                                                                              \
+  UNROLL_LOOP for (int u = 0; u < UNROLL; ++u) {                                                           \
     UNROLL_LOOP for (int i = 0; i < 4; ++i) {                                                              \
-      size_t row, sc;                                                                                      \
-      KEY_AT(VTOK(tb, i), vid[u][i], row, sc);                                                             \
+      const int k = 8 * (i >> 1) + 2 * c + (i & 1);                                                        \
+      const ulong row = key_row[KSLOT(u, k)];                                                              \
       UNROLL_LOOP for (int J = 0; J < NG; ++J) {                                                           \
         load_v_piece(v_cache + row / 2 + (QGROUP / 2) * J + PB * g, vw[u][i][J]);                          \
-        vz[u][i][J] = scale_pair(v_scales, sc + 2 * J).y;                                                  \
+        vz[u][i][J] = key_vz[KSLOT(u, k) * NG + J];                                                        \
       }                                                                                                    \
     }                                                                                                      \
   }

@@ -326,6 +326,8 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
   const size_t nw = size_t(t.wg / 32), g = size_t(t.gmax);
   const bool emul = params::emulated(prof, "nv_mma_sync");
   x.local_bytes = (nw * g * size_t(c.head_dim) + 2 * nw * g + (t.fuse_merge ? 1 : 0) + (emul ? 8 * x.wg : 0)) * 4;
+  // int4: the warps' key tables (a row offset and the V zero points per key of a step).
+  if (i4) x.local_bytes += nw * size_t(t.mma_unroll) * 16 * (8 + 4 * size_t(c.head_dim / c.quant_group));
   // Rows are read in pieces of up to 16 bytes at 16-byte aligned row starts (strides in
   // elements: an int4 element is half a byte).
   const int64_t a = i4 ? 32 : 16;
