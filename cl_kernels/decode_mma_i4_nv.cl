@@ -270,11 +270,15 @@ UNROLL_LOOP
           x[r] = KTOK(t0 + u * BLK, r) < end ? xi : CLATTN_NEG_INF;
           mt = fmax(mt, x[r]);
         }
+        // Lazy maxima: a lane's own keys decide whether any column must move (a vote); only
+        // then is the column maximum over its 8 key rows formed (rare after the first blocks).
+        if (MMA_LAZY_ANY(mt > ml[b] + RESCALE_SLACK)) {
 UNROLL_LOOP
-        for (int m = 4; m < 32; m <<= 1) mt = fmax(mt, shfl_xor(mt, m));  // over the 8 key rows g
-        if (mt > ml[b] + RESCALE_SLACK) {
-          lsum[b] *= ml[b] == CLATTN_NEG_INF ? 0.0f : exp2(ml[b] - mt);
-          ml[b] = mt;
+          for (int m = 4; m < 32; m <<= 1) mt = fmax(mt, shfl_xor(mt, m));  // over the 8 key rows g
+          if (mt > ml[b] + RESCALE_SLACK) {
+            lsum[b] *= ml[b] == CLATTN_NEG_INF ? 0.0f : exp2(ml[b] - mt);
+            ml[b] = mt;
+          }
         }
 UNROLL_LOOP
         for (int r = 0; r < 2; ++r) lsum[b] += x[r] == CLATTN_NEG_INF ? 0.0f : exp2(x[r] - ml[b]);
@@ -290,16 +294,18 @@ UNROLL_LOOP
             xo[r] = v > 0.0f ? x[r] + ve : CLATTN_NEG_INF;
             mot = fmax(mot, xo[r]);
           }
+          if (MMA_LAZY_ANY(mot > mo[b][J] + RESCALE_SLACK)) {
 UNROLL_LOOP
-          for (int m = 4; m < 32; m <<= 1) mot = fmax(mot, shfl_xor(mot, m));
-          if (mot > mo[b][J] + RESCALE_SLACK) {
-            const float al = mo[b][J] == CLATTN_NEG_INF ? 0.0f : exp2(mo[b][J] - mot);
+            for (int m = 4; m < 32; m <<= 1) mot = fmax(mot, shfl_xor(mot, m));
+            if (mot > mo[b][J] + RESCALE_SLACK) {
+              const float al = mo[b][J] == CLATTN_NEG_INF ? 0.0f : exp2(mo[b][J] - mot);
 UNROLL_LOOP
-            for (int t = 0; t < VT; ++t) {
-              float* a = acc[b][J * VT + t];
-              a[0] *= al, a[1] *= al, a[2] *= al, a[3] *= al;
+              for (int t = 0; t < VT; ++t) {
+                float* a = acc[b][J * VT + t];
+                a[0] *= al, a[1] *= al, a[2] *= al, a[3] *= al;
+              }
+              mo[b][J] = mot;
             }
-            mo[b][J] = mot;
           }
           float pv[2];
 UNROLL_LOOP
