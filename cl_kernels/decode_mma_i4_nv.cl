@@ -92,17 +92,37 @@
 #endif
 #define KGRP(J) (KDIM(0, J) / QGROUP)
 #define MMA_Q_DIM(c, s, k) (KDIM(c, (s) / 2) + 2 * ((s) % 2) + (k) / 2 + 4 * ((k) % 2))
+#ifndef NIB16
+#define NIB16 0
+#endif
+#if NIB16
+#define MMA_Q_B1_SCALE 0.0625f  // the high nibbles' factor 16 (NIB_HI below)
+#endif
 #include "decode_mma_nv.clh"
 
-// The [scale, zero] pair at element i (even; the host checks even scale strides) of a scale
-// cache of SC_F16 (1: f16) elements: one 8- or 4-byte load.
-inline float2 scale_pair(__global const uchar* p, size_t i) {
+// A row's NG [scale, zero] pairs from element i of a scale cache of SC_F16 (1: f16) elements,
+// as wide loads (at most 16 bytes each; the host checks that the scale strides keep them
+// aligned): out[2J] the scale, out[2J + 1] the zero of group J.
+inline void load_pairs(__global const uchar* p, size_t i, float* out) {
 #if SC_F16
-  float s, z;
-  unpack2_f16(((__global const uint*)p)[i / 2], &s, &z);
-  return (float2)(s, z);
+#if NG == 1
+  const uint w[1] = {((__global const uint*)p)[i / 2]};
+#elif NG == 2
+  const uint2 x = ((__global const uint2*)p)[i / 4];
+  const uint w[2] = {x.x, x.y};
 #else
-  return ((__global const float2*)p)[i / 2];
+  const uint4 x = ((__global const uint4*)p)[i / 8];
+  const uint w[4] = {x.x, x.y, x.z, x.w};
+#endif
+  for (int J = 0; J < NG; ++J) unpack2_f16(w[J], &out[2 * J], &out[2 * J + 1]);
+#elif NG == 1
+  const float2 x = ((__global const float2*)p)[i / 2];
+  out[0] = x.x, out[1] = x.y;
+#else
+  for (int h = 0; h < NG / 2; ++h) {
+    const float4 x = ((__global const float4*)p)[i / 4 + h];
+    out[4 * h] = x.x, out[4 * h + 1] = x.y, out[4 * h + 2] = x.z, out[4 * h + 3] = x.w;
+  }
 #endif
 }
 
@@ -144,6 +164,9 @@ inline void load_v_piece(__global const uchar* vp, uint* w) {
 #define NIB_PAIR(w, sh, zz) hsub2((((w) >> (sh)) & 0x000F000Fu) | F16_1024, (zz))
 // {1024 + z0, 1024 + z1} as f16x2 (exact: z in 0 .. 15).
 #define ZZ(z0, z1) pack2_f16(1024.0f + (z0), 1024.0f + (z1))
+#define NIB_LO(w, zz) hsub2(((w) & 0x000F000Fu) | F16_1024, (zz))
+#define NIB_HI(w, zz16) hsub2(((w) & 0x00F000F0u) | F16_1024, (zz16))
+#define ZZ16(z0, z1) pack2_f16(1024.0f + 16.0f * (z0), 1024.0f + 16.0f * (z1))
 
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_mma(DECODE_KERNEL_ARGS) {
   __local float sm_o[NWARPS * GMAX * HEAD_DIM];
@@ -209,10 +232,12 @@ UNROLL_LOOP
       KEY_AT(KTOK(tb, r), kid[u][r], row, sc);                                                             \
       load_k_words(k_cache + row / 2, c, lane, kw[u][r] PTX_SCR_ARG);                                      \
       if (c == r) key_row[KSLOT(u, 8 * r + g)] = row;                                                      \
+      float kp[2 * NG], vp[2 * NG];                                                                        \
+      load_pairs(k_scales, sc, kp);                                                                        \
+      load_pairs(v_scales, sc, vp);                                                                        \
       UNROLL_LOOP for (int J = 0; J < NG; ++J) {                                                           \
-        const float2 kp = scale_pair(k_scales, sc + 2 * J), vp = scale_pair(v_scales, sc + 2 * J);         \
-        ks[u][r][J] = kp.x, kz[u][r][J] = kp.y, vs[u][r][J] = vp.x;                                        \
-        if (c == r) key_vz[KSLOT(u, 8 * r + g) * NG + J] = vp.y;                                           \
+        ks[u][r][J] = kp[2 * J], kz[u][r][J] = kp[2 * J + 1], vs[u][r][J] = vp[2 * J];                     \
+        if (c == r) key_vz[KSLOT(u, 8 * r + g) * NG + J] = vp[2 * J + 1];                                  \
       }                                                                                                    \
     }                                                                                                      \
   }                                                                                                        \
@@ -248,10 +273,18 @@ UNROLL_LOOP
       for (int J = 0; J < KC; ++J) {
         const int gj = KGRP(J);  // the slot's group
         const uint z0 = ZZ(kz[u][0][gj], kz[u][0][gj]), z1 = ZZ(kz[u][1][gj], kz[u][1][gj]);
+#if NIB16
+        const uint y0 = ZZ16(kz[u][0][gj], kz[u][0][gj]), y1 = ZZ16(kz[u][1][gj], kz[u][1][gj]);
+#endif
 UNROLL_LOOP
         for (int h = 0; h < 2; ++h) {
+#if NIB16
+          const uint w0 = kw[u][0][J] >> (8 * h), w1 = kw[u][1][J] >> (8 * h);
+          const uint a0 = NIB_LO(w0, z0), a1 = NIB_LO(w1, z1), a2 = NIB_HI(w0, y0), a3 = NIB_HI(w1, y1);
+#else
           const uint a0 = NIB_PAIR(kw[u][0][J], 8 * h, z0), a1 = NIB_PAIR(kw[u][1][J], 8 * h, z1);
           const uint a2 = NIB_PAIR(kw[u][0][J], 8 * h + 4, z0), a3 = NIB_PAIR(kw[u][1][J], 8 * h + 4, z1);
+#endif
 UNROLL_LOOP
           for (int b = 0; b < NB; ++b) MMA(sacc[gj][b], a0, a1, a2, a3, qb[b][2 * J + h][0], qb[b][2 * J + h][1]);
         }
@@ -323,8 +356,13 @@ UNROLL_LOOP
           const uint sel = (t % 4) * 0x11u + (4 + t % 4) * 0x1100u;  // bytes 0, 2 <- byte t of each key
           const uint x01 = prmt(vw[u][0][J][t / 4], vw[u][1][J][t / 4], sel);
           const uint x23 = prmt(vw[u][2][J][t / 4], vw[u][3][J][t / 4], sel);
+#if NIB16
+          const uint y01 = ZZ16(vz[u][0][J], vz[u][1][J]), y23 = ZZ16(vz[u][2][J], vz[u][3][J]);
+          const uint a0 = NIB_LO(x01, z01), a1 = NIB_HI(x01, y01), a2 = NIB_LO(x23, z23), a3 = NIB_HI(x23, y23);
+#else
           const uint a0 = NIB_PAIR(x01, 0, z01), a1 = NIB_PAIR(x01, 4, z01);
           const uint a2 = NIB_PAIR(x23, 0, z23), a3 = NIB_PAIR(x23, 4, z23);
+#endif
 UNROLL_LOOP
           for (int b = 0; b < NB; ++b) MMA(acc[b][J * VT + t], a0, a1, a2, a3, pb[b][J][0], pb[b][J][1]);
         }
@@ -353,7 +391,7 @@ UNROLL_LOOP
         for (int t = 0; t < VT; ++t) {
           const float* a = acc[b][J * VT + t];
           dst[QGROUP * J + 2 * t] = (a[0] + a[1]) * f;
-          dst[QGROUP * J + 2 * t + 1] = (a[2] + a[3]) * f;
+          dst[QGROUP * J + 2 * t + 1] = (a[2] + a[3]) * (NIB16 ? f * 0.0625f : f);
         }
       }
     }

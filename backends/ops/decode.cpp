@@ -331,17 +331,21 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
   // Rows are read in pieces of up to 16 bytes at 16-byte aligned row starts (strides in
   // elements: an int4 element is half a byte).
   const int64_t a = i4 ? 32 : 16;
-  // int4's [scale, zero] pairs are read as one 4- or 8-byte load: even scale strides.
+  // int4: a row's [scale, zero] pairs are read as loads of up to 16 bytes, so the scale
+  // strides must keep them aligned: multiples of min(2 D / G, 16 bytes) elements.
+  const int64_t sa = i4 ? std::min<int64_t>(2 * (c.head_dim / std::max(1, c.quant_group)),
+                                            16 / int64_t(dtype_size(c.scale_dtype)))
+                        : 1;
   const bool aligned = c.page_stride() % a == 0 && c.token_stride() % a == 0 && c.head_stride() % a == 0 &&
-                       (!i4 || (c.scale_page_stride() % 2 == 0 && c.scale_token_stride() % 2 == 0 &&
-                                c.scale_head_stride() % 2 == 0));
+                       c.scale_page_stride() % sa == 0 && c.scale_token_stride() % sa == 0 &&
+                       c.scale_head_stride() % sa == 0;
   if (!t.mma) x.why_not = "MMA = 0";
   else if (c.dtype != DType::I8 && !i4) x.why_not = "int8 and int4 caches only";
   else if (t.sparse) x.why_not = "no sparse page lists";
   else if (c.head_dim != 64 && c.head_dim != 128) x.why_not = "head_dim 64 or 128 only";
   else if (t.gmax > 8) x.why_not = "at most 8 query heads per work-group (GMAX " + std::to_string(t.gmax) + ")";
   else if (t.wg < 32 || t.wg % 32) x.why_not = "WG must be a multiple of 32";
-  else if (!aligned) x.why_not = i4 ? "cache strides must be multiples of 16 bytes, scale strides even"
+  else if (!aligned) x.why_not = i4 ? "cache strides must be multiples of 16 bytes, scale strides keep a row's pairs aligned"
                                     : "cache strides must be multiples of 16 bytes";
   else x.why_not = params::why_unavailable(prof, x.name);
   if (x.why_not.empty()) {
