@@ -93,7 +93,7 @@
 #define KGRP(J) (KDIM(0, J) / QGROUP)
 #define MMA_Q_DIM(c, s, k) (KDIM(c, (s) / 2) + 2 * ((s) % 2) + (k) / 2 + 4 * ((k) % 2))
 #ifndef NIB16
-#define NIB16 0
+#define NIB16 (QGROUP >= 64)  // at group 32 the extra zero constants cost more than the shifts
 #endif
 #if NIB16
 #define MMA_Q_B1_SCALE 0.0625f  // the high nibbles' factor 16 (NIB_HI below)
@@ -266,10 +266,6 @@ UNROLL_LOOP
       // head 4b + c.
       float sacc[NG][NB][4];
 UNROLL_LOOP
-      for (int J = 0; J < NG; ++J)
-UNROLL_LOOP
-        for (int b = 0; b < NB; ++b) sacc[J][b][0] = sacc[J][b][1] = sacc[J][b][2] = sacc[J][b][3] = 0.0f;
-UNROLL_LOOP
       for (int J = 0; J < KC; ++J) {
         const int gj = KGRP(J);  // the slot's group
         const uint z0 = ZZ(kz[u][0][gj], kz[u][0][gj]), z1 = ZZ(kz[u][1][gj], kz[u][1][gj]);
@@ -286,7 +282,11 @@ UNROLL_LOOP
           const uint a2 = NIB_PAIR(kw[u][0][J], 8 * h + 4, z0), a3 = NIB_PAIR(kw[u][1][J], 8 * h + 4, z1);
 #endif
 UNROLL_LOOP
-          for (int b = 0; b < NB; ++b) MMA(sacc[gj][b], a0, a1, a2, a3, qb[b][2 * J + h][0], qb[b][2 * J + h][1]);
+          for (int b = 0; b < NB; ++b) {
+            // The group's first k-step starts its accumulator (slots of a group are consecutive).
+            if (h == 0 && (J == 0 || KGRP(J - 1) != gj)) MMA_Z(sacc[gj][b], a0, a1, a2, a3, qb[b][2 * J][0], qb[b][2 * J][1]);
+            else MMA(sacc[gj][b], a0, a1, a2, a3, qb[b][2 * J + h][0], qb[b][2 * J + h][1]);
+          }
         }
       }
       uint pb[NB][NG][2];  // B operand of O^T = V^T P'^T per group
