@@ -25,48 +25,14 @@
 //
 // Build options (-D): HEAD_DIM (64 or 128), QGROUP (32, 64 or 128, dividing HEAD_DIM), SC_F16
 // (scale caches in f16), GMAX, NWARPS, UNROLL, FUSE_MERGE, MERGE_BATCH.
-#define MMA_BF16 0
-#include "common.clh"
-#include "kernel_args.clh"
-#define MERGE_WS_QUAL volatile const
-#include "merge_parts.clh"
-#include "mma_ptx_nv.clh"
-
-#ifndef HEAD_DIM
-#define HEAD_DIM 128
-#endif
+#include "decode_mma_defs_nv.clh"
 #ifndef QGROUP
 #define QGROUP 64
-#endif
-#ifndef GMAX
-#define GMAX 4
-#endif
-#ifndef NWARPS
-#define NWARPS 4
-#endif
-#ifndef UNROLL
-#define UNROLL 1
-#endif
-#ifndef FUSE_MERGE
-#define FUSE_MERGE 0
-#endif
-#ifndef SC_F16
-#define SC_F16 0
-#endif
-#ifndef RESCALE_SLACK
-#define RESCALE_SLACK 8.0f
-#endif
-#if GMAX > 8
-#error "nv_mma_sync decode takes GMAX <= 8 (hi and lo rows of 8 heads fill the 16 MMA rows)"
-#endif
-#if HEAD_DIM != 64 && HEAD_DIM != 128
-#error "nv_mma_sync decode takes HEAD_DIM 64 or 128"
 #endif
 #if (QGROUP != 32 && QGROUP != 64 && QGROUP != 128) || HEAD_DIM % QGROUP
 #error "int4 nv_mma_sync decode takes QGROUP 32, 64 or 128 dividing HEAD_DIM"
 #endif
 
-#define WGSIZE (NWARPS * 32)
 #define KC (HEAD_DIM / 32)     // 16-byte chunks of a K row: one word of each per lane
 #define NG (HEAD_DIM / QGROUP)  // groups per row
 #define PB (QGROUP / 16)       // bytes of a lane's V piece per group

@@ -37,42 +37,8 @@
 //
 // Build options (-D): HEAD_DIM (64 or 128), SC_F16 (scale caches in f16), GMAX, NWARPS, UNROLL,
 // FUSE_MERGE, MERGE_BATCH.
-#define MMA_BF16 0
-#include "common.clh"
-#include "kernel_args.clh"
-#define MERGE_WS_QUAL volatile const
-#include "merge_parts.clh"
-#include "mma_ptx_nv.clh"
+#include "decode_mma_defs_nv.clh"
 
-#ifndef HEAD_DIM
-#define HEAD_DIM 128
-#endif
-#ifndef GMAX
-#define GMAX 4
-#endif
-#ifndef NWARPS
-#define NWARPS 4
-#endif
-#ifndef UNROLL
-#define UNROLL 2
-#endif
-#ifndef FUSE_MERGE
-#define FUSE_MERGE 0
-#endif
-#ifndef SC_F16
-#define SC_F16 0
-#endif
-#ifndef RESCALE_SLACK
-#define RESCALE_SLACK 8.0f
-#endif
-#if GMAX > 8
-#error "nv_mma_sync decode takes GMAX <= 8 (hi and lo rows of 8 heads fill the 16 MMA rows)"
-#endif
-#if HEAD_DIM != 64 && HEAD_DIM != 128
-#error "nv_mma_sync decode takes HEAD_DIM 64 or 128"
-#endif
-
-#define WGSIZE (NWARPS * 32)
 #define KW (HEAD_DIM / 16)  // K words per key and lane (KBYTE below): one per k-step
 #define VW (HEAD_DIM / 32)  // V words per key and lane (bytes [n D/8, (n+1) D/8))
 #define MT (HEAD_DIM / 16)  // m-tiles of O^T = V^T P^T (rows: dims)
