@@ -361,11 +361,6 @@ ops::Variant mma_variant(const DeviceProfile& prof, const KTile& t, const PagedK
     const bool s32 = c.page_stride() < lim && c.token_stride() < lim && c.head_stride() < lim &&
                      c.scale_page_stride() < lim && c.scale_token_stride() < lim && c.scale_head_stride() < lim;
     d["STRIDE32"] = s32 ? "1" : "0";
-    // Every element offset below 2^31 (the last page's last element; page ids are clamped
-    // into the pool): 32-bit offset arithmetic.
-    const int64_t elems = i4 ? c.required_bytes() * 2 : c.required_bytes() / int64_t(dtype_size(c.dtype));
-    const int64_t sc_elems = c.scale_required_bytes() / int64_t(dtype_size(c.scale_dtype));
-    d["IDX32"] = s32 && elems < lim && sc_elems < lim ? "1" : "0";
     ops::add_emulation(prof, "nv_mma_sync", d);
     x.options = rt::make_options(d);
   }
