@@ -255,27 +255,11 @@ void rope_append_kv_i8(__global const void* q, __global void* q_out, long q_st, 
   }
 }
 
-// int4: a byte holds elements (e, e + 1), e even, which are one pair only in GPT-J. So the
-// work-items first compute the pairs' cos/sin into cs_l (R/2 of them, a local argument), then
-// work-item j takes the q rows' pairs as int8 does and the k / v rows' elements (e, e + 1), e =
-// 2j (+ 2*ROPE_WG per chunk of a longer row; a chunk holds whole quant groups, G/2
-// consecutive work-items each), each rotated with its partner (rope_elem).
-
-// (cos, sin) of element e's pair (NeoX e mod R/2, GPT-J e/2); (1, 0) from R on.
-inline float2 rope_elem_cs(__local const float2* cs_l, int e, int R, int gptj) {
-  return e >= R ? (float2)(1.0f, 0.0f) : cs_l[gptj ? e / 2 : e < R / 2 ? e : e - R / 2];
-}
-
-// Element e of the row at sb after RoPE: its pair turned by c (rope_turn, as apply_rope turns
-// it) and the element's side taken; from R on as loaded.
-inline float rope_elem(__global const void* src, size_t sb, int dt, int e, int R, int gptj, float2 c) {
-  const float x = load_elem(src, sb + e, dt);
-  if (e >= R) return x;
-  const int gap = gptj ? 1 : R / 2;
-  if (gptj ? e % 2 == 0 : e < gap) return rope_turn(x, load_elem(src, sb + e + gap, dt), c).x;
-  return rope_turn(load_elem(src, sb + e - gap, dt), x, c).y;
-}
-
+// int4: a byte holds elements (e, e + 1), e even, which are one pair only in GPT-J. So the k
+// rows are rotated in apply_rope's pairs, as int8 does, into k_l (a local argument, a row of
+// D floats per KV head), and then work-item j takes elements (e, e + 1), e = 2j (+ 2*ROPE_WG
+// per chunk of a longer row; a chunk holds whole quant groups, G/2 consecutive work-items
+// each), of the k rows from k_l and of the v rows as loaded.
 __kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
 void rope_append_kv_i4(__global const void* q, __global void* q_out, long q_st, long q_sh, int Hq, int q_out_dt,
                        __global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
@@ -284,7 +268,7 @@ void rope_append_kv_i4(__global const void* q, __global void* q_out, long q_st, 
                        __global void* k_scales, __global void* v_scales, long s_sp, long s_st, long s_sh, int s_f16,
                        int D, int G, int R, int gptj, __global const void* pos, int pos_i64, int has_cache,
                        __global const float* cs, long cache_rows, float log2_theta, float inv_scale, long T,
-                       __global volatile int* faults, __local float2* cs_l) {
+                       __global volatile int* faults, __local float* k_l) {
   // Per row: the work-items' lo and hi, then each quant group's [scale, zero] pair
   __local float lo[ROPE_KV_ROWS][ROPE_WG], hi[ROPE_KV_ROWS][ROPE_WG];
   const int j = get_local_id(0), b = get_group_id(1), h0 = b * ROPE_KV_HEADS, nh = min(ROPE_KV_HEADS, Hkv - h0);
@@ -297,26 +281,31 @@ void rope_append_kv_i4(__global const void* q, __global void* q_out, long q_st, 
     long p = 0, page = 0, off = 0;
     const bool kv = rope_kv_token(pos, pos_i64, t, has_cache, cache_rows, slots, slots_i64, page_size, num_slots,
                                   lead, faults, &p, &page, &off);
-    for (int i = j; p >= 0 && i < R / 2; i += ROPE_WG) cs_l[i] = rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale);
+    for (int i = j; p >= 0 && i < D / 2; i += ROPE_WG) {
+      const bool turn = i < R / 2;
+      const float2 c = turn ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+      const int2 ab = rope_dims(i, R, gptj, 1);
+      rope_q_pair(q, q_out, q_st, q_sh, src_dt, q_out_dt, t, qa, qb, ab, turn, c);
+      for (int r = 0; kv && r < nh; ++r) {
+        const size_t sb = (size_t)(t * src_st + (h0 + r) * src_sh);
+        const float x = load_elem(k, sb + ab.x, src_dt), y = load_elem(k, sb + ab.y, src_dt);
+        const float2 o = turn ? rope_turn(x, y, c) : (float2)(x, y);
+        k_l[r * D + ab.x] = o.x, k_l[r * D + ab.y] = o.y;
+      }
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int i = j; p >= 0 && i < D / 2; i += ROPE_WG)
-      rope_q_pair(q, q_out, q_st, q_sh, src_dt, q_out_dt, t, qa, qb, rope_dims(i, R, gptj, 1), i < R / 2,
-                  i < R / 2 ? cs_l[i] : (float2)(1.0f, 0.0f));
     for (int c = 0; kv && c < D; c += 2 * ROPE_WG) {
       const int e = c + 2 * j;
       const bool live = e < D;
-      const float2 c0 = live ? rope_elem_cs(cs_l, e, R, gptj) : (float2)(0.0f);
-      const float2 c1 = live ? rope_elem_cs(cs_l, e + 1, R, gptj) : (float2)(0.0f);
       float2 x[ROPE_KV_ROWS];
       UNROLL_LOOP for (int r = 0; r < ROPE_KV_ROWS; ++r) {
         if (r >= 2 * nh) continue;
         const bool isk = r < nh;
         const int h = h0 + (isk ? r : r - nh);
-        __global const void* src = isk ? k : v;
         const size_t sb = (size_t)(t * src_st + h * src_sh);
         x[r] = !live ? (float2)(0.0f)
-               : isk ? (float2)(rope_elem(src, sb, src_dt, e, R, gptj, c0), rope_elem(src, sb, src_dt, e + 1, R, gptj, c1))
-                     : (float2)(load_elem(src, sb + e, src_dt), load_elem(src, sb + e + 1, src_dt));
+               : isk ? (float2)(k_l[r * D + e], k_l[r * D + e + 1])
+                     : (float2)(load_elem(v, sb + e, src_dt), load_elem(v, sb + e + 1, src_dt));
         lo[r][j] = fmin(x[r].x, x[r].y);
         hi[r][j] = fmax(x[r].x, x[r].y);
       }
@@ -346,6 +335,6 @@ void rope_append_kv_i4(__global const void* q, __global void* q_out, long q_st, 
       }
       barrier(CLK_LOCAL_MEM_FENCE);  // lo / hi are rewritten for the next chunk
     }
-    barrier(CLK_LOCAL_MEM_FENCE);  // cs_l is rewritten for the next token
+    barrier(CLK_LOCAL_MEM_FENCE);  // k_l is rewritten for the next token
   }
 }

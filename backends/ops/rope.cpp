@@ -134,7 +134,7 @@ void launch_quantised(rt::Kernel& k, const RopeProgram& rp, const RopeAppendKVAr
   const cl_int pos_i64 = r.pos.dtype == DType::I64, has_cache = r.rope.cos_sin_cache != nullptr;
   const cl_mem cs = r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none;
   // The arguments both kernels share up to the head dim; int4 adds its group after it, and a
-  // local array of the R/2 pairs' (cos, sin) at the end.
+  // local array of ROPE_KV_HEADS rotated k rows at the end.
   auto common = [&](auto&&... tail) {
     k.launch(q, 3, gws, lws, e.num_wait, e.wait, e.event, Hq ? r.q : none, Hq ? r.q_out : none, cl_long(qst),
              cl_long(qsh), cl_int(Hq), cl_int(r.q_out_dtype), a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st),
@@ -146,7 +146,7 @@ void launch_quantised(rt::Kernel& k, const RopeProgram& rp, const RopeAppendKVAr
   };
   if (i4)
     common(cl_int(G), cl_int(rr.R), gptj, r.pos.positions, pos_i64, has_cache, cs, cl_long(r.rope.cache_positions),
-           rr.log2_theta, rr.inv_scale, cl_long(a.num_tokens), faults, rt::LocalMem{size_t(rr.R / 2) * 2 * sizeof(float)});
+           rr.log2_theta, rr.inv_scale, cl_long(a.num_tokens), faults, rt::LocalMem{size_t(rp.kv_heads) * size_t(D) * sizeof(float)});
   else
     common(cl_int(rr.R), gptj, r.pos.positions, pos_i64, has_cache, cs, cl_long(r.rope.cache_positions), rr.log2_theta,
            rr.inv_scale, cl_long(a.num_tokens), faults);

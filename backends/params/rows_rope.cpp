@@ -5,9 +5,9 @@
 //   ROPE_ROWS  head rows per work-item: its pair's cos/sin (one sincos, or a cache read) serve
 //              that many rows; the rest of the rows go to more groups in dimension 1
 //   ROPE_TOKENS tokens per work-item (per work-group in the int8 / int4 kernels)
-//   ROPE_KV_HEADS  KV heads per work-group of the int8 / int4 kernels: the angles of a
-//              work-item's two elements serve that many k rows; its local memory holds
-//              ROPE_WG floats per k and v row (two per row for int4)
+//   ROPE_KV_HEADS  KV heads per work-group of the int8 / int4 kernels (with an even share of
+//              the q heads): a pair's cos/sin serves all of their rows; local memory holds
+//              ROPE_WG floats per k and v row (two for int4, and its rotated k rows)
 #include "backends/params/database.hpp"
 
 namespace clattn::params {
