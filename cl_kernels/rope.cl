@@ -142,9 +142,11 @@ void rope_append_kv(__global const void* q, __global void* q_out, long q_st, lon
 // b*ROPE_KV_HEADS .. b*ROPE_KV_HEADS + ROPE_KV_HEADS - 1 (k rotated, v as is), quantised with
 // append_kv's rules (int8_quant.clh, int4_quant.clh), and an even share of the q heads,
 // rotated into q_out as rope_append_kv writes them. A pair's cos/sin is computed once per
-// token for all of the group's rows. The group reduces each row's max |x| (int8) or each quant
-// group's lo and hi (int4) in local memory, and each work-item then writes the bytes of the
-// values it kept. ROPE_WG is a power of two (the host's), >= G/2 for int4.
+// token for all of the group's rows. Each work-item puts its partial max |x| (int8) or lo / hi
+// (int4) of each row in local memory, one work-item per row (int8) or per quant group of a row
+// (int4) folds them and stores the scale / [scale, zero] pair (two barriers, not a tree's
+// log2(ROPE_WG) + 1), and each work-item then writes the bytes of the values it kept. ROPE_WG
+// is a power of two (the host's), >= G/2 for int4.
 #ifndef ROPE_KV_HEADS
 #define ROPE_KV_HEADS 8
 #endif
