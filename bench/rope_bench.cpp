@@ -50,10 +50,11 @@ void run_case(Harness& h, const RopeBenchCase& c) {
   RopeConfig rc;
   rc.style = c.gptj ? RopeStyle::GptJ : RopeStyle::NeoX;
   rc.rotary_dim = c.R;
+  const int R = c.R ? c.R : c.D;  // the cos/sin cache's row length
   DeviceBuffer cs;
   const int64_t rows = 1000 + c.T;
   if (c.cache) {
-    std::vector<float> host(size_t(rows) * c.R, 0.5f);
+    std::vector<float> host(size_t(rows) * R, 0.5f);
     cs = DeviceBuffer(ctx, host.size() * 4);
     cs.write(ctx, host.data(), host.size() * 4);
     rc.cos_sin_cache = cs.get(), rc.cache_positions = rows;
@@ -72,11 +73,11 @@ void run_case(Harness& h, const RopeBenchCase& c) {
   fa.q_out_dtype = io, fa.pos = rp, fa.rope = rc;
 
   const double bytes = double(2 * nq + 2 * nk) * es + 2.0 * c.T * row_bytes + c.T * 16.0 +
-                       (c.cache ? double(c.T) * c.R * 4 : 0.0);
+                       (c.cache ? double(c.T) * R * 4 : 0.0);
   char shape[200];
   const std::string group = c.kv == DType::I4 ? " g" + std::to_string(c.group) : "";
   std::snprintf(shape, sizeof shape, "T=%d Hq=%d Hkv=%d D=%d R=%d %s P=%d bf16->%s%s%s", c.T, c.Hq, c.Hkv, c.D,
-                c.R ? c.R : c.D, c.gptj ? "gptj" : "neox", c.P, dtype_name(c.kv), group.c_str(),
+                R, c.gptj ? "gptj" : "neox", c.P, dtype_name(c.kv), group.c_str(),
                 c.cache ? " cos_sin_cache" : "");
   const double fused = h.time_ms([&] { rope_append_kv(ctx, fa); });
   h.report("rope_append_kv", std::string(shape) + " fused", fused, bytes, 0);

@@ -137,146 +137,206 @@ void rope_append_kv(__global const void* q, __global void* q_out, long q_st, lon
   }
 }
 
-// int8 caches (rope_append_kv; rope_append_kv above then takes the q rows only): work-item
-// (h, t) quantises KV head h's k row of token t, rotated, and its v row as append_kv_i8 does
-// (int8_quant.clh): the row's largest |value| gives the scale, then each value its integer.
-// The rotation is computed twice (for the max, then for the values) rather than kept: a row
-// of D floats per work-item would not stay in registers.
+// int8 and int4 caches (rope_append_kv): one launch, work-group (b, c) for tokens
+// c*ROPE_TOKENS .. c*ROPE_TOKENS + ROPE_TOKENS - 1 and the rows of block b: KV heads
+// b*ROPE_KV_HEADS .. b*ROPE_KV_HEADS + ROPE_KV_HEADS - 1 (k rotated, v as is), quantised with
+// append_kv's rules (int8_quant.clh, int4_quant.clh), and an even share of the q heads,
+// rotated into q_out as rope_append_kv writes them. A pair's cos/sin is computed once per
+// token for all of the group's rows. Each work-item puts its partial max |x| (int8) or lo / hi
+// (int4) of each row in local memory, one work-item per row (int8) or per quant group of a row
+// (int4) folds them and stores the scale / [scale, zero] pair (two barriers, not a tree's
+// log2(ROPE_WG) + 1), and each work-item then writes the bytes of the values it kept. ROPE_WG
+// is a power of two (the host's), >= G/2 for int4.
+#ifndef ROPE_KV_HEADS
+#define ROPE_KV_HEADS 8
+#endif
+#define ROPE_KV_ROWS (2 * ROPE_KV_HEADS)  // at most; row r < nh: k head h0 + r, then v head h0 + r - nh
+
+// q heads [qa, qb) of token t at pair i (dims ab, turned by c where turn), as rope_append_kv
+// writes them.
+inline void rope_q_pair(__global const void* q, __global void* q_out, long q_st, long q_sh, int src_dt, int q_out_dt,
+                        long t, int qa, int qb, int2 ab, bool turn, float2 c) {
+  for (int h = qa; h < qb; ++h) {
+    const size_t sb = (size_t)(t * q_st + h * q_sh);
+    const float x = load_elem(q, sb + ab.x, src_dt), y = load_elem(q, sb + ab.y, src_dt);
+    const float2 o = turn ? rope_turn(x, y, c) : (float2)(x, y);
+    store_elem(q_out, sb + ab.x, q_out_dt, o.x);
+    store_elem(q_out, sb + ab.y, q_out_dt, o.y);
+  }
+}
+
+// The q heads of row block b of nb: an even share, [*qa, *qb).
+inline void rope_q_share(int Hq, int b, int nb, int* qa, int* qb) {
+  const int per = (Hq + nb - 1) / nb;
+  *qa = min(b * per, Hq), *qb = min(*qa + per, Hq);
+}
+
+// Token t's position (< 0: nothing written) and whether it has a cache slot; the lead
+// work-item reports the faults. Uniform over the group, so all of it passes the barriers.
+inline bool rope_kv_token(__global const void* pos, int pos_i64, long t, int has_cache, long cache_rows,
+                          __global const void* slots, int slots_i64, int page_size, long num_slots, bool lead,
+                          __global volatile int* faults, long* p, long* page, long* off) {
+  *p = rope_position(pos, pos_i64, t, has_cache, cache_rows, lead, faults);
+  return *p >= 0 && slot_page(slots, slots_i64, t, page_size, num_slots, lead, faults, page, off);
+}
+
+// int8: work-item j takes pairs j, j + ROPE_WG, .. of every row (apply_rope's pairs; a v row's
+// pair i is (2i, 2i + 1)); a row's bytes follow its pairs.
 __kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
-void rope_append_kv_i8(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
+void rope_append_kv_i8(__global const void* q, __global void* q_out, long q_st, long q_sh, int Hq, int q_out_dt,
+                       __global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
                        __global const void* slots, int slots_i64, long num_slots, __global char* k_cache,
                        __global char* v_cache, long c_sp, long c_st, long c_sh, int page_size, int Hkv,
                        __global void* k_scales, __global void* v_scales, long s_sp, long s_st, long s_sh, int s_f16,
                        int D, int R, int gptj, __global const void* pos, int pos_i64, int has_cache,
                        __global const float* cs, long cache_rows, float log2_theta, float inv_scale, long T,
                        __global volatile int* faults) {
-  const int h = get_global_id(0);
-  const long t = get_global_id(1);
-  if (h >= Hkv || t >= T) return;
-  const long p = rope_position(pos, pos_i64, t, has_cache, cache_rows, h == 0, faults);
-  if (p < 0) return;
-  long page, off;
-  if (!slot_page(slots, slots_i64, t, page_size, num_slots, h == 0, faults, &page, &off)) return;
-  const size_t sb = (size_t)(t * src_st + h * src_sh), db = (size_t)(page * c_sp + off * c_st + h * c_sh);
-  const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
-  for (int kind = 0; kind < 2; ++kind) {  // k (rotated), v
-    __global const void* src = kind ? v : k;
-    float amax = 0.0f, scale = 0.0f;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int i = 0; i < D / 2; ++i) {
-        const bool turn = kind == 0 && i < R / 2;
-        const float2 cs2 = turn ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
-        const int2 ab = rope_dims(i, R, gptj, kind == 0);
-        const float x = load_elem(src, sb + ab.x, src_dt), y = load_elem(src, sb + ab.y, src_dt);
-        const float2 o = turn ? rope_turn(x, y, cs2) : (float2)(x, y);
-        const float xo = o.x, yo = o.y;
-        if (pass == 0) {
-          amax = fmax(amax, fmax(fabs(xo), fabs(yo)));
-        } else {
-          __global char* dst = kind ? v_cache : k_cache;
-          dst[db + ab.x] = int8_quantize(xo, scale);
-          dst[db + ab.y] = int8_quantize(yo, scale);
-        }
-      }
-      if (pass == 0) {
-        scale = store_scale(kind ? v_scales : k_scales, so, s_f16, amax * (1.0f / 127.0f));
+  __local float amax[ROPE_KV_ROWS][ROPE_WG];  // per row: the work-items' max |x|, then its scale
+  const int j = get_local_id(0), b = get_group_id(1), h0 = b * ROPE_KV_HEADS, nh = min(ROPE_KV_HEADS, Hkv - h0);
+  int qa, qb;
+  rope_q_share(Hq, b, get_num_groups(1), &qa, &qb);
+  const bool lead = j == 0 && b == 0;  // reports the token's faults once
+  const long t_end = min((long)(get_group_id(2) + 1) * ROPE_TOKENS, T);
+  for (long t = (long)get_group_id(2) * ROPE_TOKENS; t < t_end; ++t) {
+    long p = 0, page = 0, off = 0;
+    const bool kv = rope_kv_token(pos, pos_i64, t, has_cache, cache_rows, slots, slots_i64, page_size, num_slots,
+                                  lead, faults, &p, &page, &off);
+    float2 c0 = (float2)(1.0f, 0.0f), x0[ROPE_KV_ROWS];  // pair j's angle and values, kept for the bytes
+    for (int r = 0; r < 2 * nh; ++r) amax[r][j] = 0.0f;
+    for (int i = j; p >= 0 && i < D / 2; i += ROPE_WG) {
+      const bool turn = i < R / 2;
+      const float2 c = turn ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+      if (i == j) c0 = c;
+      rope_q_pair(q, q_out, q_st, q_sh, src_dt, q_out_dt, t, qa, qb, rope_dims(i, R, gptj, 1), turn, c);
+      if (!kv) continue;
+      UNROLL_LOOP for (int r = 0; r < ROPE_KV_ROWS; ++r) {
+        if (r >= 2 * nh) continue;
+        const bool isk = r < nh;
+        const int h = h0 + (isk ? r : r - nh);
+        const size_t sb = (size_t)(t * src_st + h * src_sh);
+        const int2 ab = rope_dims(i, R, gptj, isk);
+        const float x = load_elem(isk ? k : v, sb + ab.x, src_dt), y = load_elem(isk ? k : v, sb + ab.y, src_dt);
+        const float2 o = isk && turn ? rope_turn(x, y, c) : (float2)(x, y);
+        if (i == j) x0[r] = o;
+        amax[r][j] = fmax(amax[r][j], fmax(fabs(o.x), fabs(o.y)));
       }
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // Row r's max and scale, stored, by work-item r (two barriers a token, not a tree's log2);
+    // the group reads the scale back as stored.
+    for (int r = j; kv && r < 2 * nh; r += ROPE_WG) {
+      float m = 0.0f;
+      for (int u = 0; u < ROPE_WG; ++u) m = fmax(m, amax[r][u]);
+      const int h = h0 + (r < nh ? r : r - nh);
+      amax[r][0] = store_scale(r < nh ? k_scales : v_scales, (size_t)(page * s_sp + off * s_st + h * s_sh), s_f16,
+                               m * (1.0f / 127.0f));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = j; kv && i < D / 2; i += ROPE_WG) {
+      const bool turn = i < R / 2;
+      const float2 c = i == j ? c0 : turn ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+      UNROLL_LOOP for (int r = 0; r < ROPE_KV_ROWS; ++r) {
+        if (r >= 2 * nh) continue;
+        const bool isk = r < nh;
+        const int h = h0 + (isk ? r : r - nh);
+        const float scale = amax[r][0];
+        const int2 ab = rope_dims(i, R, gptj, isk);
+        float2 o = x0[r];
+        if (i != j) {
+          const size_t sb = (size_t)(t * src_st + h * src_sh);
+          const float x = load_elem(isk ? k : v, sb + ab.x, src_dt), y = load_elem(isk ? k : v, sb + ab.y, src_dt);
+          o = isk && turn ? rope_turn(x, y, c) : (float2)(x, y);
+        }
+        __global char* dst = isk ? k_cache : v_cache;
+        const size_t db = (size_t)(page * c_sp + off * c_st + h * c_sh);
+        dst[db + ab.x] = int8_quantize(o.x, scale);
+        dst[db + ab.y] = int8_quantize(o.y, scale);
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);  // amax is rewritten for the next token
   }
 }
 
-// Elements e and e + 1 (e even) of a row after RoPE (rotate = 0: as loaded). GPT-J: they are
-// one pair; NeoX: each is in its own pair (e, e + R/2) or (e - R/2, e), so the partner is
-// loaded and the pair rotated for the one element; dims from R on pass through.
-inline float neox_elem(__global const void* src, size_t sb, int src_dt, int e, float own, int R, long p,
-                       int has_cache, __global const float* cs, float log2_theta, float inv_scale) {
-  const int r2 = R / 2, i = e < r2 ? e : e - r2;
-  const float2 cs2 = rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale);
-  if (e < r2) return rope_turn(own, load_elem(src, sb + e + r2, src_dt), cs2).x;
-  return rope_turn(load_elem(src, sb + i, src_dt), own, cs2).y;
-}
-
-inline float2 rope_two(__global const void* src, size_t sb, int src_dt, int e, int rotate, int R, int gptj, long p,
-                       int has_cache, __global const float* cs, float log2_theta, float inv_scale) {
-  const float a = load_elem(src, sb + e, src_dt), b = load_elem(src, sb + e + 1, src_dt);
-  if (!rotate || e >= R) return (float2)(a, b);
-  if (gptj) return rope_turn(a, b, rope_cos_sin(e / 2, R, p, has_cache, cs, log2_theta, inv_scale));
-  return (float2)(neox_elem(src, sb, src_dt, e, a, R, p, has_cache, cs, log2_theta, inv_scale),
-                  neox_elem(src, sb, src_dt, e + 1, b, R, p, has_cache, cs, log2_theta, inv_scale));
-}
-
-// NeoX groups g0 (first half) and g0 + R/2 (second half), G dividing R/2: pair i of group g0
-// turns into element i of the one and element i + R/2 of the other, so the two groups are
-// quantised together and each pair's angle is computed once per walk (as rope_append_kv_i8
-// computes it), not once per element.
-inline void i4_neox_groups(__global const void* src, size_t sb, int src_dt, int g0, int G, int R, long p,
-                           int has_cache, __global const float* cs, float log2_theta, float inv_scale,
-                           __global uchar* dst, size_t db, __global void* scales, size_t so, int s_f16) {
-  const int r2 = R / 2;
-  float lo0 = 0.0f, hi0 = 0.0f, lo1 = 0.0f, hi1 = 0.0f;
-  for (int i = g0; i < g0 + G; ++i) {
-    const float2 o = rope_turn(load_elem(src, sb + i, src_dt), load_elem(src, sb + i + r2, src_dt),
-                               rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale));
-    lo0 = fmin(lo0, o.x), hi0 = fmax(hi0, o.x), lo1 = fmin(lo1, o.y), hi1 = fmax(hi1, o.y);
-  }
-  const float2 sz0 = int4_store_group(scales, so + 2 * (size_t)(g0 / G), s_f16, lo0, hi0);
-  const float2 sz1 = int4_store_group(scales, so + 2 * (size_t)((g0 + r2) / G), s_f16, lo1, hi1);
-  for (int i = g0; i < g0 + G; i += 2) {
-    const float2 a = rope_turn(load_elem(src, sb + i, src_dt), load_elem(src, sb + i + r2, src_dt),
-                               rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale));
-    const float2 b = rope_turn(load_elem(src, sb + i + 1, src_dt), load_elem(src, sb + i + 1 + r2, src_dt),
-                               rope_cos_sin(i + 1, R, p, has_cache, cs, log2_theta, inv_scale));
-    dst[db + (size_t)(i / 2)] = int4_byte((float2)(a.x, b.x), sz0);
-    dst[db + (size_t)((i + r2) / 2)] = int4_byte((float2)(a.y, b.y), sz1);
-  }
-}
-
-// int4 caches (rope_append_kv; rope_append_kv above then takes the q rows only): work-item
-// (h, t) quantises KV head h's k row of token t, rotated, and its v row, group by group with
-// append_kv_i4's rules (int4_quant.clh): a group's lo and hi give its [scale, zero] pair, then
-// each element pair its byte. A group is walked twice (rotated for lo / hi, then for the
-// codes) rather than kept, as in rope_append_kv_i8. NeoX groups go in first-half /
-// second-half couples where G divides R/2 (i4_neox_groups); otherwise (GPT-J, dims from R on,
-// NeoX groups that straddle the halves) the walk goes by the stored byte, each element rotated
-// with its partner (rope_two).
+// int4: a byte holds elements (e, e + 1), e even, which are one pair only in GPT-J. So the k
+// rows are rotated in apply_rope's pairs, as int8 does, into k_l (a local argument, a row of
+// D floats per KV head), and then work-item j takes elements (e, e + 1), e = 2j (+ 2*ROPE_WG
+// per chunk of a longer row; a chunk holds whole quant groups, G/2 consecutive work-items
+// each), of the k rows from k_l and of the v rows as loaded.
 __kernel __attribute__((reqd_work_group_size(ROPE_WG, 1, 1))) SIMD_ATTR
-void rope_append_kv_i4(__global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
+void rope_append_kv_i4(__global const void* q, __global void* q_out, long q_st, long q_sh, int Hq, int q_out_dt,
+                       __global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
                        __global const void* slots, int slots_i64, long num_slots, __global uchar* k_cache,
                        __global uchar* v_cache, long c_sp, long c_st, long c_sh, int page_size, int Hkv,
                        __global void* k_scales, __global void* v_scales, long s_sp, long s_st, long s_sh, int s_f16,
                        int D, int G, int R, int gptj, __global const void* pos, int pos_i64, int has_cache,
                        __global const float* cs, long cache_rows, float log2_theta, float inv_scale, long T,
-                       __global volatile int* faults) {
-  const int h = get_global_id(0);
-  const long t = get_global_id(1);
-  if (h >= Hkv || t >= T) return;
-  const long p = rope_position(pos, pos_i64, t, has_cache, cache_rows, h == 0, faults);
-  if (p < 0) return;
-  long page, off;
-  if (!slot_page(slots, slots_i64, t, page_size, num_slots, h == 0, faults, &page, &off)) return;
-  // c_* in elements (nibbles, even): the row's first byte.
-  const size_t sb = (size_t)(t * src_st + h * src_sh), db = (size_t)((page * c_sp + off * c_st + h * c_sh) / 2);
-  const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh);
-  const bool couples = !gptj && (R / 2) % G == 0;
-  for (int kind = 0; kind < 2; ++kind) {  // k (rotated), v
-    __global const void* src = kind ? v : k;
-    __global uchar* dst = kind ? v_cache : k_cache;
-    __global void* scales = kind ? v_scales : k_scales;
-    for (int g0 = 0; g0 < D; g0 += G) {
-      if (kind == 0 && couples && g0 < R) {
-        if (g0 < R / 2)  // the second-half group goes with its first-half one
-          i4_neox_groups(src, sb, src_dt, g0, G, R, p, has_cache, cs, log2_theta, inv_scale, dst, db, scales, so, s_f16);
-        continue;
+                       __global volatile int* faults, __local float* k_l) {
+  // Per row: the work-items' lo and hi, then each quant group's [scale, zero] pair
+  __local float lo[ROPE_KV_ROWS][ROPE_WG], hi[ROPE_KV_ROWS][ROPE_WG];
+  const int j = get_local_id(0), b = get_group_id(1), h0 = b * ROPE_KV_HEADS, nh = min(ROPE_KV_HEADS, Hkv - h0);
+  const int span = G / 2, first = j & ~(span - 1);  // work-items per quant group; j's group's first
+  int qa, qb;
+  rope_q_share(Hq, b, get_num_groups(1), &qa, &qb);
+  const bool lead = j == 0 && b == 0;
+  const long t_end = min((long)(get_group_id(2) + 1) * ROPE_TOKENS, T);
+  for (long t = (long)get_group_id(2) * ROPE_TOKENS; t < t_end; ++t) {
+    long p = 0, page = 0, off = 0;
+    const bool kv = rope_kv_token(pos, pos_i64, t, has_cache, cache_rows, slots, slots_i64, page_size, num_slots,
+                                  lead, faults, &p, &page, &off);
+    for (int i = j; p >= 0 && i < D / 2; i += ROPE_WG) {
+      const bool turn = i < R / 2;
+      const float2 c = turn ? rope_cos_sin(i, R, p, has_cache, cs, log2_theta, inv_scale) : (float2)(1.0f, 0.0f);
+      const int2 ab = rope_dims(i, R, gptj, 1);
+      rope_q_pair(q, q_out, q_st, q_sh, src_dt, q_out_dt, t, qa, qb, ab, turn, c);
+      for (int r = 0; kv && r < nh; ++r) {
+        const size_t sb = (size_t)(t * src_st + (h0 + r) * src_sh);
+        const float x = load_elem(k, sb + ab.x, src_dt), y = load_elem(k, sb + ab.y, src_dt);
+        const float2 o = turn ? rope_turn(x, y, c) : (float2)(x, y);
+        k_l[r * D + ab.x] = o.x, k_l[r * D + ab.y] = o.y;
       }
-      float lo = 0.0f, hi = 0.0f;
-      for (int e = g0; e < g0 + G; e += 2) {
-        const float2 x = rope_two(src, sb, src_dt, e, kind == 0, R, gptj, p, has_cache, cs, log2_theta, inv_scale);
-        lo = fmin(lo, fmin(x.x, x.y)), hi = fmax(hi, fmax(x.x, x.y));
-      }
-      const float2 sz = int4_store_group(scales, so + 2 * (size_t)(g0 / G), s_f16, lo, hi);
-      for (int e = g0; e < g0 + G; e += 2)
-        dst[db + (size_t)(e / 2)] =
-            int4_byte(rope_two(src, sb, src_dt, e, kind == 0, R, gptj, p, has_cache, cs, log2_theta, inv_scale), sz);
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int c = 0; kv && c < D; c += 2 * ROPE_WG) {
+      const int e = c + 2 * j;
+      const bool live = e < D;
+      float2 x[ROPE_KV_ROWS];
+      UNROLL_LOOP for (int r = 0; r < ROPE_KV_ROWS; ++r) {
+        if (r >= 2 * nh) continue;
+        const bool isk = r < nh;
+        const int h = h0 + (isk ? r : r - nh);
+        const size_t sb = (size_t)(t * src_st + h * src_sh);
+        x[r] = !live ? (float2)(0.0f)
+               : isk ? (float2)(k_l[r * D + e], k_l[r * D + e + 1])
+                     : (float2)(load_elem(v, sb + e, src_dt), load_elem(v, sb + e + 1, src_dt));
+        lo[r][j] = fmin(x[r].x, x[r].y);
+        hi[r][j] = fmax(x[r].x, x[r].y);
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      // Quant group g of row r (of the chunk's per): its range over its span work-items, in
+      // element order from 0 as append_kv folds it, and its pair, stored, by one work-item;
+      // the group's work-items read the pair back as stored (at its first's slot).
+      const int per = 2 * ROPE_WG / G;
+      for (int task = j; task < 2 * nh * per; task += ROPE_WG) {
+        const int r = task / per, u0 = (task - r * per) * span, h = h0 + (r < nh ? r : r - nh);
+        if (c + 2 * u0 >= D) continue;
+        float l = 0.0f, m = 0.0f;
+        for (int u = u0; u < u0 + span; ++u) l = fmin(l, lo[r][u]), m = fmax(m, hi[r][u]);
+        const size_t so = (size_t)(page * s_sp + off * s_st + h * s_sh) + 2 * (size_t)((c + 2 * u0) / G);
+        const float2 sz = int4_store_group(r < nh ? k_scales : v_scales, so, s_f16, l, m);
+        lo[r][u0] = sz.x, hi[r][u0] = sz.y;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      UNROLL_LOOP for (int r = 0; r < ROPE_KV_ROWS; ++r) {
+        if (!live || r >= 2 * nh) continue;
+        const bool isk = r < nh;
+        const int h = h0 + (isk ? r : r - nh);
+        const float2 sz = (float2)(lo[r][first], hi[r][first]);
+        // c_* in elements (nibbles, even): the row's first byte.
+        const size_t db = (size_t)((page * c_sp + off * c_st + h * c_sh) / 2) + e / 2;
+        (isk ? k_cache : v_cache)[db] = int4_byte(x[r], sz);
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);  // lo / hi are rewritten for the next chunk
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);  // k_l is rewritten for the next token
   }
 }

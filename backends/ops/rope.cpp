@@ -17,22 +17,34 @@ namespace {
 struct RopeProgram {
   ops::Variant v;
   int rows = 4;    // head rows per work-item
-  int tokens = 1;  // tokens per work-item
+  int tokens = 1;    // tokens per work-item
+  int kv_heads = 8;  // KV heads per work-group of the int8 / int4 kernels
   std::string source;
 };
 
-// ROPE_WG lowered to the power of two that covers a row's D/2 pairs (no idle work-items).
-RopeProgram rope_program(const DeviceProfile& prof, int D) {
+// ROPE_WG as a power of two (the int4 kernel's quant groups, G/2 work-items each, tile it),
+// lowered to the one that covers a row's D/2 pairs (no idle work-items), raised to min_wg (the
+// int4 kernel's G/2).
+RopeProgram rope_program(const DeviceProfile& prof, int D, size_t min_wg = 1) {
   params::Entry pe = params::lookup(prof, "rope");
   RopeProgram r;
   r.source = pe.source;
-  size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("ROPE_WG")), prof.max_work_group_size));
+  const size_t cap = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("ROPE_WG")), prof.max_work_group_size));
+  size_t wg = 1;
+  while (wg * 2 <= cap) wg *= 2;
   while (wg > 1 && wg / 2 >= size_t(D / 2)) wg /= 2;
+  while (wg < min_wg) wg *= 2;
+  if (wg > prof.max_work_group_size)
+    throw Error(Status::Unsupported, "rope_append_kv: int4 groups of " + std::to_string(2 * min_wg) + " need work-groups of " +
+                                         std::to_string(min_wg) + " work-items; the device's limit is " +
+                                         std::to_string(prof.max_work_group_size));
   r.rows = std::max(1, int(pe.get("ROPE_ROWS")));
   r.tokens = std::max(1, int(pe.get("ROPE_TOKENS")));
+  r.kv_heads = std::max(1, int(pe.get("ROPE_KV_HEADS")));
   r.v.name = "generic", r.v.file = "rope.cl", r.v.kernel = "apply_rope", r.v.wg = wg;
   r.v.options = rt::make_options({{"ROPE_WG", std::to_string(wg)}, {"ROPE_ROWS", std::to_string(r.rows)},
-                                  {"ROPE_TOKENS", std::to_string(r.tokens)}});
+                                  {"ROPE_TOKENS", std::to_string(r.tokens)}, {"ROPE_KV_HEADS", std::to_string(r.kv_heads)},
+                                  {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}});  // PoCL: rolled loops
   return r;
 }
 
@@ -105,6 +117,41 @@ int64_t rows_bytes(int64_t T, int H, int D, int64_t st, int64_t sh, DType dt, co
                  int64_t(dtype_size(dt)), what);
 }
 
+// int8 / int4 caches: rope_append_kv_i8 / _i4 over (ROPE_WG work-items, blocks of ROPE_KV_HEADS
+// KV heads with their share of the q heads, blocks of ROPE_TOKENS tokens).
+void launch_quantised(rt::Kernel& k, const RopeProgram& rp, const RopeAppendKVArgs& r, const ops::AppendChecked& ch,
+                      const RopeResolved& rr, int64_t qst, int64_t qsh, cl_mem faults, cl_command_queue q,
+                      const Enqueue& e) {
+  const AppendKVArgs& a = r.append;
+  const int D = a.cache.head_dim, Hkv = a.cache.num_kv_heads, Hq = r.num_qo_heads, G = a.cache.quant_group;
+  const bool i4 = a.cache.dtype == DType::I4;
+  size_t gws[3] = {rp.v.wg, (size_t(Hkv) + rp.kv_heads - 1) / rp.kv_heads,
+                   (size_t(a.num_tokens) + rp.tokens - 1) / rp.tokens};
+  size_t lws[3] = {rp.v.wg, 1, 1};
+  const cl_mem none = nullptr;
+  const cl_long num_slots = cl_long(int64_t(a.cache.num_pages) * a.cache.page_size);
+  const cl_int gptj = r.rope.style == RopeStyle::GptJ, s_f16 = a.cache.scale_dtype == DType::F16;
+  const cl_int pos_i64 = r.pos.dtype == DType::I64, has_cache = r.rope.cos_sin_cache != nullptr;
+  const cl_mem cs = r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none;
+  // The arguments both kernels share up to the head dim; int4 adds its group after it, and a
+  // local array of ROPE_KV_HEADS rotated k rows at the end.
+  auto common = [&](auto&&... tail) {
+    k.launch(q, 3, gws, lws, e.num_wait, e.wait, e.event, Hq ? r.q : none, Hq ? r.q_out : none, cl_long(qst),
+             cl_long(qsh), cl_int(Hq), cl_int(r.q_out_dtype), a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st),
+             cl_long(ch.sh), a.slot_mapping, cl_int(a.slot_dtype == DType::I64), num_slots, a.k_cache, a.v_cache,
+             cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()), cl_long(a.cache.head_stride()),
+             cl_int(a.cache.page_size), cl_int(Hkv), a.k_scale_cache, a.v_scale_cache,
+             cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
+             cl_long(a.cache.scale_head_stride()), s_f16, cl_int(D), tail...);
+  };
+  if (i4)
+    common(cl_int(G), cl_int(rr.R), gptj, r.pos.positions, pos_i64, has_cache, cs, cl_long(r.rope.cache_positions),
+           rr.log2_theta, rr.inv_scale, cl_long(a.num_tokens), faults, rt::LocalMem{size_t(rp.kv_heads) * size_t(D) * sizeof(float)});
+  else
+    common(cl_int(rr.R), gptj, r.pos.positions, pos_i64, has_cache, cs, cl_long(r.rope.cache_positions), rr.log2_theta,
+           rr.inv_scale, cl_long(a.num_tokens), faults);
+}
+
 }  // namespace
 
 namespace ops {
@@ -112,7 +159,7 @@ void check_rope_config(const RopeConfig& r, int head_dim, const std::string& wha
 
 void catalog_rope(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
   for (int d : {64, 128, 256})
-  for (const char* kernel : {"apply_rope", "rope_append_kv"})
+  for (const char* kernel : {"apply_rope", "rope_append_kv", "rope_append_kv_i8", "rope_append_kv_i4"})
     catalog_add(out, "rope", std::string(kernel) + " d" + std::to_string(d), [&] {
       RopeProgram a = rope_program(t.profile, d);
       a.v.kernel = kernel;
@@ -195,29 +242,31 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   check_positions(r.pos, r.rope, T, fn);
   // No pages: q_out is still written (the slots only decide the cache writes).
   auto& c = rt::impl(ctx);
-  const RopeProgram rp = rope_program(c.profile, D);
-  auto prog = c.programs.get(rp.v.file, rp.v.options);
-  rt::Kernel& k = prog->kernel("rope_append_kv");
-  // int8 / int4 caches: the k and v rows go to rope_append_kv_i8 / _i4 (a row's max, a group's
-  // range sets its scales), after the q rows; no pages: q rows only.
   const bool i8 = a.cache.dtype == DType::I8 && !ch.empty, i4 = a.cache.dtype == DType::I4 && !ch.empty;
-  const bool quant = i8 || i4;
-  const int kv_rows = ch.empty || quant ? 0 : Hkv;
+  // int4: a quant group's range is reduced over its G/2 work-items, within one work-group.
+  const RopeProgram rp = rope_program(c.profile, D, i4 ? size_t(a.cache.quant_group / 2) : 1);
+  auto prog = c.programs.get(rp.v.file, rp.v.options);
+  const cl_mem none = nullptr;
+  rt::log().debug("rope_append_kv: {} tokens, Hq {} Hkv {} D {} R {} {}, {} -> {} cache ({})", T, Hq, Hkv, D, rr.R,
+                  r.rope.style == RopeStyle::GptJ ? "gptj" : "neox", dtype_name(a.src_dtype), dtype_name(a.cache.dtype),
+                  rp.source);
+  // int8 / int4 caches: one launch of rope_append_kv_i8 / _i4 for the q, k and v rows (a row's
+  // max, a group's range sets its scales); no pages: the q rows through rope_append_kv.
+  if (i8 || i4) {
+    launch_quantised(prog->kernel(i8 ? "rope_append_kv_i8" : "rope_append_kv_i4"), rp, r, ch, rr, qst, qsh, c.faults, q,
+                     e);
+    return;
+  }
+  rt::Kernel& k = prog->kernel("rope_append_kv");
+  const int kv_rows = ch.empty ? 0 : Hkv;
   const size_t rows = size_t(Hq + 2 * kv_rows);
-  if (rows == 0 && !quant) {
+  if (rows == 0) {
     ops::marker_if_needed(q, e);
     return;
   }
   size_t gws[3], lws[3];
   rope_grid(rp, D, rows, T, gws, lws);
-  const cl_mem none = nullptr;
-  cl_event ev_q = nullptr;
-  cl_event* q_event = quant && rows > 0 ? &ev_q : e.event;
-  rt::log().debug("rope_append_kv: {} tokens, Hq {} Hkv {} D {} R {} {}, {} -> {} cache ({})", T, Hq, Hkv, D, rr.R,
-                  r.rope.style == RopeStyle::GptJ ? "gptj" : "neox", dtype_name(a.src_dtype), dtype_name(a.cache.dtype),
-                  rp.source);
-  if (rows > 0)
-  k.launch(q, 3, gws, lws, e.num_wait, e.wait, q_event, Hq ? r.q : none, Hq ? r.q_out : none, cl_long(qst), cl_long(qsh),
+  k.launch(q, 3, gws, lws, e.num_wait, e.wait, e.event, Hq ? r.q : none, Hq ? r.q_out : none, cl_long(qst), cl_long(qsh),
            cl_int(Hq), cl_int(r.q_out_dtype), kv_rows ? a.k : none, kv_rows ? a.v : none, cl_int(a.src_dtype),
            cl_long(ch.st), cl_long(ch.sh), a.slot_mapping, cl_int(a.slot_dtype == DType::I64),
            cl_long(kv_rows ? int64_t(a.cache.num_pages) * a.cache.page_size : 0), kv_rows ? a.k_cache : none,
@@ -227,41 +276,6 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
            cl_int(r.pos.dtype == DType::I64), cl_int(r.rope.cos_sin_cache != nullptr),
            r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none, cl_long(r.rope.cache_positions), rr.log2_theta,
            rr.inv_scale, cl_long(T), c.faults);
-  if (!quant) return;
-  const size_t wg = rp.v.wg;
-  size_t gq[2] = {(size_t(Hkv) + wg - 1) / wg * wg, size_t(T)}, lq[2] = {wg, 1};
-  // After the q rows' kernel where it ran (so the caller's event covers both).
-  const cl_uint nw = ev_q ? 1 : e.num_wait;
-  const cl_event* w = ev_q ? &ev_q : e.wait;
-  const cl_long num_slots = cl_long(int64_t(a.cache.num_pages) * a.cache.page_size);
-  const cl_int gptj = r.rope.style == RopeStyle::GptJ, s_f16 = a.cache.scale_dtype == DType::F16;
-  const cl_int pos_i64 = r.pos.dtype == DType::I64, has_cache = r.rope.cos_sin_cache != nullptr;
-  const cl_mem cs = r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none;
-  try {
-    if (i8)
-      prog->kernel("rope_append_kv_i8")
-          .launch(q, 2, gq, lq, nw, w, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st), cl_long(ch.sh),
-                  a.slot_mapping, cl_int(a.slot_dtype == DType::I64), num_slots, a.k_cache, a.v_cache,
-                  cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()), cl_long(a.cache.head_stride()),
-                  cl_int(a.cache.page_size), cl_int(Hkv), a.k_scale_cache, a.v_scale_cache,
-                  cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
-                  cl_long(a.cache.scale_head_stride()), s_f16, cl_int(D), cl_int(rr.R), gptj, r.pos.positions, pos_i64,
-                  has_cache, cs, cl_long(r.rope.cache_positions), rr.log2_theta, rr.inv_scale, cl_long(T), c.faults);
-    else
-      prog->kernel("rope_append_kv_i4")
-          .launch(q, 2, gq, lq, nw, w, e.event, a.k, a.v, cl_int(a.src_dtype), cl_long(ch.st), cl_long(ch.sh),
-                  a.slot_mapping, cl_int(a.slot_dtype == DType::I64), num_slots, a.k_cache, a.v_cache,
-                  cl_long(a.cache.page_stride()), cl_long(a.cache.token_stride()), cl_long(a.cache.head_stride()),
-                  cl_int(a.cache.page_size), cl_int(Hkv), a.k_scale_cache, a.v_scale_cache,
-                  cl_long(a.cache.scale_page_stride()), cl_long(a.cache.scale_token_stride()),
-                  cl_long(a.cache.scale_head_stride()), s_f16, cl_int(D), cl_int(a.cache.quant_group), cl_int(rr.R), gptj,
-                  r.pos.positions, pos_i64, has_cache, cs, cl_long(r.rope.cache_positions), rr.log2_theta, rr.inv_scale,
-                  cl_long(T), c.faults);
-  } catch (...) {
-    if (ev_q) clReleaseEvent(ev_q);
-    throw;
-  }
-  if (ev_q) clReleaseEvent(ev_q);
 }
 
 }  // namespace clattn

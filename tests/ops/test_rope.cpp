@@ -2,8 +2,9 @@
 // NeoX and GPT-J, full and partial rotary dims, the theta/scale form and the cos/sin cache
 // form, int32 and int64 positions, padded strides, in place and out of place, every io dtype;
 // rope_append_kv into every cache dtype (scales, NHD and HND, negative slots) with q_out in
-// another dtype; int8 and int4 caches against the reference quantisers. Device faults (a
-// position outside the cache), and rejected calls that write nothing.
+// another dtype; int8 and int4 caches against the reference quantisers and, byte for byte,
+// against apply_rope then append_kv. Device faults (a position outside the cache), and rejected
+// calls that write nothing.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -455,6 +456,97 @@ TEST(RopeAppendKV, Int4CacheMatchesTheReference) {
   }
 }
 
+// int8 and int4 caches: rope_append_kv stores, byte for byte (codes, scales, [scale, zero]
+// pairs, and nothing else), what apply_rope (f32) then append_kv store for the same rows, and
+// its q_out equals apply_rope's: rows
+// longer than a work-group (D = 256), a head dim that leaves work-items idle (D = 96), more KV
+// heads than a work-group takes, more tokens than one takes on a CPU, all-zero rows and groups,
+// negative slots, NeoX / GPT-J, partial rotary, both angle forms, f32 / f16 scales, bf16 sources.
+TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
+  CLATTN_SEED_TRACE();
+  test::Rng rng(2807);
+  struct C {
+    DType kv;
+    int D, R, G, Hkv, T, P;
+    bool gptj, with_cache, f16s, hnd;
+    DType src;
+  };
+  const C cases[] = {
+      {DType::I8, 128, 128, 0, 2, 5, 16, false, false, false, false, DType::F32},
+      {DType::I8, 256, 256, 0, 9, 3, 4, false, true, true, true, DType::BF16},
+      {DType::I8, 96, 64, 0, 1, 21, 16, true, false, false, false, DType::F16},
+      {DType::I8, 64, 32, 0, 3, 4, 1, false, false, true, false, DType::F32},
+      {DType::I4, 128, 128, 64, 2, 5, 16, false, false, false, false, DType::F32},
+      {DType::I4, 256, 192, 128, 9, 3, 4, false, true, true, true, DType::BF16},
+      {DType::I4, 96, 96, 32, 1, 21, 16, true, false, false, false, DType::F16},
+      {DType::I4, 64, 32, 64, 3, 4, 1, false, false, true, false, DType::F32},
+      {DType::I4, 256, 256, 32, 2, 2, 16, true, true, false, true, DType::F32},
+  };
+  for (const C& k : cases) {
+    const int D = k.D, Hkv = k.Hkv, Hq = Hkv, P = k.P;
+    RopeCase c = make_case(rng, k.T, Hq, Hkv, D, k.R, k.gptj, k.with_cache, true);
+    SCOPED_TRACE(c.describe() + " " + dtype_name(k.kv) + " G=" + std::to_string(k.G) + (k.f16s ? " f16" : " f32") +
+                 " scales P=" + std::to_string(P) + (k.hnd ? " HND" : " NHD") + " src " + dtype_name(k.src));
+    PagedKV cache = test::cache_geometry(P, Hkv, D, k.hnd ? KVLayout::HND : KVLayout::NHD, k.kv, 0);
+    cache.num_pages = (c.T + P - 1) / P + 2;
+    if (k.kv == DType::I4) cache.quant_group = k.G;
+    cache.scale_dtype = k.f16s ? DType::F16 : DType::F32;
+    std::vector<int64_t> slots;
+    for (int t = 0; t < c.T; ++t) slots.push_back(t == 1 ? -1 : int64_t(c.T - 1 - t) + P);
+    const int64_t row = int64_t(Hkv) * D, qrow = int64_t(Hq) * D;
+    const auto q = test::quantize(rng.vec(size_t(c.T * qrow), -2, 2), k.src);
+    auto kk = test::quantize(rng.vec(size_t(c.T * row), -3, 3), k.src);
+    auto vv = test::quantize(rng.vec(size_t(c.T * row), -3, 3), k.src);
+    std::fill(kk.begin(), kk.begin() + D, 0.0);                  // token 0, head 0: an all-zero k row
+    std::fill(vv.begin() + D, vv.begin() + D + D / 2, 0.0);      // half a v row zero
+    std::fill(kk.end() - D, kk.end() - D / 2, 0.0);              // and half of the last k row
+    auto dq = test::upload(test::pack(q, k.src)), dk = test::upload(test::pack(kk, k.src));
+    auto dv = test::upload(test::pack(vv, k.src)), dk32 = test::upload(test::pack(kk, DType::F32));
+    auto dv32 = test::upload(test::pack(vv, DType::F32));
+    auto dqo = test::upload(std::vector<float>(size_t(c.T * qrow), 0.0f));
+    auto dko = test::upload(std::vector<float>(size_t(c.T * row), 0.0f));
+    const size_t cb = size_t(cache.required_bytes()), sb = size_t(cache.scale_required_bytes());
+    std::vector<DeviceBuffer> bufs;  // fused k, v, k scales, v scales; then the two-kernel ones
+    for (int i = 0; i < 8; ++i) bufs.push_back(test::upload(std::vector<uint8_t>(i % 4 < 2 ? cb : sb, kSentinel)));
+    auto dpos = upload_positions(c);
+    auto dslots = test::upload(slots);
+    DeviceBuffer dcs;
+    if (c.with_cache) dcs = test::upload(c.cs);
+    RopeAppendKVArgs a;
+    a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = k.src;
+    a.append.slot_mapping = dslots.get(), a.append.slot_dtype = DType::I64;
+    a.append.num_tokens = c.T, a.append.k_cache = bufs[0].get(), a.append.v_cache = bufs[1].get(), a.append.cache = cache;
+    a.append.k_scale_cache = bufs[2].get(), a.append.v_scale_cache = bufs[3].get();
+    a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = Hq, a.q_out_dtype = DType::F32;
+    a.pos.positions = dpos.get(), a.pos.dtype = DType::I64;
+    a.rope = config_of(c, c.with_cache ? &dcs : nullptr);
+    rope_append_kv(ctx(), a);
+    RopeArgs ra;
+    ra.k = dk32.get(), ra.k_out = dko.get(), ra.dtype = DType::F32, ra.num_tokens = c.T, ra.num_kv_heads = Hkv;
+    ra.head_dim = D, ra.pos = a.pos, ra.rope = a.rope;
+    auto dq32 = test::upload(test::pack(q, DType::F32)), dqo2 = test::upload(std::vector<float>(size_t(c.T * qrow), 0.0f));
+    ra.q = dq32.get(), ra.q_out = dqo2.get(), ra.num_qo_heads = Hq;
+    apply_rope(ctx(), ra);
+    AppendKVArgs ap = a.append;
+    ap.k = dko.get(), ap.v = dv32.get(), ap.src_dtype = DType::F32;
+    ap.k_cache = bufs[4].get(), ap.v_cache = bufs[5].get(), ap.k_scale_cache = bufs[6].get(), ap.v_scale_cache = bufs[7].get();
+    append_kv(ctx(), ap);
+    ctx().finish();
+    EXPECT_EQ(ctx().device_faults(true), 0u);
+    EXPECT_TRUE(test::download<uint8_t>(dqo, size_t(c.T * qrow) * 4) == test::download<uint8_t>(dqo2, size_t(c.T * qrow) * 4))
+        << "q_out differs from apply_rope's";
+    const char* names[] = {"k cache", "v cache", "k scales", "v scales"};
+    for (int i = 0; i < 4; ++i) {
+      const size_t n = i < 2 ? cb : sb;
+      const auto fused = test::download<uint8_t>(bufs[size_t(i)], n), two = test::download<uint8_t>(bufs[size_t(i + 4)], n);
+      size_t diff = 0;
+      while (diff < n && fused[diff] == two[diff]) ++diff;
+      EXPECT_EQ(diff, n) << names[i] << ": first differing byte " << diff;
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // int4 through rope_append_kv takes append_kv's int4 checks: a group that does not divide the
 // head dim, a missing scale cache, k_scale != 1; nothing is written.
 TEST(RopeAppendKV, Int4RejectsBadGroupAndScales) {
@@ -493,33 +585,45 @@ TEST(RopeAppendKV, Int4RejectsBadGroupAndScales) {
 // A device position outside [0, cache rows) leaves that token's outputs unwritten and sets
 // FaultPosition; the other tokens are rotated.
 TEST(RopeAppendKV, DevicePositionOutsideTheCacheIsAFault) {
-  test::Rng rng(2803);
-  RopeCase c = make_case(rng, 3, 2, 1, 32, 32, false, true, true);
-  c.pos[1] = c.cache_rows;  // one past the cache
-  PagedKV cache = test::cache_geometry(4, 1, 32, KVLayout::NHD, DType::F32, 0);
-  cache.num_pages = 2;
-  const auto q = rng.vec(size_t(3 * 2 * 32), -1, 1), kk = rng.vec(size_t(3 * 32), -1, 1);
-  auto dq = test::upload(test::pack(q, DType::F32)), dk = test::upload(test::pack(kk, DType::F32)), dv = test::upload(test::pack(kk, DType::F32));
-  auto dqo = test::upload(std::vector<uint8_t>(q.size() * 4, kSentinel));
-  auto kc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
-  auto vc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
-  auto dpos = upload_positions(c), dcs = test::upload(c.cs);
-  auto dslots = test::upload(std::vector<int64_t>{0, 1, 2});
-  RopeAppendKVArgs a;
-  a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = DType::F32, a.append.slot_mapping = dslots.get();
-  a.append.num_tokens = 3, a.append.k_cache = kc.get(), a.append.v_cache = vc.get(), a.append.cache = cache;
-  a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = 2, a.q_out_dtype = DType::F32;
-  a.pos.positions = dpos.get(), a.rope = config_of(c, &dcs);
-  ctx().device_faults(true);
-  rope_append_kv(ctx(), a);
-  ctx().finish();
-  EXPECT_EQ(ctx().device_faults(true), uint32_t(FaultPosition));
-  const auto go = test::download<uint8_t>(dqo, q.size() * 4);
-  const auto gk = test::download<uint8_t>(kc, size_t(cache.required_bytes()));
-  for (int i = 0; i < 64 * 4; ++i) ASSERT_EQ(go[size_t(64 * 4 + i)], kSentinel) << "q_out of token 1 written";
-  for (int i = 0; i < 32 * 4; ++i) ASSERT_EQ(gk[size_t(32 * 4 + i)], kSentinel) << "k cache slot 1 written";
-  EXPECT_NE(go[0], kSentinel);
-  EXPECT_NE(gk[0], kSentinel);
+  for (DType kv : {DType::F32, DType::I8, DType::I4}) {  // the pair kernel, the int8 and int4 kernels
+    SCOPED_TRACE(dtype_name(kv));
+    test::Rng rng(2803);
+    RopeCase c = make_case(rng, 3, 2, 1, 32, 32, false, true, true);
+    c.pos[1] = c.cache_rows;  // one past the cache
+    PagedKV cache = test::cache_geometry(4, 1, 32, KVLayout::NHD, kv, 0);
+    cache.num_pages = 2;
+    if (kv == DType::I4) cache.quant_group = 32;
+    const size_t cb = size_t(cache.required_bytes()), row = cb / 8;  // 8 slots of one head
+    const size_t sb = size_t(std::max<int64_t>(cache.scale_required_bytes(), 4)), srow = sb / 8;
+    const auto q = rng.vec(size_t(3 * 2 * 32), -1, 1), kk = rng.vec(size_t(3 * 32), -1, 1);
+    auto dq = test::upload(test::pack(q, DType::F32)), dk = test::upload(test::pack(kk, DType::F32)), dv = test::upload(test::pack(kk, DType::F32));
+    auto dqo = test::upload(std::vector<uint8_t>(q.size() * 4, kSentinel));
+    auto kc = test::upload(std::vector<uint8_t>(cb, kSentinel)), vc = test::upload(std::vector<uint8_t>(cb, kSentinel));
+    auto ksc = test::upload(std::vector<uint8_t>(sb, kSentinel)), vsc = test::upload(std::vector<uint8_t>(sb, kSentinel));
+    auto dpos = upload_positions(c), dcs = test::upload(c.cs);
+    auto dslots = test::upload(std::vector<int64_t>{0, 1, 2});
+    RopeAppendKVArgs a;
+    a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = DType::F32, a.append.slot_mapping = dslots.get();
+    a.append.num_tokens = 3, a.append.k_cache = kc.get(), a.append.v_cache = vc.get(), a.append.cache = cache;
+    if (kv != DType::F32) a.append.k_scale_cache = ksc.get(), a.append.v_scale_cache = vsc.get();
+    a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = 2, a.q_out_dtype = DType::F32;
+    a.pos.positions = dpos.get(), a.rope = config_of(c, &dcs);
+    ctx().device_faults(true);
+    rope_append_kv(ctx(), a);
+    ctx().finish();
+    EXPECT_EQ(ctx().device_faults(true), uint32_t(FaultPosition));
+    const auto go = test::download<uint8_t>(dqo, q.size() * 4);
+    const auto gk = test::download<uint8_t>(kc, cb), gs = test::download<uint8_t>(ksc, sb);
+    for (int i = 0; i < 64 * 4; ++i) ASSERT_EQ(go[size_t(64 * 4 + i)], kSentinel) << "q_out of token 1 written";
+    for (size_t i = 0; i < row; ++i) ASSERT_EQ(gk[row + i], kSentinel) << "k cache slot 1 written";
+    EXPECT_NE(go[0], kSentinel);
+    EXPECT_NE(go[2 * 64 * 4], kSentinel) << "q_out of token 2 not written";
+    EXPECT_NE(std::memcmp(&gk[2 * row], std::vector<uint8_t>(row, kSentinel).data(), row), 0) << "k cache slot 2 not written";
+    if (kv != DType::F32) {
+      for (size_t i = 0; i < srow; ++i) ASSERT_EQ(gs[srow + i], kSentinel) << "k scales of slot 1 written";
+      EXPECT_NE(gs[0], kSentinel);
+    }
+  }
 }
 
 TEST(RopeAppendKV, RejectsBadArgumentsWritingNothing) {

@@ -4,7 +4,8 @@ crash, an abort or a runaway (each case has a short timeout); the probe reports 
 environment (no OpenCL driver, CLATTN_DEVICE matching nothing, a CLATTN_LOG_LEVEL that is no
 level); and a few small real runs check what clattn-serve-sim reports (tokens generated, the
 shared prefix of a preset whose page is longer than the system prompt, the cold pass kept
-out of the figures, the errno of the cache-directory warning).
+out of the figures, the errno of the cache-directory warning), and clattn-bench rope's one-case
+form with a cos/sin cache runs.
 
     bad_args.py TOOL=PATH...
 """
@@ -213,6 +214,13 @@ def main(argv):
         rc, out, err = run(sim, tiny + ["--no-warmup", "--requests", "1"], {"CLATTN_CACHE_DIR": "/dev/null/clattn"}, 300)
         c.expect(rc == 0 and "/dev/null (Not a directory); disk cache off" in err and "Inappropriate ioctl" not in err,
                  "serve-sim with CLATTN_CACHE_DIR under /dev/null: the warning says 'Not a directory'", out + err)
+
+    if "clattn-bench" in exes:
+        # The one-case form with a cos/sin cache and the full head dim rotated (--rotary-dim 0).
+        rc, out, err = run(exes["clattn-bench"], shlex.split("--iters 1 rope -T 4 --hq 2 --hkv 1 -D 64 --kv int8 --cos-sin-cache"),
+                           {}, 300)
+        c.expect(rc == 0 and "cos_sin_cache fused" in out and "cos_sin_cache two kernels" in out,
+                 "clattn-bench rope -T 4 -D 64 --kv int8 --cos-sin-cache: both rows", out + err)
 
     print(f"{c.failures} failed")
     return 1 if c.failures else 0
