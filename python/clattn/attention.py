@@ -1205,7 +1205,7 @@ def _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb, kv_
     page1 = len(shape3) - 1  # the dims of the page-size-1 form (no page-offset axis)
 
     def track(x, name, make):  # page size 1 also takes [slots, heads, ...] (the cache's 3-D form)
-        if p == 1 and len(getattr(x, "shape", ())) == page1:
+        if p == 1 and len(getattr(x, "shape", ())) == page1 and int(np.prod(x.shape)) == int(np.prod(shape3)):
             if isinstance(x, np.ndarray):
                 x3 = x.reshape(shape3)  # a view: the write-back lands in x
                 return wb.track(x3, name, lambda: as_tensor(c, x3, name))

@@ -5,9 +5,10 @@ Semantics: docs/rope.md; differences from FlashInfer: docs/python.md."""
 import numpy as np
 
 from . import _clattn
-from ._kv_quant import QUANT_KV, is_quantised
-from ._util import Writeback, as_tensor, check, context_of, error, host_i32, host_ints, result, scale_value
-from .attention import _FLOAT_IO, _append_cache, _append_slots, _split_kv_cache
+from ._kv_quant import kv_scales, quant_group_of
+from ._util import Writeback, as_tensor, check, context_of, error, host_i32, host_ints, result
+from .attention import (_FLOAT_IO, _append_cache, _append_kv_dtype, _append_scale_caches, _append_slots,
+                        _split_kv_cache)
 
 
 def _host_positions(x, validate):
@@ -156,7 +157,8 @@ def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size, cos_
 def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=None, *, batch_indices=None,
                                positions=None, kv_indices=None, kv_indptr=None, kv_last_page_len=None,
                                kv_layout="NHD", rotary_dim=None, interleave=False, rope_scale=1, rope_theta=1e4,
-                               cos_sin_cache=None, k_scale=None, v_scale=None, q_out=None, q_out_dtype=None,
+                               cos_sin_cache=None, k_scale=None, v_scale=None, k_scale_cache=None,
+                               v_scale_cache=None, kv_data_type=None, quant_group=None, q_out=None, q_out_dtype=None,
                                validate=True, dtype=None, ctx=None):
     r"""RoPE on q and k, then k and v appended to the paged cache, in one kernel (FlashInfer's
     ``rope_quantize_fp8_append_paged_kv_cache`` without the rope/nope split; vLLM's
@@ -167,8 +169,8 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
     q : Tensor-like ``[nnz, num_qo_heads, head_dim]`` (k's dtype), or None (keys only)
     k, v : Tensor-like ``[nnz, num_kv_heads, head_dim]`` (f32, f16, bf16)
         k is rotated, then stored as :func:`append_kv` stores it (``value / k_scale``, round
-        to nearest even, fp8 saturating); v is stored as :func:`append_kv` stores it. int8
-        caches are refused (Unsupported): no scale caches here.
+        to nearest even, fp8 saturating; int8 and int4 caches quantise the rotated row, their
+        scales going to the scale caches); v is stored as :func:`append_kv` stores it.
     pos_ids : Tensor-like int32/int64 ``[nnz]``
         The RoPE position of each token.
     paged_kv_cache : Tuple[Tensor, Tensor]
@@ -186,7 +188,14 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
         As :func:`apply_rope_with_cos_sin_cache` (rope_scale / rope_theta then unused;
         ``interleave`` still picks the pairs: ``is_neox = not interleave``).
     k_scale, v_scale : Optional[float]
-        Quantisation scales of the cache (default 1; one value each).
+        Quantisation scales of a float cache (default 1; one value each: per-KV-head scales
+        are refused, Unsupported). Only None or 1 with an int8 or int4 cache.
+    k_scale_cache, v_scale_cache, kv_data_type, quant_group :
+        As :func:`append_paged_kv_cache`: an int8 or int4 cache's scale caches (required
+        there), ``kv_data_type="int4"`` for int4 caches (uint8 nibble pairs, ``[...,
+        head_dim // 2]``) and their group (32, 64 (default) or 128). The rotated k row and
+        the v row are quantised as :func:`append_kv` quantises rows: the cache holds what
+        :func:`apply_rope_pos_ids` followed by :func:`append_paged_kv_cache` stores.
     q_out : Optional[Tensor-like]
         Where the rotated q goes (``[nnz, num_qo_heads, head_dim]``; may be ``q`` itself);
         allocated in ``q_out_dtype`` (default q's dtype) when None.
@@ -229,14 +238,19 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
         raise error("q_out given without q")
     kc = _append_cache(c, k_cache, "k_cache", kv_layout, wb)
     vc = _append_cache(c, v_cache, "v_cache", kv_layout, wb)
-    if is_quantised(kc.dtype) or kc.dtype == "u8":  # uint8: int4 nibble pairs
-        name = QUANT_KV[kc.dtype][0] if is_quantised(kc.dtype) else "int4 (uint8)"
-        raise error(f"paged_kv_cache: an {name} cache is not written by rope_append_paged_kv_cache "
-                    "(it takes no scale caches); rotate with apply_rope_pos_ids, then append_paged_kv_cache with "
-                    "k_scale_cache / v_scale_cache", "Unsupported")
+    kv_dt = _append_kv_dtype(kc, kv_data_type)
+    heads, head_dim = (kt.shape[1], kt.shape[2]) if len(kt.shape) == 3 else (0, 0)
+    group = quant_group_of(kv_dt, quant_group, head_dim)
+    ks, vs, kh, vh = kv_scales(c, k_scale, v_scale, heads, kv_dt)
+    if kh is not None:
+        raise error("k_scale / v_scale: per-KV-head scales are not taken by rope_append_paged_kv_cache (one scale "
+                    "per cache); rotate with apply_rope_pos_ids, then append_paged_kv_cache", "Unsupported")
+    ksc, vsc = _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb, kv_dt,
+                                    head_dim // group if group else 0)
     cache = _cos_sin_cache(c, cos_sin_cache) if cos_sin_cache is not None else None
-    _clattn._rope_append_kv(c, qt, qo, kt, vt, sl, kc, vc, kv_layout, scale_value(k_scale, "k_scale"),
-                            scale_value(v_scale, "v_scale"), slots_host, pos, _host_positions(pos_ids, validate),
-                            _rotary_dim(rotary_dim), bool(interleave), float(rope_theta), float(rope_scale), cache)
+    _clattn._rope_append_kv(c, qt, qo, kt, vt, sl, kc, vc, kv_layout, ks, vs, slots_host, pos,
+                            _host_positions(pos_ids, validate), _rotary_dim(rotary_dim), bool(interleave),
+                            float(rope_theta), float(rope_scale), cache, ksc, vsc, "i4" if kv_dt == "i4" else "",
+                            group)
     wb.done()
     return result(q_out, qo) if qo is not None else None

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "reference/kv_formats_reference.hpp"
 #include "reference/reference.hpp"
+#include "support/paged_cache.hpp"
 #include "support/test_support.hpp"
 
 using namespace clattn;
@@ -61,10 +61,11 @@ void run_case(const I4Case& c, test::Rng& rng) {
   for (int b = 0; b < c.B; ++b) lens.push_back(rng.uniform_int(1, 90));
   if (c.B > 1) lens[1] = c.P;   // a full page
   if (c.split) lens[0] = 1500;  // long enough to split under every vendor's rows
-  int pages_needed = 0;
-  for (int L : lens) pages_needed += (L + c.P - 1) / c.P;
+  const test::ShuffledPages sp = test::shuffled_pages(lens, c.P, 2, rng);
+  const PagedCsr& csr = sp.csr;
+  const std::vector<int64_t>& slots = sp.slots;  // every token of every request
   PagedKV cache;
-  cache.num_pages = pages_needed + 2, cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D;
+  cache.num_pages = sp.num_pages, cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D;
   cache.layout = c.layout, cache.dtype = DType::I4, cache.scale_dtype = c.scale_dt, cache.quant_group = c.G;
   const int NG = c.D / c.G;
   if (c.pad) {
@@ -75,23 +76,6 @@ void run_case(const I4Case& c, test::Rng& rng) {
     cache.stride_page = (c.layout == KVLayout::NHD ? int64_t(c.P) * cache.stride_token : c.Hkv * cache.stride_head) + 16;
     cache.scale_stride_token = 2 * NG + 2, cache.scale_stride_head = int64_t(c.P) * (2 * NG + 2);
     cache.scale_stride_page = int64_t(c.Hkv) * cache.scale_stride_head + 6;
-  }
-  // Pages handed out shuffled; CSR metadata.
-  std::vector<int32_t> perm(size_t(cache.num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng.gen);
-  PagedCsr csr;
-  csr.page_size = c.P;
-  csr.kv_indptr = {0};
-  std::vector<int64_t> slots;  // every token of every request
-  int next = 0;
-  for (int L : lens) {
-    const int np = (L + c.P - 1) / c.P;
-    for (int i = 0; i < np; ++i) csr.kv_indices.push_back(perm[size_t(next + i)]);
-    for (int t = 0; t < L; ++t) slots.push_back(int64_t(perm[size_t(next + t / c.P)]) * c.P + t % c.P);
-    next += np;
-    csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
-    csr.kv_last_page_len.push_back(L - (np - 1) * c.P);
   }
   const int N = int(slots.size()), row = c.Hkv * c.D;
   // Source rows (f32): a wide range, an all-zero group, an all-equal group, a group of
@@ -108,51 +92,35 @@ void run_case(const I4Case& c, test::Rng& rng) {
     }
   }
   k = test::quantize(k, DType::F32), v = test::quantize(v, DType::F32);
-  auto dk = test::upload(test::pack(k, DType::F32)), dv = test::upload(test::pack(v, DType::F32));
-  auto dslots = test::upload(slots);
-  const size_t cbytes = size_t(cache.required_bytes()), sbytes = size_t(cache.scale_required_bytes());
-  auto kc = test::upload(std::vector<uint8_t>(cbytes, 0x55)), vc = test::upload(std::vector<uint8_t>(cbytes, 0x55));
-  auto ks = test::upload(std::vector<uint8_t>(sbytes, 0x7f)), vs = test::upload(std::vector<uint8_t>(sbytes, 0x7f));
-  AppendKVArgs a;
-  a.k = dk.get(), a.v = dv.get(), a.src_dtype = DType::F32, a.slot_mapping = dslots.get(), a.slot_dtype = DType::I64;
-  a.num_tokens = N, a.k_cache = kc.get(), a.v_cache = vc.get(), a.cache = cache;
-  a.k_scale_cache = ks.get(), a.v_scale_cache = vs.get();
-  append_kv(ctx(), a);
-  ctx().finish();
+  const test::KVBuffers bufs = test::kv_buffers(cache, 0x55, 0x7f);
+  test::append_rows(bufs, k, v, slots);
 
   // Stored bytes and pairs against the reference quantiser, and the dequantised rows.
-  const auto kb = test::download<uint8_t>(kc, cbytes), vb = test::download<uint8_t>(vc, cbytes);
-  const auto ksb = test::download<uint8_t>(ks, sbytes), vsb = test::download<uint8_t>(vs, sbytes);
-  const size_t ses = dtype_size(c.scale_dt);
-  auto scale_at = [&](const std::vector<uint8_t>& sb, size_t off) {
-    return test::unpack(std::vector<uint8_t>(sb.begin() + off * ses, sb.begin() + (off + 1) * ses), c.scale_dt)[0];
-  };
+  const test::StoredKV st = test::stored(bufs);
   std::vector<double> kd(size_t(N) * row), vd(size_t(N) * row);
   int mismatched = 0;
   for (int t = 0; t < N; ++t)
     for (int h = 0; h < c.Hkv; ++h) {
-      const int64_t s = slots[size_t(t)], page = s / c.P, off = s % c.P;
-      const size_t co = size_t(page * cache.page_stride() + off * cache.token_stride() + h * cache.head_stride()) / 2;
-      const size_t so = size_t(page * cache.scale_page_stride() + off * cache.scale_token_stride() + h * cache.scale_head_stride());
+      const int64_t s = slots[size_t(t)];
+      const size_t co = size_t(test::row_offset(cache, s, h)) / 2;
+      const int64_t so = test::scale_offset(cache, s, h);
       for (int kv = 0; kv < 2; ++kv) {
         const std::vector<double>& src = kv ? v : k;
-        const auto& cb = kv ? vb : kb;
-        const auto& sb = kv ? vsb : ksb;
+        const auto& cb = kv ? st.v : st.k;
+        const auto& sb = kv ? st.v_scales : st.k_scales;
         for (int g = 0; g < NG; ++g) {
           std::vector<float> x(size_t(c.G));
           for (int d = 0; d < c.G; ++d) x[size_t(d)] = float(src[size_t(t * row + h * c.D + g * c.G + d)]);
-          std::vector<uint8_t> u(size_t(c.G)), packed(size_t(c.G / 2)), got(size_t(c.G));
+          std::vector<uint8_t> u(size_t(c.G)), packed(size_t(c.G / 2));
           float want_scale, want_zero;
           ref::int4_quantize_group(x.data(), c.G, c.scale_dt == DType::F16, u.data(), &want_scale, &want_zero);
           ref::int4_pack(u.data(), c.G, packed.data());
-          const size_t gb = co + size_t(g * c.G / 2);
-          const double got_scale = scale_at(sb, so + 2 * size_t(g)), got_zero = scale_at(sb, so + 2 * size_t(g) + 1);
+          const double got_scale = test::scale_at(sb, so + 2 * g, c.scale_dt);
+          const double got_zero = test::scale_at(sb, so + 2 * g + 1, c.scale_dt);
           if (got_scale != double(want_scale) || got_zero != double(want_zero)) ++mismatched;
-          if (std::memcmp(&cb[gb], packed.data(), packed.size()) != 0) ++mismatched;
-          ref::int4_unpack(&cb[gb], c.G, got.data());
-          ref::int4_dequantize_group(got.data(), c.G, float(got_scale), float(got_zero),
-                                     &(kv ? vd : kd)[size_t(t * row + h * c.D + g * c.G)]);
+          if (std::memcmp(&cb[co + size_t(g * c.G / 2)], packed.data(), packed.size()) != 0) ++mismatched;
         }
+        test::dequantized_row(cache, cb, sb, s, h, &(kv ? vd : kd)[size_t(t * row + h * c.D)]);
       }
     }
   EXPECT_EQ(mismatched, 0) << "stored nibbles or [scale, zero] pairs differ from the reference quantiser";
@@ -172,8 +140,8 @@ void run_case(const I4Case& c, test::Rng& rng) {
   auto o = test::upload(std::vector<uint8_t>(ob, 0));
   DeviceBuffer ws(ctx(), size_t(std::max<int64_t>(plan.workspace_bytes, 4)));
   DecodeBuffers b;
-  b.q = dq.get(), b.k_cache = kc.get(), b.v_cache = vc.get(), b.page_ids = ids.get(), b.o = o.get();
-  b.workspace = ws.get(), b.k_scale_cache = ks.get(), b.v_scale_cache = vs.get();
+  b.q = dq.get(), b.k_cache = bufs.k.get(), b.v_cache = bufs.v.get(), b.page_ids = ids.get(), b.o = o.get();
+  b.workspace = ws.get(), b.k_scale_cache = bufs.k_scales.get(), b.v_scale_cache = bufs.v_scales.get();
   decode_run(ctx(), plan, b);
   ctx().finish();
   const auto got_bytes = test::download<uint8_t>(o, ob);

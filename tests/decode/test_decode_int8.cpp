@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "clattn/diagnostics.hpp"
 #include "reference/kv_formats_reference.hpp"
 #include "reference/reference.hpp"
+#include "support/paged_cache.hpp"
 #include "support/test_support.hpp"
 
 using namespace clattn;
@@ -49,30 +49,14 @@ void run_case(const I8Case& c, test::Rng& rng) {
   for (int b = 0; b < c.B; ++b) lens.push_back(rng.uniform_int(1, 90));
   if (c.B > 1) lens[1] = c.P;  // a full page
   if (c.split) lens[0] = 1500;  // long enough to split under every vendor's rows
-  int pages_needed = 0;
-  for (int L : lens) pages_needed += (L + c.P - 1) / c.P;
+  const test::ShuffledPages sp = test::shuffled_pages(lens, c.P, 2, rng);
+  const PagedCsr& csr = sp.csr;
+  const std::vector<int64_t>& slots = sp.slots;  // every token of every request
   PagedKV cache;
-  cache.num_pages = pages_needed + 2, cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D;
+  cache.num_pages = sp.num_pages, cache.page_size = c.P, cache.num_kv_heads = c.Hkv, cache.head_dim = c.D;
   cache.layout = c.layout, cache.dtype = DType::I8, cache.scale_dtype = c.scale_dt;
   if (c.pad_scales) {  // [pages, Hkv, P + 3] with a page gap
     cache.scale_stride_token = 1, cache.scale_stride_head = c.P + 3, cache.scale_stride_page = int64_t(c.Hkv) * (c.P + 3) + 5;
-  }
-  // Pages handed out shuffled; CSR metadata.
-  std::vector<int32_t> perm(size_t(cache.num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng.gen);
-  PagedCsr csr;
-  csr.page_size = c.P;
-  csr.kv_indptr = {0};
-  std::vector<int64_t> slots;  // every token of every request
-  int next = 0;
-  for (int L : lens) {
-    const int np = (L + c.P - 1) / c.P;
-    for (int i = 0; i < np; ++i) csr.kv_indices.push_back(perm[size_t(next + i)]);
-    for (int t = 0; t < L; ++t) slots.push_back(int64_t(perm[size_t(next + t / c.P)]) * c.P + t % c.P);
-    next += np;
-    csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
-    csr.kv_last_page_len.push_back(L - (np - 1) * c.P);
   }
   const int N = int(slots.size()), row = c.Hkv * c.D;
   // Source rows (f32, some all-zero rows and a wide range per row).
@@ -86,32 +70,17 @@ void run_case(const I8Case& c, test::Rng& rng) {
     for (int d = 1; d < c.D; ++d) v[r0 + size_t(d)] = double(float((d % 120 - 60 + 0.5f) * sc));
   }
   k = test::quantize(k, DType::F32), v = test::quantize(v, DType::F32);
-  auto dk = test::upload(test::pack(k, DType::F32)), dv = test::upload(test::pack(v, DType::F32));
-  auto dslots = test::upload(slots);
-  const size_t cbytes = size_t(cache.required_bytes()), sbytes = size_t(cache.scale_required_bytes());
-  auto kc = test::upload(std::vector<uint8_t>(cbytes, 0x55)), vc = test::upload(std::vector<uint8_t>(cbytes, 0x55));
-  auto ks = test::upload(std::vector<uint8_t>(sbytes, 0x7f)), vs = test::upload(std::vector<uint8_t>(sbytes, 0x7f));
-  AppendKVArgs a;
-  a.k = dk.get(), a.v = dv.get(), a.src_dtype = DType::F32, a.slot_mapping = dslots.get(), a.slot_dtype = DType::I64;
-  a.num_tokens = N, a.k_cache = kc.get(), a.v_cache = vc.get(), a.cache = cache;
-  a.k_scale_cache = ks.get(), a.v_scale_cache = vs.get();
-  append_kv(ctx(), a);
-  ctx().finish();
+  const test::KVBuffers bufs = test::kv_buffers(cache, 0x55, 0x7f);
+  test::append_rows(bufs, k, v, slots);
 
   // Stored bytes and scales against the reference quantiser, and the dequantised rows.
-  const auto kb = test::download<uint8_t>(kc, cbytes), vb = test::download<uint8_t>(vc, cbytes);
-  const auto ksb = test::download<uint8_t>(ks, sbytes), vsb = test::download<uint8_t>(vs, sbytes);
-  const size_t ses = dtype_size(c.scale_dt);
-  auto scale_at = [&](const std::vector<uint8_t>& sb, size_t off) {
-    return test::unpack(std::vector<uint8_t>(sb.begin() + off * ses, sb.begin() + (off + 1) * ses), c.scale_dt)[0];
-  };
+  const test::StoredKV st = test::stored(bufs);
   std::vector<double> kd(size_t(N) * row), vd(size_t(N) * row);
   int mismatched = 0;
   for (int t = 0; t < N; ++t)
     for (int h = 0; h < c.Hkv; ++h) {
-      const int64_t s = slots[size_t(t)], page = s / c.P, off = s % c.P;
-      const size_t co = size_t(page * cache.page_stride() + off * cache.token_stride() + h * cache.head_stride());
-      const size_t so = size_t(page * cache.scale_page_stride() + off * cache.scale_token_stride() + h * cache.scale_head_stride());
+      const int64_t s = slots[size_t(t)];
+      const size_t co = size_t(test::row_offset(cache, s, h));
       for (int kv = 0; kv < 2; ++kv) {
         const std::vector<double>& src = kv ? v : k;
         std::vector<float> x(size_t(c.D));
@@ -119,12 +88,11 @@ void run_case(const I8Case& c, test::Rng& rng) {
         std::vector<int8_t> q(size_t(c.D));
         float want_scale;
         ref::int8_quantize_row(x.data(), c.D, c.scale_dt == DType::F16, q.data(), &want_scale);
-        const auto& cb = kv ? vb : kb;
-        const double got_scale = scale_at(kv ? vsb : ksb, so);
-        if (got_scale != double(want_scale)) ++mismatched;
+        const auto& cb = kv ? st.v : st.k;
+        const auto& sb = kv ? st.v_scales : st.k_scales;
+        if (test::scale_at(sb, test::scale_offset(cache, s, h), c.scale_dt) != double(want_scale)) ++mismatched;
         if (std::memcmp(&cb[co], q.data(), size_t(c.D)) != 0) ++mismatched;
-        ref::int8_dequantize_row(reinterpret_cast<const int8_t*>(&cb[co]), c.D, float(got_scale),
-                                 &(kv ? vd : kd)[size_t(t * row + h * c.D)]);
+        test::dequantized_row(cache, cb, sb, s, h, &(kv ? vd : kd)[size_t(t * row + h * c.D)]);
       }
     }
   EXPECT_EQ(mismatched, 0) << "stored rows or scales differ from the reference quantiser";
@@ -147,8 +115,8 @@ void run_case(const I8Case& c, test::Rng& rng) {
   auto o = test::upload(std::vector<uint8_t>(ob, 0));
   DeviceBuffer ws(ctx(), size_t(std::max<int64_t>(plan.workspace_bytes, 4)));
   DecodeBuffers b;
-  b.q = dq.get(), b.k_cache = kc.get(), b.v_cache = vc.get(), b.page_ids = ids.get(), b.o = o.get();
-  b.workspace = ws.get(), b.k_scale_cache = ks.get(), b.v_scale_cache = vs.get();
+  b.q = dq.get(), b.k_cache = bufs.k.get(), b.v_cache = bufs.v.get(), b.page_ids = ids.get(), b.o = o.get();
+  b.workspace = ws.get(), b.k_scale_cache = bufs.k_scales.get(), b.v_scale_cache = bufs.v_scales.get();
   const std::vector<double> sinks = test::quantize(rng.vec(size_t(c.Hq), -1, 2), DType::F32);
   auto dsinks = test::upload(test::pack(sinks, DType::F32));
   auto dlse = test::upload(std::vector<float>(size_t(c.B) * c.Hq, 0.0f));

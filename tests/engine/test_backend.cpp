@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "one_request.hpp"
 #include "reference/rope_reference.hpp"
 #include "sim.hpp"
 #include "support/test_support.hpp"
@@ -107,8 +108,7 @@ TEST(Backend, TreeMaskVerify) {
   auto f32 = [](const std::vector<double>& x, size_t from, size_t n) {
     return std::vector<float>(x.begin() + std::ptrdiff_t(from), x.begin() + std::ptrdiff_t(from + n));
   };
-  std::vector<int32_t> r2t(size_t(N), 0);
-  for (int t = 0; t < N; ++t) r2t[size_t(t)] = (t < 4 ? 2 * P + t : 1 * P + t - 4);  // pages 2, 1
+  std::vector<int32_t> r2t = test::two_page_slots(N, P);
   int32_t row = 0, seq = 5, prefix = 0, ext = 5;
   ForwardBatch fb;
   fb.mode = ForwardMode::Extend, fb.batch_size = 1, fb.req_to_token = r2t.data(), fb.pool_size = 1, fb.max_ctx = N;
@@ -182,42 +182,9 @@ TEST(Backend, RopeInForward) {
     for (int h = 0; h < Hq; ++h) ref::rope_row(&qr[size_t((t * Hq + h) * D)], D, 32, false, t, 500.0, 1.0, nullptr);
     for (int h = 0; h < Hkv; ++h) ref::rope_row(&kr[size_t((t * Hkv + h) * D)], D, 32, false, t, 500.0, 1.0, nullptr);
   }
-  auto f32 = [](const std::vector<double>& x, size_t from, size_t n) {
-    return std::vector<float>(x.begin() + std::ptrdiff_t(from), x.begin() + std::ptrdiff_t(from + n));
-  };
-  std::vector<int32_t> r2t(size_t(N), 0);
-  for (int t = 0; t < N; ++t) r2t[size_t(t)] = (t < 4 ? 2 * P + t : 1 * P + t - 4);  // pages 2, 1
-  int32_t row = 0, seq = 5, prefix = 0, ext = 5;
-  ForwardBatch fb;
-  fb.mode = ForwardMode::Extend, fb.batch_size = 1, fb.req_to_token = r2t.data(), fb.pool_size = 1, fb.max_ctx = N;
-  fb.req_pool_indices = &row, fb.seq_lens = &seq, fb.prefix_lens = &prefix, fb.extend_lens = &ext;
-  ref::AttnOptions o;
-  o.sm_scale = 1.0 / std::sqrt(double(D));
-  auto step = [&](int from, int n) {
-    auto qb = test::upload(f32(q, size_t(from) * Hq * D, size_t(n) * Hq * D));
-    auto kb = test::upload(f32(k, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
-    auto vb = test::upload(f32(v, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
-    DeviceBuffer ob(ctx(), size_t(n) * Hq * D * 4);
-    LayerIO io;
-    io.q = qb.get(), io.k = kb.get(), io.v = vb.get(), io.o = ob.get();
-    be->init_forward_metadata(fb);
-    be->forward(0, io);
-    const auto got = test::download<float>(ob, size_t(n) * Hq * D);
-    const auto qin = test::download<float>(qb, size_t(n) * Hq * D);
-    std::vector<double> want(size_t(n) * Hq * D);
-    ref::attention(qr.data() + size_t(from) * Hq * D, kr.data(), v.data(), n, from + n, Hq, Hkv, D, D, o, want.data(),
-                   nullptr);
-    EXPECT_TRUE(test::all_close(std::vector<double>(got.begin(), got.end()), want, 2e-5, 2e-5, "attention"));
-    const std::vector<double> wq(qr.begin() + std::ptrdiff_t(size_t(from) * Hq * D),
-                                 qr.begin() + std::ptrdiff_t(size_t(from + n) * Hq * D));
-    EXPECT_TRUE(test::all_close(std::vector<double>(qin.begin(), qin.end()), wq, 1e-5, 1e-5, "q rotated in place"));
-  };
-  step(0, 5);
-  fb.mode = ForwardMode::Decode, fb.prefix_lens = nullptr, fb.extend_lens = nullptr;
-  seq = 6;
-  step(5, 1);
-  seq = 7;
-  step(6, 1);
+  test::OneRequest r{Hq, Hkv, D, P, q, k, v, qr, kr, v};
+  r.q_in_place = true;
+  test::extend_then_decode(*be, r, 5);
   // A bad rotary dim is rejected at creation, naming it.
   BackendConfig bad = bc;
   bad.layers[0].rope.rotary_dim = 65;

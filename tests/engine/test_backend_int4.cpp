@@ -5,11 +5,10 @@
 // the engine is refused naming it.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
 #include <tuple>
 
 #include "clattn/rope.hpp"
+#include "one_request.hpp"
 #include "reference/kv_formats_reference.hpp"
 #include "reference/reference.hpp"
 #include "sim.hpp"
@@ -25,25 +24,6 @@ struct Int4Case {
   DType scale_dtype;
   int group;
 };
-
-// The scale-cache elements of a pool layer as floats (f32 or f16 stored).
-std::vector<float> scales_of(cl_mem m, size_t n, DType dt) {
-  const size_t es = dtype_size(dt);
-  std::vector<uint8_t> bytes(n * es);
-  EXPECT_EQ(clEnqueueReadBuffer(ctx().cl_queue(), m, CL_TRUE, 0, bytes.size(), bytes.data(), 0, nullptr, nullptr),
-            CL_SUCCESS);
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (dt == DType::F32) {
-      std::memcpy(&out[i], &bytes[i * 4], 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, &bytes[i * 2], 2);
-      out[i] = ref::half_to_float(h);
-    }
-  }
-  return out;
-}
 
 std::vector<uint8_t> bytes_of(cl_mem m, size_t n) {
   std::vector<uint8_t> out(n);
@@ -92,43 +72,12 @@ TEST_P(BackendInt4, ExtendThenDecode) {
       ref::int4_dequantize_group(u.data(), G, pr[0], pr[1], dst->data() + gi * G);
     }
   }
-  std::vector<int32_t> r2t(size_t(N), 0);
-  for (int t = 0; t < N; ++t) r2t[size_t(t)] = (t < 4 ? 2 * P + t : 1 * P + t - 4);  // pages 2, 1
-  int32_t row = 0, seq = 5, prefix = 0, ext = 5;
-  ForwardBatch fb;
-  fb.mode = ForwardMode::Extend, fb.batch_size = 1, fb.req_to_token = r2t.data(), fb.pool_size = 1, fb.max_ctx = N;
-  fb.req_pool_indices = &row, fb.seq_lens = &seq, fb.prefix_lens = &prefix, fb.extend_lens = &ext;
-  ref::AttnOptions o;
-  o.sm_scale = 1.0 / std::sqrt(double(D));
-  auto f32 = [](const std::vector<double>& x, size_t from, size_t n) {
-    return std::vector<float>(x.begin() + std::ptrdiff_t(from), x.begin() + std::ptrdiff_t(from + n));
-  };
-  auto step = [&](int from, int n) {
-    auto qb = test::upload(f32(q, size_t(from) * Hq * D, size_t(n) * Hq * D));
-    auto kb = test::upload(f32(k, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
-    auto vb = test::upload(f32(v, size_t(from) * Hkv * D, size_t(n) * Hkv * D));
-    DeviceBuffer ob(ctx(), size_t(n) * Hq * D * 4);
-    LayerIO io;
-    io.q = qb.get(), io.k = kb.get(), io.v = vb.get(), io.o = ob.get();
-    be->init_forward_metadata(fb);
-    be->forward(0, io);
-    const auto got = test::download<float>(ob, size_t(n) * Hq * D);
-    std::vector<double> want(size_t(n) * Hq * D);
-    ref::attention(q.data() + size_t(from) * Hq * D, kd.data(), vd.data(), n, from + n, Hq, Hkv, D, D, o, want.data(),
-                   nullptr);
-    EXPECT_TRUE(test::all_close(std::vector<double>(got.begin(), got.end()), want, 2e-5, 2e-5, "attention"))
-        << (from ? "decode" : "extend") << " step at token " << from;
-  };
-  step(0, 5);
-  fb.mode = ForwardMode::Decode, fb.prefix_lens = nullptr, fb.extend_lens = nullptr;
-  seq = 6;
-  step(5, 1);
-  seq = 7;
-  step(6, 1);
+  test::extend_then_decode(*be, {Hq, Hkv, D, P, q, k, v, q, kd, vd}, 5);
   // The scale caches hold the quantiser's pairs at each token's (page, offset, head, group).
   const size_t n_sc = size_t(pages) * P * Hkv * ng * 2;
-  const auto got_k = scales_of(L.k_scale_cache, n_sc, prm.scale_dtype);
-  const auto got_v = scales_of(L.v_scale_cache, n_sc, prm.scale_dtype);
+  const std::vector<int32_t> r2t = test::two_page_slots(N, P);
+  const auto got_k = test::read_scales(L.k_scale_cache, n_sc, prm.scale_dtype);
+  const auto got_v = test::read_scales(L.v_scale_cache, n_sc, prm.scale_dtype);
   for (int t = 0; t < N; ++t)
     for (int h = 0; h < Hkv; ++h) {
       const int slot = r2t[size_t(t)], page = slot / P, off = slot % P;

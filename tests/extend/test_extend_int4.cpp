@@ -12,9 +12,8 @@
 // one it took. Rejected calls name the argument and leave the output untouched.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
-#include "reference/kv_formats_reference.hpp"
+#include "support/paged_cache.hpp"
 #include "support/test_support.hpp"
 
 using namespace clattn;
@@ -42,7 +41,7 @@ struct Batch {
   std::vector<int> qo, prefix;
   PagedKV cache;
   std::vector<std::vector<int32_t>> pages;  // per request
-  DeviceBuffer kc, vc, ks, vs;
+  test::KVBuffers kv;
   std::vector<std::vector<double>> kd, vd;  // per request [kv_len, Hkv, D]
   std::vector<double> q;
   std::vector<int32_t> qo_indptr;
@@ -84,65 +83,32 @@ PagedKV make_cache(const Shape& s, int num_pages) {
 Batch build(const Shape& s, const std::vector<int>& qo, const std::vector<int>& prefix, test::Rng& rng) {
   Batch b;
   b.s = s, b.qo = qo, b.prefix = prefix;
-  const int B = b.B(), P = s.P, D = s.D, Hkv = s.Hkv, row = Hkv * D, NG = D / s.group;
-  int total = 0;
-  for (int i = 0; i < B; ++i) total += (b.kv_len(i) + P - 1) / P;
+  const int B = b.B(), P = s.P, D = s.D, Hkv = s.Hkv, row = Hkv * D;
+  std::vector<int> lens;
+  for (int i = 0; i < B; ++i) lens.push_back(b.kv_len(i));
+  const test::ShuffledPages sp = test::shuffled_pages(lens, P, 3, rng);
   PagedKV& c = b.cache;
-  c = make_cache(s, total + 3);
-  std::vector<int32_t> ids(size_t(c.num_pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng.gen);
-  std::vector<int64_t> slots;
-  size_t next = 0;
-  for (int i = 0; i < B; ++i) {
-    const int L = b.kv_len(i);
-    b.pages.emplace_back(ids.begin() + long(next), ids.begin() + long(next) + (L + P - 1) / P);
-    next += b.pages.back().size();
-    for (int t = 0; t < L; ++t) slots.push_back(int64_t(b.pages.back()[size_t(t / P)]) * P + t % P);
-  }
+  c = make_cache(s, sp.num_pages);
+  b.pages = sp.pages;
+  const std::vector<int64_t>& slots = sp.slots;
   const int N = int(slots.size());
   std::vector<double> k = rng.vec(size_t(N) * row, -3, 3), v = rng.vec(size_t(N) * row, -3, 3);
   for (int d = 0; d < s.group; ++d) k[size_t(d)] = std::fabs(k[size_t(d)]) + 0.5;  // zero point 0
   k = test::quantize(k, DType::F32), v = test::quantize(v, DType::F32);
-  const size_t cb = size_t(c.required_bytes()), sb = size_t(c.scale_required_bytes());
   // Unwritten slots: nibbles 5, pairs of 0x7f bytes (f32 3.4e38, f16 NaN), so a stray read shows.
-  b.kc = test::upload(std::vector<uint8_t>(cb, 0x55)), b.vc = test::upload(std::vector<uint8_t>(cb, 0x55));
-  b.ks = test::upload(std::vector<uint8_t>(sb, 0x7f)), b.vs = test::upload(std::vector<uint8_t>(sb, 0x7f));
-  auto dk = test::upload(test::pack(k, DType::F32)), dv = test::upload(test::pack(v, DType::F32));
-  auto dslots = test::upload(slots);
-  AppendKVArgs a;
-  a.k = dk.get(), a.v = dv.get(), a.src_dtype = DType::F32, a.slot_mapping = dslots.get(), a.slot_dtype = DType::I64;
-  a.num_tokens = N, a.k_cache = b.kc.get(), a.v_cache = b.vc.get(), a.cache = c;
-  a.k_scale_cache = b.ks.get(), a.v_scale_cache = b.vs.get();
-  append_kv(ctx(), a);
-  ctx().finish();
+  b.kv = test::kv_buffers(c, 0x55, 0x7f);
+  test::append_rows(b.kv, k, v, slots);
 
-  const auto kb = test::download<uint8_t>(b.kc, cb), vb = test::download<uint8_t>(b.vc, cb);
-  const auto ksb = test::download<uint8_t>(b.ks, sb), vsb = test::download<uint8_t>(b.vs, sb);
-  const size_t ses = dtype_size(s.scale_dt);
-  auto scale_at = [&](const std::vector<uint8_t>& bytes, size_t i) {
-    return float(test::unpack(std::vector<uint8_t>(bytes.begin() + long(i * ses), bytes.begin() + long((i + 1) * ses)),
-                              s.scale_dt)[0]);
-  };
-  auto row_at = [&](const std::vector<uint8_t>& bytes, const std::vector<uint8_t>& pairs, int64_t slot, int h,
-                    double* out) {
-    const int64_t page = slot / P, off = slot % P;
-    const size_t co = size_t(page * c.page_stride() + off * c.token_stride() + h * c.head_stride()) / 2;
-    const size_t so = size_t(page * c.scale_page_stride() + off * c.scale_token_stride() + h * c.scale_head_stride());
-    std::vector<uint8_t> u(static_cast<size_t>(D));
-    ref::int4_unpack(&bytes[co], D, u.data());
-    for (int g = 0; g < NG; ++g)
-      ref::int4_dequantize_group(&u[size_t(g * s.group)], s.group, scale_at(pairs, so + 2 * size_t(g)),
-                                 scale_at(pairs, so + 2 * size_t(g) + 1), out + g * s.group);
-  };
+  const test::StoredKV st = test::stored(b.kv);
   size_t t0 = 0;
   for (int i = 0; i < B; ++i) {
     const int L = b.kv_len(i);
     b.kd.emplace_back(size_t(L) * row), b.vd.emplace_back(size_t(L) * row);
     for (int t = 0; t < L; ++t)
       for (int h = 0; h < Hkv; ++h) {
-        row_at(kb, ksb, slots[t0 + size_t(t)], h, &b.kd.back()[size_t(t) * row + size_t(h) * D]);
-        row_at(vb, vsb, slots[t0 + size_t(t)], h, &b.vd.back()[size_t(t) * row + size_t(h) * D]);
+        const int64_t slot = slots[t0 + size_t(t)];
+        test::dequantized_row(c, st.k, st.k_scales, slot, h, &b.kd.back()[size_t(t) * row + size_t(h) * D]);
+        test::dequantized_row(c, st.v, st.v_scales, slot, h, &b.vd.back()[size_t(t) * row + size_t(h) * D]);
       }
     t0 += size_t(L);
   }
@@ -211,8 +177,8 @@ Out run_extend(const Batch& b, const std::string& variant, bool page_table = fal
   auto o = test::upload(std::vector<uint8_t>(ob, 0x7b));
   auto lse = test::upload(std::vector<float>(rows, 0.0f));
   ExtendBuffers x;
-  x.q = q.get(), x.k = b.kc.get(), x.v = b.vc.get(), x.page_ids = ids.get(), x.o = o.get(), x.lse = lse.get();
-  x.k_scale_cache = b.ks.get(), x.v_scale_cache = b.vs.get();
+  x.q = q.get(), x.k = b.kv.k.get(), x.v = b.kv.v.get(), x.page_ids = ids.get(), x.o = o.get(), x.lse = lse.get();
+  x.k_scale_cache = b.kv.k_scales.get(), x.v_scale_cache = b.kv.v_scales.get();
   extend_run(ctx(), r.plan, x);
   ctx().finish();
   r.o = test::unpack(test::download<uint8_t>(o, ob), b.s.od);
@@ -314,10 +280,10 @@ TEST(CascadeInt4, MatchesTheReference) {
     DeviceBuffer tmp_o(ctx(), size_t(cp.tmp_o_bytes)), tmp_ls(ctx(), size_t(cp.tmp_lse_bytes));
     DeviceBuffer tmp_lu(ctx(), size_t(cp.tmp_lse_bytes)), ws(ctx(), size_t(std::max<int64_t>(16, cp.workspace_bytes)));
     CascadeBuffers cb;
-    cb.q = q.get(), cb.k_cache = b.kc.get(), cb.v_cache = b.vc.get();
+    cb.q = q.get(), cb.k_cache = b.kv.k.get(), cb.v_cache = b.kv.v.get();
     cb.shared_page_ids = sids.get(), cb.unique_page_ids = uids.get(), cb.o = o.get();
     cb.tmp_o = tmp_o.get(), cb.tmp_lse_shared = tmp_ls.get(), cb.tmp_lse_unique = tmp_lu.get(), cb.workspace = ws.get();
-    cb.k_scale_cache = b.ks.get(), cb.v_scale_cache = b.vs.get();
+    cb.k_scale_cache = b.kv.k_scales.get(), cb.v_scale_cache = b.kv.v_scales.get();
     cascade_run(ctx(), cp, cb);
     ctx().finish();
     const double t = tolerance(s.od);
@@ -360,30 +326,30 @@ TEST(ExtendInt4, RejectedCallsNameTheArgument) {
   auto o = test::upload(std::vector<uint8_t>(ob, 0x7b));
   auto hs = test::upload(std::vector<float>(size_t(s.Hkv), 1.0f));
   ExtendBuffers x;
-  x.q = q.get(), x.k = b.kc.get(), x.v = b.vc.get(), x.page_ids = ids.get(), x.o = o.get();
+  x.q = q.get(), x.k = b.kv.k.get(), x.v = b.kv.v.get(), x.page_ids = ids.get(), x.o = o.get();
   auto fails = [&](const ExtendBuffers& y, const std::string& needle) {
     return test::throws_error([&] { extend_run(ctx(), plan, y); }, Status::InvalidArgument, needle);
   };
   EXPECT_TRUE(fails(x, "k_scale_cache"));
   ExtendBuffers y = x;
-  y.k_scale_cache = b.ks.get();
+  y.k_scale_cache = b.kv.k_scales.get();
   EXPECT_TRUE(fails(y, "v_scale_cache"));
-  y.v_scale_cache = b.vs.get(), y.v_scale = 0.5f;
+  y.v_scale_cache = b.kv.v_scales.get(), y.v_scale = 0.5f;
   EXPECT_TRUE(fails(y, "k_scale/v_scale must be 1"));
   y.v_scale = 1.0f, y.k_head_scales = hs.get(), y.v_head_scales = hs.get();
   EXPECT_TRUE(fails(y, "int4 cache"));
   // A scale cache one pair short of the cache's pages.
   auto small = test::upload(std::vector<uint8_t>(size_t(b.cache.scale_required_bytes()) - 8, 0));
-  y = x, y.k_scale_cache = small.get(), y.v_scale_cache = b.vs.get();
+  y = x, y.k_scale_cache = small.get(), y.v_scale_cache = b.kv.v_scales.get();
   EXPECT_TRUE(fails(y, "k_scale_cache"));
   // Cascade: its levels check the same.
   const CascadePlan cp = cascade_plan(ctx(), shared, csr, b.cache, opt);
   DeviceBuffer tmp_o(ctx(), size_t(cp.tmp_o_bytes)), tmp_l(ctx(), size_t(cp.tmp_lse_bytes));
   CascadeBuffers cb;
-  cb.q = q.get(), cb.k_cache = b.kc.get(), cb.v_cache = b.vc.get(), cb.o = o.get();
+  cb.q = q.get(), cb.k_cache = b.kv.k.get(), cb.v_cache = b.kv.v.get(), cb.o = o.get();
   cb.shared_page_ids = cb.unique_page_ids = ids.get(), cb.tmp_o = tmp_o.get();
   cb.tmp_lse_shared = cb.tmp_lse_unique = tmp_l.get();
-  cb.k_scale_cache = b.ks.get();
+  cb.k_scale_cache = b.kv.k_scales.get();
   EXPECT_TRUE(test::throws_error([&] { cascade_run(ctx(), cp, cb); }, Status::InvalidArgument, "v_scale_cache"));
   ctx().finish();
   for (uint8_t v : test::download<uint8_t>(o, ob)) ASSERT_EQ(v, 0x7b) << "a rejected call wrote o";

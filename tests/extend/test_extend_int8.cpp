@@ -13,9 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <numeric>
 
-#include "reference/kv_formats_reference.hpp"
+#include "support/paged_cache.hpp"
 #include "support/test_support.hpp"
 
 using namespace clattn;
@@ -60,7 +59,8 @@ struct Batch {
   std::vector<int> qo, prefix;
   PagedKV cache;
   std::vector<std::vector<int32_t>> pages;  // per request
-  DeviceBuffer kc, vc, ks, vs, khs, vhs;     // caches, int8 scale caches, per-head scales
+  test::KVBuffers kv;                        // caches, int8 scale caches
+  DeviceBuffer khs, vhs;                     // per-head scales
   float k_scale = 1.0f, v_scale = 1.0f;
   std::vector<float> k_heads, v_heads;       // per-head scales (empty: none)
   std::vector<std::vector<double>> kd, vd;   // per request [kv_len, Hkv, D]: the dequantised rows
@@ -94,20 +94,11 @@ Batch build(const Shape& s, const std::vector<int>& qo, const std::vector<int>& 
   c.scale_dtype = s.scale_dt;
   if (s.pad_scales)  // [pages, Hkv, P + 3] with a gap after each page
     c.scale_stride_token = 1, c.scale_stride_head = P + 3, c.scale_stride_page = int64_t(Hkv) * (P + 3) + 5;
-  int total = 0;
-  for (int i = 0; i < B; ++i) total += (b.kv_len(i) + P - 1) / P;
-  c.num_pages = total + 3;
-  std::vector<int32_t> ids(size_t(c.num_pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng.gen);
-  std::vector<int64_t> slots;
-  size_t next = 0;
-  for (int i = 0; i < B; ++i) {
-    const int L = b.kv_len(i);
-    b.pages.emplace_back(ids.begin() + long(next), ids.begin() + long(next) + (L + P - 1) / P);
-    next += b.pages.back().size();
-    for (int t = 0; t < L; ++t) slots.push_back(int64_t(b.pages.back()[size_t(t / P)]) * P + t % P);
-  }
+  std::vector<int> lens;
+  for (int i = 0; i < B; ++i) lens.push_back(b.kv_len(i));
+  const test::ShuffledPages sp = test::shuffled_pages(lens, P, 3, rng);
+  c.num_pages = sp.num_pages, b.pages = sp.pages;
+  const std::vector<int64_t>& slots = sp.slots;
   const int N = int(slots.size());
   const auto k = test::quantize(rng.vec(size_t(N) * row, -3, 3), DType::F32);
   const auto v = test::quantize(rng.vec(size_t(N) * row, -3, 3), DType::F32);
@@ -117,38 +108,25 @@ Batch build(const Shape& s, const std::vector<int>& qo, const std::vector<int>& 
     b.k_scale = 0.5f, b.v_scale = 2.0f;
     b.khs = test::upload(b.k_heads), b.vhs = test::upload(b.v_heads);
   }
-  const size_t cb = size_t(c.required_bytes()), sb = size_t(std::max<int64_t>(c.scale_required_bytes(), 4));
   // Unwritten slots: 0x7f bytes (int8 127, a large fp8 value) and scales, so a stray read shows.
-  b.kc = test::upload(std::vector<uint8_t>(cb, 0x7f)), b.vc = test::upload(std::vector<uint8_t>(cb, 0x7f));
-  b.ks = test::upload(std::vector<uint8_t>(sb, 0x7f)), b.vs = test::upload(std::vector<uint8_t>(sb, 0x7f));
-  auto dk = test::upload(test::pack(k, DType::F32)), dv = test::upload(test::pack(v, DType::F32));
-  auto dslots = test::upload(slots);
-  AppendKVArgs a;
-  a.k = dk.get(), a.v = dv.get(), a.src_dtype = DType::F32, a.slot_mapping = dslots.get(), a.slot_dtype = DType::I64;
-  a.num_tokens = N, a.k_cache = b.kc.get(), a.v_cache = b.vc.get(), a.cache = c;
-  a.k_scale = b.k_scale, a.v_scale = b.v_scale;
-  if (i8) a.k_scale_cache = b.ks.get(), a.v_scale_cache = b.vs.get();
-  if (head_scales) a.k_head_scales = b.khs.get(), a.v_head_scales = b.vhs.get();
-  append_kv(ctx(), a);
-  ctx().finish();
+  b.kv = test::kv_buffers(c, 0x7f, 0x7f);
+  AppendKVArgs scale_args;
+  scale_args.k_scale = b.k_scale, scale_args.v_scale = b.v_scale;
+  if (head_scales) scale_args.k_head_scales = b.khs.get(), scale_args.v_head_scales = b.vhs.get();
+  test::append_rows(b.kv, k, v, slots, scale_args);
 
-  const auto kb = test::download<uint8_t>(b.kc, cb), vb = test::download<uint8_t>(b.vc, cb);
-  const auto ksb = test::download<uint8_t>(b.ks, sb), vsb = test::download<uint8_t>(b.vs, sb);
-  const size_t es = dtype_size(s.kv), ses = dtype_size(s.scale_dt);
+  const test::StoredKV st = test::stored(b.kv);
+  const size_t es = dtype_size(s.kv);
   auto row_at = [&](const std::vector<uint8_t>& bytes, const std::vector<uint8_t>& scales, int64_t slot, int h,
                     double tensor_scale, double* out) {
-    const int64_t page = slot / P, off = slot % P;
-    const size_t co = size_t(page * c.page_stride() + off * c.token_stride() + h * c.head_stride()) * es;
-    const std::vector<uint8_t> stored(bytes.begin() + long(co), bytes.begin() + long(co + D * es));
     if (i8) {
-      const size_t so = size_t(page * c.scale_page_stride() + off * c.scale_token_stride() + h * c.scale_head_stride());
-      const std::vector<uint8_t> sc(scales.begin() + long(so * ses), scales.begin() + long((so + 1) * ses));
-      ref::int8_dequantize_row(reinterpret_cast<const int8_t*>(stored.data()), D, float(test::unpack(sc, s.scale_dt)[0]),
-                               out);
-    } else {
-      const auto x = test::unpack(stored, s.kv, tensor_scale);
-      std::copy(x.begin(), x.end(), out);
+      test::dequantized_row(c, bytes, scales, slot, h, out);
+      return;
     }
+    const size_t co = size_t(test::row_offset(c, slot, h)) * es;
+    const auto x = test::unpack(std::vector<uint8_t>(bytes.begin() + long(co), bytes.begin() + long(co + D * es)), s.kv,
+                                tensor_scale);
+    std::copy(x.begin(), x.end(), out);
   };
   size_t t0 = 0;
   for (int i = 0; i < B; ++i) {
@@ -158,8 +136,8 @@ Batch build(const Shape& s, const std::vector<int>& qo, const std::vector<int>& 
       for (int h = 0; h < Hkv; ++h) {
         const double kh = head_scales ? double(b.k_scale) * b.k_heads[size_t(h)] : 1.0;
         const double vh = head_scales ? double(b.v_scale) * b.v_heads[size_t(h)] : 1.0;
-        row_at(kb, ksb, slots[t0 + size_t(t)], h, kh, &b.kd.back()[size_t(t) * row + size_t(h) * D]);
-        row_at(vb, vsb, slots[t0 + size_t(t)], h, vh, &b.vd.back()[size_t(t) * row + size_t(h) * D]);
+        row_at(st.k, st.k_scales, slots[t0 + size_t(t)], h, kh, &b.kd.back()[size_t(t) * row + size_t(h) * D]);
+        row_at(st.v, st.v_scales, slots[t0 + size_t(t)], h, vh, &b.vd.back()[size_t(t) * row + size_t(h) * D]);
       }
     t0 += size_t(L);
   }
@@ -196,7 +174,7 @@ double tolerance(const ExtendPlan& p) {
 template <class Buffers>
 void set_scales(const Batch& b, Buffers& x) {
   x.k_scale = b.k_scale, x.v_scale = b.v_scale;
-  if (b.s.kv == DType::I8) x.k_scale_cache = b.ks.get(), x.v_scale_cache = b.vs.get();
+  if (b.s.kv == DType::I8) x.k_scale_cache = b.kv.k_scales.get(), x.v_scale_cache = b.kv.v_scales.get();
   if (!b.k_heads.empty()) x.k_head_scales = b.khs.get(), x.v_head_scales = b.vhs.get();
 }
 
@@ -236,7 +214,7 @@ Out run_extend(const Batch& b, const std::string& variant, bool page_table = fal
   auto o = test::upload(std::vector<uint8_t>(ob, 0x7b));
   DeviceBuffer ws(ctx(), size_t(std::max<int64_t>(r.plan.workspace_bytes, 16)));
   ExtendBuffers x;
-  x.q = q.get(), x.k = b.kc.get(), x.v = b.vc.get(), x.page_ids = ids.get(), x.o = o.get(), x.workspace = ws.get();
+  x.q = q.get(), x.k = b.kv.k.get(), x.v = b.kv.v.get(), x.page_ids = ids.get(), x.o = o.get(), x.workspace = ws.get();
   set_scales(b, x);
   extend_run(ctx(), r.plan, x);
   ctx().finish();
@@ -349,7 +327,7 @@ TEST(CascadeQuantised, MatchesTheReference) {
       DeviceBuffer tmp_o(ctx(), size_t(cp.tmp_o_bytes)), tmp_ls(ctx(), size_t(cp.tmp_lse_bytes));
       DeviceBuffer tmp_lu(ctx(), size_t(cp.tmp_lse_bytes)), ws(ctx(), size_t(std::max<int64_t>(16, cp.workspace_bytes)));
       CascadeBuffers cb;
-      cb.q = q.get(), cb.k_cache = b.kc.get(), cb.v_cache = b.vc.get();
+      cb.q = q.get(), cb.k_cache = b.kv.k.get(), cb.v_cache = b.kv.v.get();
       cb.shared_page_ids = sids.get(), cb.unique_page_ids = uids.get(), cb.o = o.get();
       cb.tmp_o = tmp_o.get(), cb.tmp_lse_shared = tmp_ls.get(), cb.tmp_lse_unique = tmp_lu.get(), cb.workspace = ws.get();
       set_scales(b, cb);
@@ -376,15 +354,15 @@ TEST(ExtendInt8, RejectedCallsNameTheArgument) {
   auto o = test::upload(std::vector<uint8_t>(ob, 0x7b));
   auto hs = test::upload(std::vector<float>(size_t(s.Hkv), 1.0f));
   ExtendBuffers x;
-  x.q = q.get(), x.k = b.kc.get(), x.v = b.vc.get(), x.page_ids = ids.get(), x.o = o.get();
+  x.q = q.get(), x.k = b.kv.k.get(), x.v = b.kv.v.get(), x.page_ids = ids.get(), x.o = o.get();
   auto fails = [&](const ExtendBuffers& y, const std::string& needle) {
     return test::throws_error([&] { extend_run(ctx(), plan, y); }, Status::InvalidArgument, needle);
   };
   EXPECT_TRUE(fails(x, "k_scale_cache"));
   ExtendBuffers y = x;
-  y.k_scale_cache = b.ks.get();
+  y.k_scale_cache = b.kv.k_scales.get();
   EXPECT_TRUE(fails(y, "v_scale_cache"));
-  y.v_scale_cache = b.vs.get(), y.k_scale = 2.0f;
+  y.v_scale_cache = b.kv.v_scales.get(), y.k_scale = 2.0f;
   EXPECT_TRUE(fails(y, "k_scale/v_scale must be 1"));
   y.k_scale = 1.0f, y.k_head_scales = hs.get(), y.v_head_scales = hs.get();
   EXPECT_TRUE(fails(y, "int8 cache"));
@@ -392,11 +370,11 @@ TEST(ExtendInt8, RejectedCallsNameTheArgument) {
   EXPECT_TRUE(fails(y, "go together"));
   // A scale cache too small for the cache's pages.
   auto small = test::upload(std::vector<uint8_t>(8, 0));
-  y = x, y.k_scale_cache = b.ks.get(), y.v_scale_cache = small.get();
+  y = x, y.k_scale_cache = b.kv.k_scales.get(), y.v_scale_cache = small.get();
   EXPECT_TRUE(fails(y, "v_scale_cache"));
   // Cascade: its levels check the same.
   CascadeBuffers cb;
-  cb.q = q.get(), cb.k_cache = b.kc.get(), cb.v_cache = b.vc.get(), cb.o = o.get();
+  cb.q = q.get(), cb.k_cache = b.kv.k.get(), cb.v_cache = b.kv.v.get(), cb.o = o.get();
   PagedCsr shared = csr;
   shared.qo_indptr.clear();
   const CascadePlan cp = cascade_plan(ctx(), shared, csr, b.cache, opt);
@@ -425,7 +403,7 @@ TEST(ExtendHeadScales, RejectedCallsNameTheArgument) {
   auto o = test::upload(std::vector<float>(size_t(b.T()) * b.Hq() * s.D, 0.0f));
   auto small = test::upload(std::vector<float>(1, 1.0f));
   ExtendBuffers x;
-  x.q = q.get(), x.k = b.kc.get(), x.v = b.vc.get(), x.page_ids = ids.get(), x.o = o.get();
+  x.q = q.get(), x.k = b.kv.k.get(), x.v = b.kv.v.get(), x.page_ids = ids.get(), x.o = o.get();
   x.k_head_scales = b.khs.get();
   EXPECT_TRUE(test::throws_error([&] { extend_run(ctx(), plan, x); }, Status::InvalidArgument, "go together"));
   x.v_head_scales = small.get();

@@ -14,11 +14,11 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "reference/kv_formats_reference.hpp"
 #include "reference/mla_int8_reference.hpp"
 #include "reference/sparse_reference.hpp"
+#include "support/paged_cache.hpp"
 #include "support/test_support.hpp"
 
 using namespace clattn;
@@ -69,35 +69,17 @@ void run_case(const Case& c, test::Rng& rng) {
   if (c.extend)
     for (size_t i = 0; i < kv.size(); ++i) qo[i] = std::min(kv[i], rng.uniform_int(1, 6));
   const int B = int(kv.size());
-  int pages = 2;
-  for (int k : kv) pages += (k + P - 1) / P;
-  std::vector<int32_t> perm(static_cast<size_t>(pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng.gen);
+  test::ShuffledPages sp = test::shuffled_pages(kv, P, 2, rng);
 
   MlaCache cache;
-  cache.num_pages = pages, cache.page_size = P, cache.dtype = DType::I8, cache.single_buffer = c.single;
+  cache.num_pages = sp.num_pages, cache.page_size = P, cache.dtype = DType::I8, cache.single_buffer = c.single;
   cache.scale_dtype = c.scale_dt;
   if (c.pad_scales) cache.scale_stride_token = 3, cache.scale_stride_page = int64_t(3) * P + 5;
-  PagedCsr csr;
-  csr.page_size = P, csr.kv_indptr = {0};
-  int maxp = 1;
-  for (int k : kv) maxp = std::max(maxp, (k + P - 1) / P);
-  PageTable tab;
-  tab.page_size = P, tab.max_pages = maxp, tab.page_table.assign(size_t(B) * maxp, -1), tab.cu_seqlens_k = {0};
-  std::vector<int64_t> slots;
-  for (int b = 0, next = 0; b < B; ++b) {
-    const int np = (kv[b] + P - 1) / P;
-    for (int i = 0; i < np; ++i) {
-      csr.kv_indices.push_back(perm[size_t(next + i)]);
-      tab.page_table[size_t(b) * maxp + i] = perm[size_t(next + i)];
-    }
-    for (int t = 0; t < kv[b]; ++t) slots.push_back(int64_t(perm[size_t(next + t / P)]) * P + t % P);
-    next += np;
-    csr.kv_indptr.push_back(int32_t(csr.kv_indices.size()));
-    csr.kv_last_page_len.push_back(kv[b] - (np - 1) * P);
-    tab.seq_lens.push_back(kv[b]), tab.cu_seqlens_k.push_back(tab.cu_seqlens_k.back() + kv[b]);
-  }
+  PagedCsr& csr = sp.csr;
+  PageTable tab = test::page_table(sp.pages, P, std::vector<int32_t>(kv.begin(), kv.end()));
+  tab.cu_seqlens_k = {0};
+  for (int k : kv) tab.cu_seqlens_k.push_back(tab.cu_seqlens_k.back() + k);
+  std::vector<int64_t>& slots = sp.slots;
   if (c.extend) {
     csr.qo_indptr = {0}, tab.cu_seqlens_q = {0};
     for (int b = 0; b < B; ++b) csr.qo_indptr.push_back(csr.qo_indptr.back() + qo[b]);

@@ -163,9 +163,6 @@ def test_int8_errors(ctx, rng):
     fc = ctx.zeros(cache_shape("NHD", num_pages), "f32")
     with pytest.raises(clattn.Error, match="k_scale_cache: the cache is f32"):
         clattn.append_kv(k, k, slots, fc, fc, k_scale_cache=ksc, v_scale_cache=vsc)
-    with pytest.raises(clattn.Error, match="paged_kv_cache: an int8 cache") as ei:
-        clattn.rope_append_paged_kv_cache(None, k, k, np.arange(2), (kc, vc), slots)
-    assert ei.value.status_code == 2  # Unsupported
     w = clattn.BatchDecodeWithPagedKVCacheWrapper(ctx)
     w.plan(indptr, indices, last, Hq, Hkv, D, P, q_data_type="float32", kv_data_type="int8")
     q = np.zeros((1, Hq, D), np.float32)
