@@ -122,19 +122,34 @@
 #define KV_ESIZE 1
 #elif KV_DT == DT_I8
 #define KV_ESIZE 1
-// Signed byte e of a 32-bit word, as f32 (an arithmetic shift sign-extends it).
-#define WORD_ELEM(w, e) ((float)(((int)((w) << (24 - 8 * (e)))) >> 24))
+// Signed byte e of a 32-bit word times ELEM_SCALE(e), with no int -> float conversion (I2F
+// runs at 1/8 of the FMA rate on NVIDIA): one LOP makes the f32 2^23 + (b + 128) x 256^(e & 1)
+// (bits 0x4B000000 | (byte ^ 0x80), bytes 0 and 2 at bits 0-7, 1 and 3 at bits 8-15 of the
+// word or of the word >> 16: one shift per word), and one FADD takes 2^23 + 128 x 256^(e & 1)
+// off, exactly. q carries 1 / ELEM_SCALE, and the V accumulators drop it at the end.
+#define I8_HALF(w, e) ((e) < 2 ? (w) : ((w) >> 16))
+#define WORD_ELEM(w, e)                                                                          \
+  (as_float((I8_HALF(w, e) & (0xFFu << 8 * ((e)&1))) ^ (0x4B000000u | (0x80u << 8 * ((e)&1)))) - \
+   ((e)&1 ? 8421376.0f : 8388736.0f))
+#define ELEM_SCALE(e) ((e)&1 ? 256.0f : 1.0f)
 #elif KV_DT == DT_I4
 #define KV_ESIZE 1
 #define KV_EPB 2  // elements per byte
-// Nibble e of a 32-bit word as the f32 2^23 + nibble: one LOP (its bits 0x4B000000 | nibble),
-// no int -> float conversion (1/8 rate on NVIDIA). The group's 2^23 + zero comes off after.
-#define WORD_ELEM(w, e) as_float(0x4B000000u | (((w) >> (4 * (e))) & 15u))
+// Nibble e of a 32-bit word as the f32 2^23 + nibble x ELEM_SCALE(e): one LOP (its bits
+// 0x4B000000 | nibble, nibbles 0-3 in place, 4-7 from the word >> 16: one shift per word),
+// no int -> float conversion. The group's 2^23 + zero x ELEM_SCALE(e) comes off after, so
+// the FADD leaves (u - zero) x 16^(e & 3) exactly; q carries 1 / ELEM_SCALE and the V
+// accumulators drop it at the end.
+#define WORD_ELEM(w, e) as_float(0x4B000000u | (((e) < 4 ? (w) : ((w) >> 16)) & (15u << 4 * ((e)&3))))
+#define ELEM_SCALE(e) ((float)(1 << 4 * ((e)&3)))
 #else
 #define KV_ESIZE 1
 #endif
 #ifndef KV_EPB
 #define KV_EPB 1
+#endif
+#ifndef ELEM_SCALE
+#define ELEM_SCALE(e) 1.0f  // the power of two an unpacked element carries (int8, int4)
 #endif
 #if KV_DT == DT_I4
 #define KV_I4 1
@@ -211,15 +226,14 @@
 #define NSCORE (UNROLL * GMAX)
 #define FULL_CHUNKS ((NCHUNK % TPT) == 0)    // every lane's loads are all inside the row
 
+#include "decode_lanes.clh"
 #if TPT > 1 && !USE_PTX_SHFL && !(USE_SUBGROUP && SG_SHUFFLE)
-#define SCR_FLOATS (NSCORE * WGSIZE)
+#define SCR_FLOATS RED_FLOATS
 #else
 #define SCR_FLOATS 1
 #endif
 #define MERGE_FLOATS (NSLOT * HEAD_DIM + 2 * NSLOT * GMAX)
 #define LMEM_FLOATS (SCR_FLOATS > MERGE_FLOATS ? SCR_FLOATS : MERGE_FLOATS)
-
-#include "decode_lanes.clh"
 #if KV_I4 && (QGROUP % VEC)
 #error "int4: a load must lie inside one quantisation group (QGROUP a multiple of VEC)"
 #endif
@@ -315,6 +329,13 @@ UNROLL_LOOP
   }
 #endif
 
+#if KV_I8 || KV_I4
+UNROLL_LOOP
+  for (int g = 0; g < GMAX; ++g)
+UNROLL_LOOP
+    for (int e = 0; e < EL; ++e) qr[g][e] *= 1.0f / ELEM_SCALE(e % EPW);
+#endif
+
   float acc[GMAX][EL];
   float mrun[GMAX], lrun[GMAX];
 UNROLL_LOOP
@@ -368,7 +389,7 @@ UNROLL_LOOP
 #endif
 #if KV_I4
     // Per token and lane load: its group's scale and 2^23 + zero point (K, V).
-    float ksc[UNROLL][NCH], kzb[UNROLL][NCH], vsc[UNROLL][NCH], vzb[UNROLL][NCH];
+    float ksc[UNROLL][NCH], kz[UNROLL][NCH], vsc[UNROLL][NCH], vz[UNROLL][NCH];
 #endif
 UNROLL_LOOP
     for (int u = 0; u < UNROLL; ++u) {
@@ -394,9 +415,9 @@ UNROLL_LOOP
           const bool in_row = FULL_CHUNKS || c < NCHUNK;
           const size_t at = so + 2 * (size_t)(c * VEC / QGROUP);
           ksc[u][j] = in_row ? kv_row_scale(k_scales, at, sc_f16) : 0.0f;
-          kzb[u][j] = 0x1p23f + (in_row ? kv_row_scale(k_scales, at + 1, sc_f16) : 0.0f);
+          kz[u][j] = in_row ? kv_row_scale(k_scales, at + 1, sc_f16) : 0.0f;
           vsc[u][j] = in_row ? kv_row_scale(v_scales, at, sc_f16) : 0.0f;
-          vzb[u][j] = 0x1p23f + (in_row ? kv_row_scale(v_scales, at + 1, sc_f16) : 0.0f);
+          vz[u][j] = in_row ? kv_row_scale(v_scales, at + 1, sc_f16) : 0.0f;
         }
       }
 #endif
@@ -423,12 +444,14 @@ UNROLL_LOOP
       for (int g = 0; g < GMAX; ++g) d[g] = 0.0f;
 UNROLL_LOOP
       for (int j = 0; j < NCH; ++j) {
-        float dj[GMAX];
+        float dj[GMAX], zb[4];  // zb: 2^23 + zero x ELEM_SCALE of the word's positions
 UNROLL_LOOP
         for (int g = 0; g < GMAX; ++g) dj[g] = 0.0f;
 UNROLL_LOOP
+        for (int p = 0; p < 4; ++p) zb[p] = fma(kz[u][j], ELEM_SCALE(p), 0x1p23f);
+UNROLL_LOOP
         for (int e = 0; e < VEC; ++e) {
-          const float k = ROW_ELEM(kw[u], j * VEC + e) - kzb[u][j];
+          const float k = ROW_ELEM(kw[u], j * VEC + e) - zb[e & 3];
 UNROLL_LOOP
           for (int g = 0; g < GMAX; ++g) dj[g] = fma(qr[g][j * VEC + e], k, dj[g]);
         }
@@ -514,12 +537,14 @@ UNROLL_LOOP
       if (valid[u]) {
 UNROLL_LOOP
         for (int j = 0; j < NCH; ++j) {
-          float w[GMAX];
+          float w[GMAX], zb[4];
 UNROLL_LOOP
           for (int g = 0; g < GMAX; ++g) w[g] = s[u * GMAX + g] * vsc[u][j];
 UNROLL_LOOP
+          for (int p = 0; p < 4; ++p) zb[p] = fma(vz[u][j], ELEM_SCALE(p), 0x1p23f);
+UNROLL_LOOP
           for (int e = 0; e < VEC; ++e) {
-            const float v = ROW_ELEM(vw[u], j * VEC + e) - vzb[u][j];
+            const float v = ROW_ELEM(vw[u], j * VEC + e) - zb[e & 3];
 UNROLL_LOOP
             for (int g = 0; g < GMAX; ++g) acc[g][j * VEC + e] = fma(w[g], v, acc[g][j * VEC + e]);
           }
@@ -571,7 +596,8 @@ UNROLL_LOOP
       const int c = tl + j * TPT;
       if (FULL_CHUNKS || c < NCHUNK) {
 UNROLL_LOOP
-        for (int e = 0; e < VEC; ++e) sm_o[slot * HEAD_DIM + c * VEC + e] = acc[g][j * VEC + e] * f;
+        for (int e = 0; e < VEC; ++e)
+          sm_o[slot * HEAD_DIM + c * VEC + e] = acc[g][j * VEC + e] * (f * (1.0f / ELEM_SCALE((j * VEC + e) % EPW)));
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);

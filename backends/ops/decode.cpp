@@ -138,7 +138,10 @@ struct SplitParams {
 // uses register shuffles (no scratch rows).
 size_t local_bytes(const KTile& t, int head_dim, bool shfl) {
   size_t nslot = size_t(t.wg / t.tpt);
-  size_t scr = (t.tpt > 1 && !shfl) ? size_t(t.unroll) * t.gmax * t.wg : 1;
+  // The slot sum's transpose (RED_FLOATS in decode_lanes.clh): padded partial rows, then the sums.
+  const size_t nscore = size_t(t.unroll) * t.gmax;
+  const size_t lane_stride = (nscore % 4 == 0 && (nscore / 4) % 2 == 0) ? nscore + 4 : nscore;
+  size_t scr = (t.tpt > 1 && !shfl) ? nslot * (size_t(t.tpt) * lane_stride + 16) + nslot * nscore : 1;
   size_t merge = nslot * head_dim + 2 * nslot * t.gmax;
   size_t fused = t.fuse_merge ? 1 : 0;  // FUSE_MERGE: the "last part" flag
   return (std::max(scr, merge) + fused) * 4;
