@@ -253,7 +253,7 @@
 // page_ids[page_base + (slot >> log2_page)], offset slot & (page_size - 1).
 __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) SG_SIZE_ATTR
 void paged_decode(DECODE_KERNEL_ARGS) {
-  __local float lmem[LMEM_FLOATS];
+  __local float lmem[LMEM_FLOATS] __attribute__((aligned(16)));  // float4 reads in slot_allreduce
 #if FUSE_MERGE
   __local int is_last;
 #endif
