@@ -335,14 +335,8 @@ UNROLL_LOOP
       }
     }
   }
-  if (bad) atomic_or(faults, CLATTN_FAULT_PAGE_ID);
-UNROLL_LOOP
-  for (int b = 0; b < NB; ++b)
-UNROLL_LOOP
-    for (int m = 4; m < 32; m <<= 1) lsum[b] += shfl_xor(lsum[b], m);
-
   // ---- Merge the warps' states (warp order) and write.
-  mma_store_states(sm_st, ml, lsum, warp, g, c);
+  mma_store_states(sm_st, ml, lsum, bad, faults, warp, g, c PTX_SCR_ARG);
 UNROLL_LOOP
   for (int b = 0; b < NB; ++b) {
     const int hg = 4 * b + c;
