@@ -1,7 +1,7 @@
 // Rotary position embedding (include/clattn/rope.hpp): apply_rope (q -> q_out, k -> k_out) and
 // rope_append_kv (q -> q_out; k rotated and v as is into the paged cache at slot_mapping[t],
-// stored = value / scale in the cache dtype, as append_kv.cl; int8 caches: rope_append_kv_i8,
-// int4 caches: rope_append_kv_i4).
+// stored = value / (scale * head scale) in the cache dtype, as append_kv.cl; int8 caches:
+// rope_append_kv_i8, int4 caches: rope_append_kv_i4).
 //
 // Work-item (i, b, c): pair i (0 <= i < D/2) of head rows b*ROPE_ROWS .. b*ROPE_ROWS +
 // ROPE_ROWS - 1 of tokens c*ROPE_TOKENS .. c*ROPE_TOKENS + ROPE_TOKENS - 1. Pair i < R/2 is rotated (NeoX dims (i, i + R/2), GPT-J (2i, 2i+1));
@@ -95,7 +95,8 @@ void rope_append_kv(__global const void* q, __global void* q_out, long q_st, lon
                     __global const void* k, __global const void* v, int src_dt, long src_st, long src_sh,
                     __global const void* slots, int slots_i64, long num_slots, __global void* k_cache,
                     __global void* v_cache, int kv_dt, long c_sp, long c_st, long c_sh, int page_size, int Hkv,
-                    float k_scale, float v_scale, int D, int R, int gptj, __global const void* pos, int pos_i64,
+                    float k_scale, float v_scale, __global const float* k_hs, __global const float* v_hs, int has_hs,
+                    int D, int R, int gptj, __global const void* pos, int pos_i64,
                     int has_cache, __global const float* cs, long cache_rows, float log2_theta, float inv_scale,
                     long T, __global volatile int* faults) {
   const int i = get_global_id(0);
@@ -129,7 +130,8 @@ void rope_append_kv(__global const void* q, __global void* q_out, long q_st, lon
       } else {
         const size_t db = (size_t)(page * c_sp + off * c_st + h * c_sh);
         __global void* dst = kind == 1 ? k_cache : v_cache;
-        const float sc = kind == 1 ? k_scale : v_scale;
+        // Per-KV-head scales (has_hs) on top of the per-tensor ones, as append_kv.cl folds them.
+        const float sc = (kind == 1 ? k_scale : v_scale) * (has_hs ? (kind == 1 ? k_hs : v_hs)[h] : 1.0f);
         store_elem(dst, db + ab.x, kv_dt, xo / sc);
         store_elem(dst, db + ab.y, kv_dt, yo / sc);
       }

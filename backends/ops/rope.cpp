@@ -217,10 +217,7 @@ void apply_rope(const Context& ctx, const RopeArgs& a, const Enqueue& e) {
 void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue& e) {
   const char* fn = "rope_append_kv";
   const AppendKVArgs& a = r.append;
-  const ops::AppendChecked ch = ops::check_append_kv(a);
-  if (a.k_head_scales)
-    throw Error(Status::Unsupported, "rope_append_kv: per-head scales (k_head_scales) are not supported yet (apply_rope, "
-                                     "then append_kv)");
+  const ops::AppendChecked ch = ops::check_append_kv(a);  // per-head scales included
   const int D = a.cache.head_dim, Hkv = a.cache.num_kv_heads, Hq = r.num_qo_heads;
   const RopeResolved rr = check_rope(r.rope, D, fn);
   ops::require_io_dtype(r.q_out_dtype, "rope_append_kv q_out_dtype");
@@ -259,6 +256,8 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   }
   rt::Kernel& k = prog->kernel("rope_append_kv");
   const int kv_rows = ch.empty ? 0 : Hkv;
+  // Per-KV-head scales: read by the k / v rows only (a valid buffer stands in without them).
+  const bool has_hs = kv_rows && a.k_head_scales;
   const size_t rows = size_t(Hq + 2 * kv_rows);
   if (rows == 0) {
     ops::marker_if_needed(q, e);
@@ -272,7 +271,8 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
            cl_long(kv_rows ? int64_t(a.cache.num_pages) * a.cache.page_size : 0), kv_rows ? a.k_cache : none,
            kv_rows ? a.v_cache : none, cl_int(a.cache.dtype), cl_long(a.cache.page_stride()),
            cl_long(a.cache.token_stride()), cl_long(a.cache.head_stride()), cl_int(a.cache.page_size), cl_int(kv_rows),
-           a.k_scale, a.v_scale, cl_int(D), cl_int(rr.R), cl_int(r.rope.style == RopeStyle::GptJ), r.pos.positions,
+           a.k_scale, a.v_scale, has_hs ? a.k_head_scales : a.slot_mapping, has_hs ? a.v_head_scales : a.slot_mapping,
+           cl_int(has_hs), cl_int(D), cl_int(rr.R), cl_int(r.rope.style == RopeStyle::GptJ), r.pos.positions,
            cl_int(r.pos.dtype == DType::I64), cl_int(r.rope.cos_sin_cache != nullptr),
            r.rope.cos_sin_cache ? r.rope.cos_sin_cache : none, cl_long(r.rope.cache_positions), rr.log2_theta,
            rr.inv_scale, cl_long(T), c.faults);

@@ -200,9 +200,9 @@ typedef struct clattn_rope_args {
 CLATTN_API clattn_status clattn_apply_rope(clattn_context ctx, const clattn_rope_args* a, const clattn_enqueue* e);
 
 /* clattn_append_kv with RoPE on the way, in one kernel: append.k is rotated, then stored as
- * clattn_append_kv stores it; append.v is stored unchanged; q is rotated into q_out. The
- * slot decides only the cache writes: a token with a negative slot still gets its q_out row.
- * clattn_append_kv's checks apply to `append` unchanged. */
+ * clattn_append_kv stores it (per-tensor and per-KV-head scales alike); append.v is stored
+ * unchanged; q is rotated into q_out. The slot decides only the cache writes: a token with a
+ * negative slot still gets its q_out row. clattn_append_kv's checks apply to `append` unchanged. */
 typedef struct clattn_rope_append_kv_args {
   clattn_append_kv_args append; /* k, v, slot_mapping, caches, scales */
   cl_mem q, q_out;           /* [append.num_tokens, Hq, D]: q in append.src_dtype */

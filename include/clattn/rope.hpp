@@ -65,7 +65,9 @@ CLATTN_API void apply_rope(const Context& ctx, const RopeArgs& a, const Enqueue&
 // append_kv with RoPE on the way: k (append.k) is rotated before it is stored, v is stored as
 // append_kv stores it, and q [T, Hq, D] (append.src_dtype, its own strides) is rotated into
 // q_out (q_out_dtype). A token whose slot is negative or outside the cache still gets its
-// q_out row (the slot only decides the cache write, as in append_kv). int8 / int4 caches: the
+// q_out row (the slot only decides the cache write, as in append_kv). Float and fp8 caches take
+// append.k_head_scales / v_head_scales as append_kv does (stored = rotated k / (k_scale *
+// k_head_scales[head]), v likewise; both or neither). int8 / int4 caches: the
 // rotated k row and the v row are quantised with append_kv's rules (int8: the scale from the
 // rotated row's max; int4: a [scale, zero] pair from each rotated group's range, the cache's
 // quant_group), written to append.k_scale_cache / v_scale_cache.

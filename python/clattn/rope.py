@@ -187,9 +187,10 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
     cos_sin_cache : Optional[Tensor-like] float32 ``[max_positions, rotary_dim]``
         As :func:`apply_rope_with_cos_sin_cache` (rope_scale / rope_theta then unused;
         ``interleave`` still picks the pairs: ``is_neox = not interleave``).
-    k_scale, v_scale : Optional[float]
-        Quantisation scales of a float cache (default 1; one value each: per-KV-head scales
-        are refused, Unsupported). Only None or 1 with an int8 or int4 cache.
+    k_scale, v_scale : Optional[float or Tensor-like]
+        Quantisation scales of a float or fp8 cache (default 1): one value, or ``[num_kv_heads]``
+        values (per-KV-head scales, as :func:`append_kv` takes them: ``stored = value /
+        scale[head]``). Only None or 1 with an int8 or int4 cache.
     k_scale_cache, v_scale_cache, kv_data_type, quant_group :
         As :func:`append_paged_kv_cache`: an int8 or int4 cache's scale caches (required
         there), ``kv_data_type="int4"`` for int4 caches (uint8 nibble pairs, ``[...,
@@ -242,15 +243,12 @@ def rope_append_paged_kv_cache(q, k, v, pos_ids, paged_kv_cache, slot_mapping=No
     heads, head_dim = (kt.shape[1], kt.shape[2]) if len(kt.shape) == 3 else (0, 0)
     group = quant_group_of(kv_dt, quant_group, head_dim)
     ks, vs, kh, vh = kv_scales(c, k_scale, v_scale, heads, kv_dt)
-    if kh is not None:
-        raise error("k_scale / v_scale: per-KV-head scales are not taken by rope_append_paged_kv_cache (one scale "
-                    "per cache); rotate with apply_rope_pos_ids, then append_paged_kv_cache", "Unsupported")
     ksc, vsc = _append_scale_caches(c, kc, k_scale_cache, v_scale_cache, kv_layout, wb, kv_dt,
                                     head_dim // group if group else 0)
     cache = _cos_sin_cache(c, cos_sin_cache) if cos_sin_cache is not None else None
     _clattn._rope_append_kv(c, qt, qo, kt, vt, sl, kc, vc, kv_layout, ks, vs, slots_host, pos,
                             _host_positions(pos_ids, validate), _rotary_dim(rotary_dim), bool(interleave),
-                            float(rope_theta), float(rope_scale), cache, ksc, vsc, "i4" if kv_dt == "i4" else "",
-                            group)
+                            float(rope_theta), float(rope_scale), cache, ksc, vsc, kh, vh,
+                            "i4" if kv_dt == "i4" else "", group)
     wb.done()
     return result(q_out, qo) if qo is not None else None

@@ -101,8 +101,9 @@ void init_rope(py::module_& m) {
                               const std::string& layout, float k_scale, float v_scale, py::object slots_host,
                               py::handle pos_, py::object pos_host, int rotary_dim, bool interleave, float theta,
                               float scale, py::handle cache_, py::handle k_scale_cache, py::handle v_scale_cache,
-                              const std::string& kv_dtype, int quant_group) {
-    const KVScales sc = kv_scales(ctx, k_scale_cache, v_scale_cache, py::none(), py::none());
+                              py::handle k_head_scales, py::handle v_head_scales, const std::string& kv_dtype,
+                              int quant_group) {
+    const KVScales sc = kv_scales(ctx, k_scale_cache, v_scale_cache, k_head_scales, v_head_scales);
     const AppendKV ap = append_kv_args(ctx, k_, v_, slots_, k_cache_, v_cache_, layout, k_scale, v_scale, slots_host,
                                        sc, kv_dtype, quant_group);
     const TensorPtr q = tensor_arg(q_, "q"), qo = tensor_arg(q_out_, "q_out"), pos = tensor_arg(pos_, "pos_ids");
@@ -129,7 +130,8 @@ void init_rope(py::module_& m) {
      py::arg("k_cache"), py::arg("v_cache"), py::arg("kv_layout"), py::arg("k_scale"), py::arg("v_scale"),
      py::arg("slot_mapping_host"), py::arg("pos_ids"), py::arg("pos_ids_host"), py::arg("rotary_dim"),
      py::arg("interleave"), py::arg("rope_theta"), py::arg("rope_scale"), py::arg("cos_sin_cache"),
-     py::arg("k_scale_cache") = py::none(), py::arg("v_scale_cache") = py::none(), py::arg("kv_dtype") = "",
+     py::arg("k_scale_cache") = py::none(), py::arg("v_scale_cache") = py::none(),
+     py::arg("k_head_scales") = py::none(), py::arg("v_head_scales") = py::none(), py::arg("kv_dtype") = "",
      py::arg("quant_group") = 0);
 }
 

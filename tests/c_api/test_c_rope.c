@@ -1,6 +1,7 @@
 /* Rotary position embedding through the C ABI, compiled as C: clattn_apply_rope and
  * clattn_rope_append_kv (NeoX and GPT-J, full and partial rotary, theta/scale form) against
- * a double-precision rotation written here from clattn.h's contract; rejected calls return
+ * a double-precision rotation written here from clattn.h's contract, and per-KV-head scales into
+ * an fp8 cache byte for byte against clattn_apply_rope then clattn_append_kv; rejected calls return
  * CLATTN_INVALID_ARGUMENT naming the argument and leave their outputs untouched. */
 #include <math.h>
 
@@ -158,6 +159,76 @@ static void test_rope_append_kv(clattn_context ctx, cl_command_queue q, cl_conte
   clReleaseMemObject(sd); clReleaseMemObject(qo); clReleaseMemObject(kc); clReleaseMemObject(vc);
 }
 
+/* Per-KV-head scales into an fp8 e4m3 cache: clattn_rope_append_kv stores, byte for byte, what
+ * clattn_apply_rope (f32) then clattn_append_kv store with the same scales (k_scale 0.5, v_scale
+ * 2, [Hkv] head scales; head 0's k scale small enough to saturate e4m3); one of the pair
+ * missing and a short head-scale buffer are rejected, the cache untouched. */
+static void test_rope_append_kv_head_scales(clattn_context ctx, cl_command_queue q, cl_context c) {
+  static const int64_t pos[T] = {2, 9, 33};
+  static const int64_t slots[T] = {6, 1, -1};
+  static const float khs[HKV] = {1.0f / 256, 1.5f}, vhs[HKV] = {0.75f, 3.0f};
+  enum { CACHE = PAGES * P * HKV * D };
+  float qh[T * HQ * D], kh[T * HKV * D], vh[T * HKV * D];
+  unsigned char sent_c[CACHE], fused_k[CACHE], fused_v[CACHE], two_k[CACHE], two_v[CACHE];
+  for (int e = 0; e < T * HQ * D; ++e) qh[e] = 3.0f * rnd();
+  for (int e = 0; e < T * HKV * D; ++e) { kh[e] = 3.0f * rnd(); vh[e] = 3.0f * rnd(); }
+  memset(sent_c, 0x5a, sizeof sent_c);
+  cl_mem qd = buffer(c, sizeof qh, qh, q), kd = buffer(c, sizeof kh, kh, q), vd = buffer(c, sizeof vh, vh, q);
+  cl_mem pd = buffer(c, sizeof pos, pos, q), sd = buffer(c, sizeof slots, slots, q);
+  cl_mem qo = buffer(c, sizeof qh, NULL, q), qo2 = buffer(c, sizeof qh, NULL, q), ko = buffer(c, sizeof kh, NULL, q);
+  cl_mem kc = buffer(c, CACHE, sent_c, q), vc = buffer(c, CACHE, sent_c, q);
+  cl_mem kc2 = buffer(c, CACHE, sent_c, q), vc2 = buffer(c, CACHE, sent_c, q);
+  cl_mem khd = buffer(c, sizeof khs, khs, q), vhd = buffer(c, sizeof vhs, vhs, q), short_hs = buffer(c, 4, vhs, q);
+
+  clattn_rope_append_kv_args a;
+  memset(&a, 0, sizeof a);
+  clattn_paged_kv cache = {PAGES, P, HKV, D, 1 /* HND */, 3 /* fp8 e4m3 */, 0, 0, 0};
+  a.append.k = kd; a.append.v = vd; a.append.src_dtype = 0; a.append.slot_mapping = sd; a.append.slot_dtype = 6;
+  a.append.num_tokens = T; a.append.k_cache = kc; a.append.v_cache = vc; a.append.cache = cache;
+  a.append.k_scale = 0.5f; a.append.v_scale = 2.0f;
+  a.append.k_head_scales = khd; a.append.v_head_scales = vhd;
+  a.q = qd; a.q_out = qo; a.num_qo_heads = HQ; a.q_out_dtype = 0;
+  a.positions = pd; a.positions_dtype = 6;
+  clattn_rope_config_init(&a.rope);
+  a.rope.style = 1;
+  a.rope.rotary_dim = D / 2;
+
+  clattn_rope_append_kv_args bad = a;
+  bad.append.v_head_scales = NULL;
+  CHECK_FAILS(clattn_rope_append_kv(ctx, &bad, NULL), CLATTN_INVALID_ARGUMENT, "k_head_scales and v_head_scales");
+  bad = a;
+  bad.append.k_head_scales = short_hs; /* [Hkv] f32 needs 8 bytes */
+  CHECK_FAILS(clattn_rope_append_kv(ctx, &bad, NULL), CLATTN_INVALID_ARGUMENT, "k_head_scales");
+  read_back(q, kc, fused_k, CACHE);
+  CHECK(memcmp(fused_k, sent_c, CACHE) == 0);
+
+  CHECK(clattn_rope_append_kv(ctx, &a, NULL) == CLATTN_SUCCESS);
+  clattn_rope_args r;
+  memset(&r, 0, sizeof r);
+  r.q = qd; r.q_out = qo2; r.k = kd; r.k_out = ko; r.dtype = 0; r.num_tokens = T;
+  r.num_qo_heads = HQ; r.num_kv_heads = HKV; r.head_dim = D;
+  r.positions = pd; r.positions_dtype = 6; r.rope = a.rope;
+  CHECK(clattn_apply_rope(ctx, &r, NULL) == CLATTN_SUCCESS);
+  clattn_append_kv_args ap = a.append;
+  ap.k = ko; ap.k_cache = kc2; ap.v_cache = vc2;
+  CHECK(clattn_append_kv(ctx, &ap, NULL) == CLATTN_SUCCESS);
+  read_back(q, kc, fused_k, CACHE);
+  read_back(q, vc, fused_v, CACHE);
+  read_back(q, kc2, two_k, CACHE);
+  read_back(q, vc2, two_v, CACHE);
+  CHECK(memcmp(fused_k, two_k, CACHE) == 0 && memcmp(fused_v, two_v, CACHE) == 0);
+  CHECK(memcmp(fused_k, sent_c, CACHE) != 0);
+  int saturated = 0; /* head 0's k: |x| / (0.5 / 256) mostly past 448 -> e4m3 max 0x7e / 0xfe */
+  for (int e = 0; e < CACHE; ++e) saturated += (fused_k[e] & 0x7f) == 0x7e;
+  CHECK(saturated > 0);
+  uint32_t faults = 0;
+  CHECK(clattn_context_device_faults(ctx, &faults, 1) == CLATTN_SUCCESS && faults == 0);
+  clReleaseMemObject(qd); clReleaseMemObject(kd); clReleaseMemObject(vd); clReleaseMemObject(pd);
+  clReleaseMemObject(sd); clReleaseMemObject(qo); clReleaseMemObject(qo2); clReleaseMemObject(ko);
+  clReleaseMemObject(kc); clReleaseMemObject(vc); clReleaseMemObject(kc2); clReleaseMemObject(vc2);
+  clReleaseMemObject(khd); clReleaseMemObject(vhd); clReleaseMemObject(short_hs);
+}
+
 int main(void) {
   clattn_context ctx;
   cl_command_queue q;
@@ -165,6 +236,7 @@ int main(void) {
   if (!open_context(&ctx, &q, &c)) return report();
   test_apply_rope(ctx, q, c);
   test_rope_append_kv(ctx, q, c);
+  test_rope_append_kv_head_scales(ctx, q, c);
   clattn_context_release(ctx);
   return report();
 }

@@ -3,8 +3,8 @@
 // form, int32 and int64 positions, padded strides, in place and out of place, every io dtype;
 // rope_append_kv into every cache dtype (scales, NHD and HND, negative slots) with q_out in
 // another dtype; int8 and int4 caches against the reference quantisers and, byte for byte,
-// against apply_rope then append_kv. Device faults (a position outside the cache), and rejected
-// calls that write nothing.
+// against apply_rope then append_kv, as are fp8 and float caches with per-KV-head scales. Device
+// faults (a position outside the cache), and rejected calls that write nothing.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -456,13 +456,14 @@ TEST(RopeAppendKV, Int4CacheMatchesTheReference) {
   }
 }
 
-// int8 and int4 caches: rope_append_kv stores, byte for byte (codes, scales, [scale, zero]
-// pairs, and nothing else), what apply_rope (f32) then append_kv store for the same rows, and
-// its q_out equals apply_rope's: rows
-// longer than a work-group (D = 256), a head dim that leaves work-items idle (D = 96), more KV
-// heads than a work-group takes, more tokens than one takes on a CPU, all-zero rows and groups,
-// negative slots, NeoX / GPT-J, partial rotary, both angle forms, f32 / f16 scales, bf16 sources.
-TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
+// int8 and int4 caches, and fp8 / float caches with per-KV-head scales: rope_append_kv stores,
+// byte for byte (codes, scales, [scale, zero] pairs, and nothing else), what apply_rope (f32)
+// then append_kv store for the same rows (the same head scales), and its q_out equals
+// apply_rope's: rows longer than a work-group (D = 256), a head dim that leaves work-items idle
+// (D = 96), more KV heads than a work-group takes, more tokens than one takes on a CPU, all-zero
+// rows and groups, negative slots, NeoX / GPT-J, partial rotary, both angle forms, f32 / f16
+// scales, bf16 sources; head scales with per-tensor scales, one small enough to saturate fp8.
+TEST(RopeAppendKV, CachesEqualApplyRopeThenAppend) {
   CLATTN_SEED_TRACE();
   test::Rng rng(2807);
   struct C {
@@ -470,6 +471,7 @@ TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
     int D, R, G, Hkv, T, P;
     bool gptj, with_cache, f16s, hnd;
     DType src;
+    bool head_scales = false;  // float / fp8 caches: k/v_head_scales [Hkv], k_scale 0.5, v_scale 1.5
   };
   const C cases[] = {
       {DType::I8, 128, 128, 0, 2, 5, 16, false, false, false, false, DType::F32},
@@ -481,12 +483,19 @@ TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
       {DType::I4, 96, 96, 32, 1, 21, 16, true, false, false, false, DType::F16},
       {DType::I4, 64, 32, 64, 3, 4, 1, false, false, true, false, DType::F32},
       {DType::I4, 256, 256, 32, 2, 2, 16, true, true, false, true, DType::F32},
+      {DType::FP8_E4M3, 128, 128, 0, 3, 5, 16, false, false, false, false, DType::BF16, true},
+      {DType::FP8_E4M3, 256, 192, 0, 9, 3, 4, true, true, false, true, DType::F32, true},
+      {DType::FP8_E4M3, 96, 64, 0, 2, 21, 16, false, false, false, false, DType::F16, false},
+      {DType::F32, 64, 32, 0, 2, 4, 1, true, true, false, true, DType::F16, true},
+      {DType::BF16, 128, 128, 0, 4, 6, 16, false, false, false, false, DType::F32, true},
   };
   for (const C& k : cases) {
     const int D = k.D, Hkv = k.Hkv, Hq = Hkv, P = k.P;
     RopeCase c = make_case(rng, k.T, Hq, Hkv, D, k.R, k.gptj, k.with_cache, true);
     SCOPED_TRACE(c.describe() + " " + dtype_name(k.kv) + " G=" + std::to_string(k.G) + (k.f16s ? " f16" : " f32") +
-                 " scales P=" + std::to_string(P) + (k.hnd ? " HND" : " NHD") + " src " + dtype_name(k.src));
+                 " scales P=" + std::to_string(P) + (k.hnd ? " HND" : " NHD") + " src " + dtype_name(k.src) +
+                 (k.head_scales ? " head scales" : ""));
+    const bool quant = k.kv == DType::I8 || k.kv == DType::I4;
     PagedKV cache = test::cache_geometry(P, Hkv, D, k.hnd ? KVLayout::HND : KVLayout::NHD, k.kv, 0);
     cache.num_pages = (c.T + P - 1) / P + 2;
     if (k.kv == DType::I4) cache.quant_group = k.G;
@@ -505,7 +514,7 @@ TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
     auto dv32 = test::upload(test::pack(vv, DType::F32));
     auto dqo = test::upload(std::vector<float>(size_t(c.T * qrow), 0.0f));
     auto dko = test::upload(std::vector<float>(size_t(c.T * row), 0.0f));
-    const size_t cb = size_t(cache.required_bytes()), sb = size_t(cache.scale_required_bytes());
+    const size_t cb = size_t(cache.required_bytes()), sb = quant ? size_t(cache.scale_required_bytes()) : 4;
     std::vector<DeviceBuffer> bufs;  // fused k, v, k scales, v scales; then the two-kernel ones
     for (int i = 0; i < 8; ++i) bufs.push_back(test::upload(std::vector<uint8_t>(i % 4 < 2 ? cb : sb, kSentinel)));
     auto dpos = upload_positions(c);
@@ -516,7 +525,17 @@ TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
     a.append.k = dk.get(), a.append.v = dv.get(), a.append.src_dtype = k.src;
     a.append.slot_mapping = dslots.get(), a.append.slot_dtype = DType::I64;
     a.append.num_tokens = c.T, a.append.k_cache = bufs[0].get(), a.append.v_cache = bufs[1].get(), a.append.cache = cache;
-    a.append.k_scale_cache = bufs[2].get(), a.append.v_scale_cache = bufs[3].get();
+    if (quant) a.append.k_scale_cache = bufs[2].get(), a.append.v_scale_cache = bufs[3].get();
+    DeviceBuffer dkh, dvh;
+    if (k.head_scales) {
+      const size_t nh = size_t(Hkv);
+      std::vector<float> kh(nh), vh(nh);
+      for (int h = 0; h < Hkv; ++h) kh[size_t(h)] = float(rng.uniform(0.25, 4.0)), vh[size_t(h)] = float(rng.uniform(0.25, 4.0));
+      kh[0] = 1.0f / 256;  // k row / (0.5 / 256) passes e4m3's 448: saturated in both forms
+      dkh = test::upload(kh), dvh = test::upload(vh);
+      a.append.k_head_scales = dkh.get(), a.append.v_head_scales = dvh.get();
+      a.append.k_scale = 0.5f, a.append.v_scale = 1.5f;
+    }
     a.q = dq.get(), a.q_out = dqo.get(), a.num_qo_heads = Hq, a.q_out_dtype = DType::F32;
     a.pos.positions = dpos.get(), a.pos.dtype = DType::I64;
     a.rope = config_of(c, c.with_cache ? &dcs : nullptr);
@@ -529,14 +548,15 @@ TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
     apply_rope(ctx(), ra);
     AppendKVArgs ap = a.append;
     ap.k = dko.get(), ap.v = dv32.get(), ap.src_dtype = DType::F32;
-    ap.k_cache = bufs[4].get(), ap.v_cache = bufs[5].get(), ap.k_scale_cache = bufs[6].get(), ap.v_scale_cache = bufs[7].get();
+    ap.k_cache = bufs[4].get(), ap.v_cache = bufs[5].get();
+    if (quant) ap.k_scale_cache = bufs[6].get(), ap.v_scale_cache = bufs[7].get();
     append_kv(ctx(), ap);
     ctx().finish();
     EXPECT_EQ(ctx().device_faults(true), 0u);
     EXPECT_TRUE(test::download<uint8_t>(dqo, size_t(c.T * qrow) * 4) == test::download<uint8_t>(dqo2, size_t(c.T * qrow) * 4))
         << "q_out differs from apply_rope's";
     const char* names[] = {"k cache", "v cache", "k scales", "v scales"};
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < (quant ? 4 : 2); ++i) {
       const size_t n = i < 2 ? cb : sb;
       const auto fused = test::download<uint8_t>(bufs[size_t(i)], n), two = test::download<uint8_t>(bufs[size_t(i + 4)], n);
       size_t diff = 0;
@@ -548,7 +568,7 @@ TEST(RopeAppendKV, QuantisedCachesEqualApplyRopeThenAppend) {
 }
 
 // int4 through rope_append_kv takes append_kv's int4 checks: a group that does not divide the
-// head dim, a missing scale cache, k_scale != 1; nothing is written.
+// head dim, a missing scale cache, k_scale != 1, per-KV-head scales; nothing is written.
 TEST(RopeAppendKV, Int4RejectsBadGroupAndScales) {
   test::Rng rng(2806);
   RopeCase c = make_case(rng, 2, 2, 1, 64, 64, false, false, true);
@@ -558,6 +578,7 @@ TEST(RopeAppendKV, Int4RejectsBadGroupAndScales) {
   auto src = test::upload(std::vector<float>(2 * 2 * 64, 1.0f)), dqo = test::upload(std::vector<uint8_t>(2 * 2 * 64 * 4, kSentinel));
   auto kc = test::upload(std::vector<uint8_t>(cb, kSentinel)), ksc = test::upload(std::vector<uint8_t>(sb, kSentinel));
   auto dpos = upload_positions(c), dslots = test::upload(std::vector<int64_t>{0, 1});
+  auto hs = test::upload(std::vector<float>{0.5f});
   RopeAppendKVArgs good;
   good.append.k = good.append.v = src.get(), good.append.src_dtype = DType::F32, good.append.slot_mapping = dslots.get();
   good.append.num_tokens = 2, good.append.k_cache = good.append.v_cache = kc.get(), good.append.cache = cache;
@@ -570,6 +591,8 @@ TEST(RopeAppendKV, Int4RejectsBadGroupAndScales) {
       {"cache.quant_group", [](RopeAppendKVArgs& a) { a.append.cache.quant_group = 128; }},
       {"v_scale_cache", [](RopeAppendKVArgs& a) { a.append.v_scale_cache = nullptr; }},
       {"k_scale/v_scale must be 1", [](RopeAppendKVArgs& a) { a.append.k_scale = 0.5f; }},
+      {"k_head_scales/v_head_scales with an int4 cache",
+       [&](RopeAppendKVArgs& a) { a.append.k_head_scales = a.append.v_head_scales = hs.get(); }},
   };
   for (const Bad& b : bads) {
     RopeAppendKVArgs a = good;
@@ -635,6 +658,7 @@ TEST(RopeAppendKV, RejectsBadArgumentsWritingNothing) {
   auto dqo = test::upload(std::vector<uint8_t>(2 * 2 * 32 * 2, kSentinel));
   auto kc = test::upload(std::vector<uint8_t>(size_t(cache.required_bytes()), kSentinel));
   auto dpos = upload_positions(c), dslots = test::upload(std::vector<int64_t>{0, 1});
+  auto hs = test::upload(std::vector<float>{0.5f}), hs_short = test::upload(std::vector<uint8_t>(2, 0));
   RopeAppendKVArgs good;
   good.append.k = dk.get(), good.append.v = dk.get(), good.append.slot_mapping = dslots.get();
   good.append.num_tokens = 2, good.append.k_cache = kc.get(), good.append.v_cache = kc.get(), good.append.cache = cache;
@@ -657,6 +681,14 @@ TEST(RopeAppendKV, RejectsBadArgumentsWritingNothing) {
       {"num_qo_heads", [](RopeAppendKVArgs& a) { a.num_qo_heads = -1; }},
       {"slot_mapping", [](RopeAppendKVArgs& a) { a.append.slot_mapping = nullptr; }},
       {"k_scale", [](RopeAppendKVArgs& a) { a.append.k_scale = 0.0f; }},
+      // Per-KV-head scales: append_kv's checks (both or neither, [Hkv] f32, not with int8 / int4).
+      {"k_head_scales and v_head_scales go together", [&](RopeAppendKVArgs& a) { a.append.k_head_scales = hs.get(); }},
+      {"k_head_scales and v_head_scales go together", [&](RopeAppendKVArgs& a) { a.append.v_head_scales = hs.get(); }},
+      {"v_head_scales: buffer holds 2 bytes",
+       [&](RopeAppendKVArgs& a) { a.append.k_head_scales = hs.get(), a.append.v_head_scales = hs_short.get(); }},
+      {"k_head_scales/v_head_scales with an int8 cache", [&](RopeAppendKVArgs& a) {
+         a.append.cache.dtype = DType::I8, a.append.k_head_scales = a.append.v_head_scales = hs.get();
+       }},
   };
   for (const Bad& b : bads) {
     RopeAppendKVArgs a = good;

@@ -219,6 +219,46 @@ def test_rope_append_paged_kv_cache_flashinfer_metadata(ctx, rng):
                                    rtol=2.0 ** -4, atol=2e-3)
 
 
+@pytest.mark.parametrize("kv,layout,interleave", [("fp8_e4m3", "NHD", False), ("f32", "HND", True)])
+def test_rope_append_per_head_scales_equal_rope_then_append(ctx, rng, kv, layout, interleave):
+    """Per-KV-head k_scale / v_scale ([num_kv_heads]: a numpy array, an f32 device tensor) store
+    exactly what apply_rope_pos_ids then append_kv store with the same scales (head 0's k scale
+    small enough to saturate e4m3); loaded = stored * scale[head] is the rotated row."""
+    T, Hq, Hkv, D, P, pages, R = 6, 4, 2, 64, 4, 4, 48
+    q, _ = _data(rng, T, Hq, D, "f32")
+    k, _ = _data(rng, T, Hkv, D, "f32")
+    v, _ = _data(rng, T, Hkv, D, "f32")
+    k *= 3
+    pos = rng.integers(0, 300, T)
+    slots = np.array([5, -1, 0, 13, 2, 7], np.int64)
+    shape = (pages, P, Hkv, D) if layout == "NHD" else (pages, Hkv, P, D)
+    k_scale = np.array([1.0 / 256, 1.5], np.float32)
+    v_scale = ctx.to_device(np.array([0.75, 2.0], np.float32))
+    kc, vc = ctx.zeros(shape, kv), ctx.zeros(shape, kv)
+    q_out = clattn.rope_append_paged_kv_cache(q, k, v, pos, (kc, vc), slots, kv_layout=layout, rotary_dim=R,
+                                              interleave=interleave, k_scale=k_scale, v_scale=v_scale)
+    q_rot, k_rot = clattn.apply_rope_pos_ids(q, k, pos, rotary_dim=R, interleave=interleave)
+    kc2, vc2 = ctx.zeros(shape, kv), ctx.zeros(shape, kv)
+    clattn.append_kv(k_rot, v, slots, kc2, vc2, layout, k_scale=k_scale, v_scale=v_scale)
+    np.testing.assert_array_equal(q_out.numpy(), q_rot.numpy())
+    np.testing.assert_array_equal(kc.numpy(), kc2.numpy(), err_msg="k_cache")
+    np.testing.assert_array_equal(vc.numpy(), vc2.numpy(), err_msg="v_cache")
+    load = ref.fp8_to_float if kv == "fp8_e4m3" else (lambda x: x.astype(np.float64))
+    want_k = rope_ref(k, pos, R, interleave)
+    vs = v_scale.numpy()
+    for t, s in enumerate(slots):
+        if s < 0:
+            continue
+        gk, gv = load(_slot_rows(kc.numpy(), s, layout)), load(_slot_rows(vc.numpy(), s, layout))
+        if kv == "f32":
+            np.testing.assert_allclose(gk * k_scale[:, None], want_k[t], rtol=1e-6, atol=angle_tol(pos))
+            np.testing.assert_allclose(gv * vs[:, None], v[t], rtol=1e-6)
+        else:  # e4m3: 3 mantissa bits; head 0's k rows saturate at 448
+            np.testing.assert_allclose(gk[1] * k_scale[1], want_k[t][1], rtol=2.0 ** -4, atol=2e-3)
+            assert (np.abs(gk[0]) == 448).any()
+            np.testing.assert_allclose(gv * vs[:, None], v[t], rtol=2.0 ** -4, atol=2e-3)
+
+
 def test_rope_append_in_place_q(ctx, rng):
     T, Hq, Hkv, D = 3, 2, 1, 64
     q, _ = _data(rng, T, Hq, D, "f32")
@@ -274,4 +314,11 @@ def test_rope_errors(ctx, rng):
         clattn.rope_append_paged_kv_cache(q, q, q, pos, (k_cache, v_cache))
     with pytest.raises(clattn.Error, match="q: shape"):
         clattn.rope_append_paged_kv_cache(q[:2], q, q, pos, (k_cache, v_cache), slots)
+    # per-KV-head scales: [num_kv_heads] values > 0
+    with pytest.raises(clattn.Error, match=r"k_scale: per-KV-head scales must be > 0"):
+        clattn.rope_append_paged_kv_cache(q, q, q, pos, (k_cache, v_cache), slots, k_scale=np.array([0.5, 0.0]))
+    with pytest.raises(clattn.Error, match=r"v_scale: shape \[3\]: expected one value or \[2\]"):
+        clattn.rope_append_paged_kv_cache(q, q, q, pos, (k_cache, v_cache), slots, v_scale=np.ones(3))
+    with pytest.raises(clattn.Error, match="k_scale: shape"):
+        clattn.rope_append_paged_kv_cache(q, q, q, pos, (k_cache, v_cache), slots, k_scale=ctx.zeros((3,), "f32"))
     assert not k_cache.numpy().any() and not v_cache.numpy().any()  # nothing written by a rejected call

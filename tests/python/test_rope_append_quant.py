@@ -153,6 +153,9 @@ def test_rope_append_quantised_errors(ctx, rng):
             kv_data_type="int4", quant_group=32)
     f32 = (ctx.zeros((n, P, Hkv, D), "f32"), ctx.zeros((n, P, Hkv, D), "f32"))
     refused("k_scale_cache: the cache is f32", f32, k_scale_cache=i8[2], v_scale_cache=i8[3])
-    refused("per-KV-head scales", f32, status=2, k_scale=np.array([0.5, 2.0], np.float32))
+    refused("v_scale: an int8 cache", i8, v_scale=np.array([0.5, 2.0], np.float32), k_scale_cache=i8[2],
+            v_scale_cache=i8[3])  # per-KV-head scales: float and fp8 caches only
+    refused("k_scale: an int4 cache", i4, k_scale=np.array([0.5, 2.0], np.float32), k_scale_cache=i4[2],
+            v_scale_cache=i4[3], kv_data_type="int4", quant_group=32)
     for t in i8 + i4 + f32:
         assert not t.numpy().any(), "a rejected call wrote"
