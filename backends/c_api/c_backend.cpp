@@ -110,8 +110,17 @@ clattn_status clattn_kv_pool_set_layer_scales(clattn_kv_pool pool, int layer_id,
   return guard([&] {
     need(pool, "pool");
     clattn::KVPool::Layer l = pool->pool.layer(layer_id);
+    if (l.kind == clattn::LayerKind::MLA && l.latent.scale_required_bytes() > 0) {  // int8 latent: one pair cache
+      l.k_scale_cache = need(k_scale_cache, "k_scale_cache (the latent's scale cache)");
+      if (v_scale_cache)
+        invalid("v_scale_cache: MLA layer " + std::to_string(layer_id) +
+                " has one scale cache (k_scale_cache, a (ckv, kpe) pair per token); pass NULL");
+      pool->pool.set_layer(layer_id, l);
+      return;
+    }
     if (l.kind != clattn::LayerKind::MHA || l.kv.scale_required_bytes() == 0)
-      invalid("layer " + std::to_string(layer_id) + " has no scale caches (only MHA layers of an int8 or int4 pool)");
+      invalid("layer " + std::to_string(layer_id) +
+              " has no scale caches (only MHA layers of an int8 or int4 pool and MLA layers of an int8 pool)");
     l.k_scale_cache = need(k_scale_cache, "k_scale_cache");
     l.v_scale_cache = need(v_scale_cache, "v_scale_cache");
     pool->pool.set_layer(layer_id, l);

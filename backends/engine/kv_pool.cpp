@@ -27,10 +27,11 @@ void check_config(const KVPoolConfig& cfg, const std::vector<LayerSpec>& layers)
                 std::to_string(cfg.num_pages) + ", " + std::to_string(cfg.page_size) + ")");
   if (cfg.kv_dtype == DType::I8 || cfg.kv_dtype == DType::I4) {
     const std::string q = dtype_name(cfg.kv_dtype);
-    for (const auto& l : layers)
-      if (l.kind == LayerKind::MLA)
-        throw Error(Status::Unsupported, "KVPool: kv_dtype " + q + " with MLA layer " + std::to_string(l.layer_id) +
-                                             ": the engine's MLA layers take no " + q + " latents (docs/kv_formats.md)");
+    if (cfg.kv_dtype == DType::I4)  // int8 latents: MlaCache's int8 form, with its scale cache
+      for (const auto& l : layers)
+        if (l.kind == LayerKind::MLA)
+          throw Error(Status::Unsupported, "KVPool: kv_dtype " + q + " with MLA layer " + std::to_string(l.layer_id) +
+                                               ": the MLA latent cache has no " + q + " form (docs/kv_formats.md)");
     if (cfg.scale_dtype != DType::F32 && cfg.scale_dtype != DType::F16)
       rt::invalid(std::string("KVPool: scale_dtype ") + dtype_name(cfg.scale_dtype) + " is not f32/f16 (" + q +
                   " scale caches)");
@@ -68,6 +69,7 @@ KVPool::Layer describe(const KVPoolConfig& cfg, const LayerSpec& l) {
     out.latent.num_pages = cfg.num_pages;
     out.latent.page_size = cfg.page_size;
     out.latent.dtype = cfg.kv_dtype;
+    out.latent.scale_dtype = cfg.scale_dtype;
   } else {
     out.linear = l.linear;
     out.state.num_slots = cfg.num_state_slots;
@@ -108,6 +110,8 @@ std::vector<Planned> plan_buffers(const KVPoolConfig& cfg, std::vector<KVPool::L
     } else if (l.kind == LayerKind::MLA) {
       out.push_back({l.latent.ckv_required_bytes(), id + " ckv cache", &l.k});
       out.push_back({l.latent.kpe_required_bytes(), id + " kpe cache", &l.v});
+      if (const int64_t sb = l.latent.scale_required_bytes(); sb > 0)  // int8: the (ckv, kpe) scale pairs
+        out.push_back({sb, id + " latent scale cache", &l.k_scale_cache});
     } else {
       const auto& g = l.linear;
       if (g.num_v_heads <= 0 || g.head_dim_k <= 0 || g.head_dim_v <= 0)
@@ -215,9 +219,12 @@ int64_t KVPool::bytes_per_page() const {
       if (l.kv.num_pages > 0)  // scale caches: the pool allocates them contiguous, a page's share each
         n = ck::add(n, ck::mul(2, l.kv.scale_required_bytes() / l.kv.num_pages, what), what);
     }
-    else if (l.kind == LayerKind::MLA)
+    else if (l.kind == LayerKind::MLA) {
       n = ck::add(n, ck::mul(ck::add(l.latent.ckv_page_stride(), l.latent.kpe_page_stride(), what),
                              int64_t(dtype_size(l.latent.dtype)), what), what);
+      if (l.latent.num_pages > 0)  // int8: the scale-pair cache, a page's share
+        n = ck::add(n, l.latent.scale_required_bytes() / l.latent.num_pages, what);
+    }
   }
   return n;
 }

@@ -1,5 +1,6 @@
-// "mla": DeepSeek latent-attention layers (absorbed form) on the paged latent cache. One
-// CSR and one upload per step; one plan per distinct (heads, scale).
+// "mla": DeepSeek latent-attention layers (absorbed form) on the paged latent cache (int8
+// latents with the pool's scale-pair cache). One CSR and one upload per step; one plan per
+// distinct (heads, scale).
 #include <algorithm>
 #include <map>
 #include <string>
@@ -70,11 +71,13 @@ class MlaBackend final : public AttentionBackend {
       a.slot_mapping = step_.slots(), a.slot_dtype = step_.slot_dtype(), a.num_tokens = step_.batch().num_tokens;
       a.ckv_cache = L.k, a.kpe_cache = L.v, a.cache = L.latent;
       a.scale = pool_.config().k_scale;
+      a.scale_cache = L.k_scale_cache;  // int8 latents: the (ckv, kpe) scale pairs; null otherwise
       append_latent(ctx_, a, e);
     }
     MlaBuffers b;
     b.q_nope = io.q, b.q_pe = io.q_pe, b.ckv = L.k, b.kpe = L.v, b.page_ids = step_.page_ids();
     b.o = io.o, b.lse = io.lse, b.workspace = step_.workspace(), b.kv_scale = pool_.config().k_scale;
+    b.scale_cache = L.k_scale_cache;
     mla_run(ctx_, shapes_.at(key_of_.at(layer_id)).plan, b, e);
   }
 

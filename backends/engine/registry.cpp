@@ -47,6 +47,10 @@ void check_pool_layer(const KVPool& pool, const LayerSpec& l, const std::string&
     rt::invalid(tag + ": the KVPool layer's " + dtype_name(L.kv.dtype) +
                 " cache has no scale caches (KVPool::Layer k_scale_cache / v_scale_cache: allocate the pool or "
                 "pass them to set_layer)");
+  if (l.kind == LayerKind::MLA && L.latent.scale_required_bytes() > 0 && !L.k_scale_cache)
+    rt::invalid(tag + ": the KVPool layer's " + dtype_name(L.latent.dtype) +
+                " latent cache has no scale cache (KVPool::Layer k_scale_cache: allocate the pool or pass it to "
+                "set_layer)");
 }
 
 void rethrow_for_layer(const Error& e, const std::string& tag, const Context& ctx) {

@@ -101,12 +101,13 @@ struct LayerIO {
 struct KVPoolConfig {
   int num_pages = 0;                 // pages per layer (every full-attention layer alike)
   int page_size = 16;
-  DType kv_dtype = DType::BF16;      // MHA K/V (f32 f16 bf16 fp8 int8 int4) and MLA latent storage (not int8 / int4)
+  DType kv_dtype = DType::BF16;      // MHA K/V (f32 f16 bf16 fp8 int8 int4) and MLA latent storage (not int4)
   KVLayout layout = KVLayout::NHD;   // MHA only
   float k_scale = 1.0f, v_scale = 1.0f;  // fp8: loaded = stored * scale (MLA uses k_scale); int8 / int4: 1
-  // int8 / int4 MHA caches: the dtype of the scale caches beside them (f32 or f16), written by
+  // int8 / int4 caches: the dtype of the scale caches beside them (f32 or f16), written by
   // forward's append: one scale per (token, KV head) for int8, a [scale, zero] pair per
-  // (token, KV head, group) for int4 (docs/kv_formats.md).
+  // (token, KV head, group) for int4, a (ckv scale, kpe scale) pair per token for int8 MLA
+  // latents (docs/kv_formats.md).
   DType scale_dtype = DType::F32;
   // int4: head-dim elements per [scale, zero] pair, 32, 64 or 128, dividing every MHA layer's
   // head_dim (64: 12.5 % more bytes than the nibbles in f16 pairs); unused by other dtypes.
@@ -116,7 +117,7 @@ struct KVPoolConfig {
 };
 
 // Per-layer caches: MHA k/v (PagedKV; int8 / int4 ones with their scale caches), MLA ckv/kpe
-// (MlaCache, split buffers), linear state pools. Allocates them (constructor with a context) or starts empty for an engine that
+// (MlaCache, split buffers; int8 ones with their scale-pair cache), linear state pools. Allocates them (constructor with a context) or starts empty for an engine that
 // supplies its own cl_mems through set_layer (the pool then never releases them).
 class CLATTN_API KVPool {
  public:
@@ -124,7 +125,9 @@ class CLATTN_API KVPool {
     LayerKind kind = LayerKind::MHA;
     cl_mem k = nullptr, v = nullptr;   // MHA: K and V caches; MLA: ckv and kpe caches
     // MHA caches whose format has scale caches (int8, int4: kv.scale_required_bytes() > 0): the
-    // K and V scale caches, indexed by the same page ids (PagedKV).
+    // K and V scale caches, indexed by the same page ids (PagedKV). int8 MLA latents
+    // (latent.scale_required_bytes() > 0): k_scale_cache is the latent's scale cache (a (ckv,
+    // kpe) scale pair per token, MlaCache), v_scale_cache is unused.
     cl_mem k_scale_cache = nullptr, v_scale_cache = nullptr;
     PagedKV kv;                        // MHA descriptor
     MlaCache latent;                   // MLA descriptor

@@ -788,7 +788,7 @@ CLATTN_API void clattn_layer_spec_init(clattn_layer_spec* l);
 
 typedef struct clattn_kv_pool_config {
   int num_pages, page_size;     /* full-attention / MLA layers */
-  int kv_dtype, layout;         /* cache dtype (7 int8, 8 int4: MHA layers only), NHD/HND (MHA) */
+  int kv_dtype, layout;         /* cache dtype (7 int8; 8 int4: MHA layers only), NHD/HND (MHA) */
   float k_scale, v_scale;       /* fp8: loaded = stored * scale; int8 / int4: 1 */
   int num_state_slots, state_dtype;  /* linear layers */
   int scale_dtype;              /* int8 / int4: the scale caches' dtype, 0 f32 (init), 1 f16 */
@@ -807,7 +807,9 @@ CLATTN_API clattn_status clattn_kv_pool_create(clattn_context ctx, const clattn_
 CLATTN_API clattn_status clattn_kv_pool_set_layer(clattn_kv_pool pool, int layer_id, cl_mem k, cl_mem v);
 CLATTN_API clattn_status clattn_kv_pool_get_layer(clattn_kv_pool pool, int layer_id, cl_mem* k, cl_mem* v);
 /* MHA layers of a format with scale caches (int8, int4): the K and V scale caches (clattn_paged_kv's
- * layout; set: engine-owned ones beside clattn_kv_pool_set_layer's caches, never released). */
+ * layout; set: engine-owned ones beside clattn_kv_pool_set_layer's caches, never released).
+ * MLA layers of an int8 pool: k_scale_cache is the latent's scale cache (a (ckv, kpe) pair per
+ * token, clattn_mla_cache's), v_scale_cache NULL. */
 CLATTN_API clattn_status clattn_kv_pool_set_layer_scales(clattn_kv_pool pool, int layer_id, cl_mem k_scale_cache,
                                                          cl_mem v_scale_cache);
 CLATTN_API clattn_status clattn_kv_pool_get_layer_scales(clattn_kv_pool pool, int layer_id, cl_mem* k_scale_cache,

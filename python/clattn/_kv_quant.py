@@ -1,10 +1,10 @@
 """The buffers beside a paged KV cache, checked in one place for every wrapper (decode,
-paged prefill, append): a quantised cache's scale caches and per-KV-head dequantisation
+paged prefill, append, MLA): a quantised cache's scale caches and per-KV-head dequantisation
 scales. Layouts and reasoning: docs/kv_formats.md. Not public API."""
 import numpy as np
 
 from ._clattn import Tensor
-from ._util import _is_pyopencl_array, as_tensor, check, error, is_raw_buffer
+from ._util import _is_pyopencl_array, as_tensor, check, error, is_raw_buffer, scale_value
 
 # Quantised cache dtypes -> (their name in messages, the dtypes their scale caches may hold).
 # int8: one scale per (token, KV head); int4: a [scale, zero] pair per (token, KV head, group of
@@ -137,3 +137,48 @@ def kv_scales(ctx, k_scale, v_scale, num_kv_heads, kv_dtype):
         return vals[0], vals[1], None, None
     heads = [x if isinstance(x, Tensor) else ctx.to_device(np.full(num_kv_heads, x, np.float32), "f32") for x in vals]
     return 1.0, 1.0, heads[0], heads[1]
+
+
+# MLA latent caches (docs/kv_formats.md "int8 MLA latent"): int8 latents carry one scale cache
+# of a (ckv scale, kpe scale) pair per token, [num_pages, page_size, 2], beside the pages.
+LATENT_SCALE_DTYPES = ("f32", "f16")
+
+
+def latent_scale_cache_shape(num_pages, page_size):
+    return (num_pages, page_size, 2)
+
+
+def latent_scale_cache(ctx, kv_dtype, scale_cache, num_pages, page_size, scale_dtype=None):
+    """The scale-cache tensor of an MLA latent cache of ``kv_dtype`` holding ``num_pages``
+    pages: None for a float latent (passing one is an error), required and checked (f32 or
+    f16, ``[num_pages, page_size, 2]``) for int8. ``scale_dtype`` is the dtype a raw buffer
+    is read as (default f32)."""
+    if kv_dtype != "i8":
+        if scale_cache is not None:
+            raise error(f"scale_cache: the latent cache is {kv_dtype}; a scale cache belongs to int8 latents")
+        return None
+    shape = latent_scale_cache_shape(num_pages, page_size)
+    if scale_cache is None:
+        raise error(f"scale_cache: required with an int8 latent cache (a (ckv scale, kpe scale) pair per token, "
+                    f"shape {list(shape)} {' or '.join(LATENT_SCALE_DTYPES)}; docs/kv_formats.md)")
+    if is_raw_buffer(scale_cache):
+        t = as_tensor(ctx, scale_cache, "scale_cache", scale_dtype or "f32", shape)
+    else:
+        t = as_tensor(ctx, scale_cache, "scale_cache")
+    return check(t, "scale_cache", LATENT_SCALE_DTYPES, shape)
+
+
+def latent_kv_scale(kv_dtype, ckv_scale, kpe_scale, kv_scale):
+    """The one dequantisation scale the MLA kernels take (``ckv_scale``, else clattn's
+    ``kv_scale``; ``kpe_scale`` must be None or equal it). An int8 latent carries its scales
+    in its scale cache: all three only None or 1 there."""
+    if kv_dtype == "i8":
+        for arg, x in (("ckv_scale", ckv_scale), ("kpe_scale", kpe_scale), ("kv_scale", kv_scale)):
+            if x is not None and scale_value(x, arg) != 1.0:
+                raise error(f"{arg}: an int8 latent cache carries a (ckv, kpe) scale pair per token in its "
+                            "scale_cache; ckv_scale / kpe_scale / kv_scale must be None or 1")
+        return 1.0
+    scale = scale_value(ckv_scale if ckv_scale is not None else kv_scale, "ckv_scale")
+    if kpe_scale is not None and scale_value(kpe_scale, "kpe_scale") != scale:
+        raise error("kpe_scale != ckv_scale: clattn's MLA kernel takes one scale for both caches", "Unsupported")
+    return scale

@@ -8,7 +8,7 @@ from . import _clattn
 from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, is_host_array, is_raw_buffer,
                     rescale_lse, result, scale_value, _ITEMSIZE)
 from .attention import _Wrapper, _arg, _metadata, _num_pages, _outputs
-from .mla import CKV_DIM, KPE_DIM, _plan_checks
+from .mla import CKV_DIM, KPE_DIM, _LatentPlans, _plan_checks, _scale_dtype
 
 
 def _typed(ctx, x, name, dtype, shape, kinds):
@@ -158,7 +158,7 @@ class DsaIndexer(_Wrapper):
         return wb.track(x, name, lambda: check(_arg(self._ctx, x, name, shape, dtype), name, (dtype,), shape))
 
 
-class MlaSparseDecodeWrapper(_Wrapper):
+class MlaSparseDecodeWrapper(_LatentPlans, _Wrapper):
     r"""Sparse MLA decode (DeepSeek-V3.2 DSA, FlashMLA's sparse decode): each request's query
     row attends only to the latent rows at the token positions its index list names.
 
@@ -193,7 +193,7 @@ class MlaSparseDecodeWrapper(_Wrapper):
 
     def plan(self, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size, sm_scale,
              topk, q_data_type="bfloat16", kv_data_type=None, o_data_type=None, *, block_tables=None,
-             seq_lens=None, num_pages=None, max_splits=0, validate=True):
+             seq_lens=None, num_pages=None, max_splits=0, validate=True, kv_scale_data_type="float32"):
         r"""Plan sparse MLA decode for one batch (one query row per request).
 
         Parameters
@@ -213,7 +213,8 @@ class MlaSparseDecodeWrapper(_Wrapper):
             Entries of each request's index list, 1..65536.
         q_data_type, kv_data_type, o_data_type :
             q and o float32 / float16 / bfloat16; the latent cache float16 / bfloat16 /
-            fp8_e4m3 (float32 where local memory allows); kv and o default to q's.
+            fp8_e4m3 / int8 (float32 where local memory allows); kv and o default to q's.
+            An int8 latent comes with a scale cache (``run``'s ``scale_cache``).
         block_tables : Optional int32 ``[B, max_pages]``, keyword
             Page-table form (with ``seq_lens`` ``[B]``) instead of the CSR.
         num_pages : Optional[int], keyword
@@ -222,9 +223,13 @@ class MlaSparseDecodeWrapper(_Wrapper):
             KV chunks per request (0 = planner's choice, 1 = never split).
         validate : bool, keyword
             Run the O(pages) metadata validation.
+        kv_scale_data_type : str, keyword
+            int8 latents: the scale cache's dtype, float32 (default) or float16 (a ``run``
+            with the other dtype plans again).
         """
         q_dt, kv_dt, o_dt = _plan_checks(head_dim_ckv, head_dim_kpe, sm_scale, q_data_type, kv_data_type,
                                          o_data_type)
+        sc_dt = _scale_dtype(kv_scale_data_type)
         ip, ind, kl, bt, sl, batch, max_pages, used = _metadata(kv_indptr, kv_indices, kv_len_arr, "kv_len_arr",
                                                                 block_tables, seq_lens)
         last = None
@@ -238,13 +243,18 @@ class MlaSparseDecodeWrapper(_Wrapper):
                             f"{int(npg[i])}")
             last = np.where(npg > 0, kl - (npg - 1) * page_size, 0).astype(np.int32)
         pages = _num_pages(used, num_pages)
-        self._plan = _clattn._mla_sparse_plan(self._ctx, ip, ind, last, bt, sl, max_pages, int(page_size), pages,
-                                              kv_dt, int(num_heads), q_dt, o_dt, float(sm_scale), int(topk),
-                                              int(max_splits), bool(validate))
+        self._plan = None
+
+        def make(scale_dtype):
+            return _clattn._mla_sparse_plan(self._ctx, ip, ind, last, bt, sl, max_pages, int(page_size), pages,
+                                            kv_dt, int(num_heads), q_dt, o_dt, float(sm_scale), int(topk),
+                                            int(max_splits), bool(validate), scale_dtype)
+
+        self._set_plans(make, sc_dt)
         ids = bt if bt is not None else ind
         self._page_ids = self._ctx.to_device(ids if ids.size else np.zeros(1, np.int32), "i32")
         self._dims = dict(batch_size=batch, num_heads=int(num_heads), page_size=int(page_size), num_pages=pages,
-                          topk=int(topk), q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt)
+                          topk=int(topk), q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt, scale_dtype=sc_dt)
 
     def _cache(self, x, name, width, pages=None):
         d, ctx = self._dims, self._ctx
@@ -256,7 +266,7 @@ class MlaSparseDecodeWrapper(_Wrapper):
         return check(t, name, (d["kv_dtype"],), (pages, d["page_size"], width))
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, indices, out=None, lse=None, return_lse=False, *,
-            return_lse_base_on_e=False, ckv_scale=None, kpe_scale=None, kv_scale=None):
+            return_lse_base_on_e=False, ckv_scale=None, kpe_scale=None, kv_scale=None, scale_cache=None):
         r"""Run sparse MLA decode over the index lists.
 
         Parameters
@@ -274,7 +284,11 @@ class MlaSparseDecodeWrapper(_Wrapper):
             Also return the LSE (base 2 unless ``return_lse_base_on_e``, keyword).
         ckv_scale, kpe_scale, kv_scale : Optional[float], keyword
             One dequantisation scale for an fp8 latent cache, as
-            :meth:`BatchMLAPagedAttentionWrapper.run` (``kpe_scale`` must equal ``ckv_scale``).
+            :meth:`BatchMLAPagedAttentionWrapper.run` (``kpe_scale`` must equal ``ckv_scale``;
+            only None or 1 with an int8 latent).
+        scale_cache : Optional[Tensor-like] ``[num_pages, page_size, 2]`` float32 / float16, keyword
+            int8 latents only (required there): the (ckv scale, kpe scale) pair of every
+            token, as :meth:`BatchMLAPagedAttentionWrapper.run`.
 
         Returns
         -------
@@ -283,9 +297,6 @@ class MlaSparseDecodeWrapper(_Wrapper):
         """
         if self._plan is None:
             raise error("run() before plan()")
-        scale = scale_value(ckv_scale if ckv_scale is not None else kv_scale, "ckv_scale")
-        if kpe_scale is not None and scale_value(kpe_scale, "kpe_scale") != scale:
-            raise error("kpe_scale != ckv_scale: clattn's MLA kernel takes one scale for both caches", "Unsupported")
         d, ctx = self._dims, self._ctx
         B, H = d["batch_size"], d["num_heads"]
         qn = check(_arg(ctx, q_nope, "q_nope", (B, H, CKV_DIM), d["q_dtype"]), "q_nope", (d["q_dtype"],),
@@ -295,12 +306,13 @@ class MlaSparseDecodeWrapper(_Wrapper):
         kpe = self._cache(kpe_cache, "kpe_cache", KPE_DIM, ckv.shape[0])
         if ckv.shape[0] < d["num_pages"]:
             raise error(f"ckv_cache: {ckv.shape[0]} pages, the planned page ids reach page {d['num_pages'] - 1}")
+        scale, sc = self._latent_side(ckv.shape[0], scale_cache, ckv_scale, kpe_scale, kv_scale)
         ishape = (B, d["topk"])
         idx = _typed(ctx, indices, "indices", "i32", ishape, "iu")
         wb = Writeback()
         o_t, lse_t = _outputs(ctx, wb, out, lse, return_lse, (B, H, CKV_DIM), d["o_dtype"])
         _clattn._mla_sparse_run(ctx, self._plan, qn, qp, ckv, kpe, self._page_ids, idx, o_t, lse_t,
-                                self._ws.get(self._plan.workspace_bytes), scale)
+                                self._ws.get(self._plan.workspace_bytes), scale, sc)
         if not return_lse_base_on_e:
             rescale_lse(ctx, lse_t, LOG2E)
         wb.done()

@@ -3,7 +3,8 @@ import numpy as np
 
 from . import _clattn
 from ._util import (LOG2E, Writeback, as_tensor, check, dtype_name, error, host_i32, is_raw_buffer, rescale_lse,
-                    result, scale_value, _ITEMSIZE)
+                    result, _ITEMSIZE)
+from ._kv_quant import LATENT_SCALE_DTYPES, latent_kv_scale, latent_scale_cache
 from .attention import _Wrapper, _arg, _outputs, _unsupported_if
 
 CKV_DIM, KPE_DIM = 512, 64
@@ -23,7 +24,39 @@ def _plan_checks(head_dim_ckv, head_dim_kpe, sm_scale, q_data_type, kv_data_type
     return q_dt, kv_dt, o_dt
 
 
-class BatchMLAPagedAttentionWrapper(_Wrapper):
+def _scale_dtype(kv_scale_data_type):
+    dt = dtype_name(kv_scale_data_type, "kv_scale_data_type")
+    if dt not in LATENT_SCALE_DTYPES:
+        raise error(f"kv_scale_data_type: {dt}, expected float32 or float16 (the int8 latent's scale cache)")
+    return dt
+
+
+class _LatentPlans:
+    """The plans of one ``plan()`` call, one per scale-cache dtype: an int8 latent's plan
+    records its scale dtype, so a ``run`` with a scale cache of the other dtype plans again
+    from the same metadata (once; kept)."""
+
+    def _set_plans(self, make, scale_dtype):
+        self._make, self._plans = make, {}
+        self._use_scales(scale_dtype)
+
+    def _use_scales(self, scale_dtype):
+        if scale_dtype not in self._plans:
+            self._plans[scale_dtype] = self._make(scale_dtype)
+        self._plan = self._plans[scale_dtype]
+
+    def _latent_side(self, ckv_pages, scale_cache, ckv_scale, kpe_scale, kv_scale):
+        """(kv_scale, scale_cache tensor or None) of a run, checked against the plan."""
+        d = self._dims
+        scale = latent_kv_scale(d["kv_dtype"], ckv_scale, kpe_scale, kv_scale)
+        sc = latent_scale_cache(self._ctx, d["kv_dtype"], scale_cache, ckv_pages, d["page_size"],
+                                d["scale_dtype"])
+        if sc is not None:
+            self._use_scales(sc.dtype)
+        return scale, sc
+
+
+class BatchMLAPagedAttentionWrapper(_LatentPlans, _Wrapper):
     r"""Wrapper class for MLA (`Multi-head Latent Attention <https://arxiv.org/abs/2405.04434>`_)
     PagedAttention on DeepSeek models, shaped like ``flashinfer.mla.BatchMLAPagedAttentionWrapper``.
     This kernel can be used in decode, and incremental prefill and should be used together
@@ -31,7 +64,9 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
     output ``[T, num_heads, head_dim_ckv]`` is projected by ``W_UV`` afterwards.
 
     Scores are ``sm_scale * (q_nope . ckv + q_pe . kpe)``; values are ``ckv``.
-    Only ``head_dim_ckv = 512`` and ``head_dim_kpe = 64`` are served.
+    Only ``head_dim_ckv = 512`` and ``head_dim_kpe = 64`` are served. An int8 latent cache
+    (``kv_data_type="int8"``) comes with a scale cache (``run``'s ``scale_cache``: a (ckv
+    scale, kpe scale) pair per token; docs/kv_formats.md "int8 MLA latent").
 
     Example
     -------
@@ -59,7 +94,7 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
 
     def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
              page_size, causal, sm_scale, q_data_type, kv_data_type, use_profiler=False, o_data_type=None,
-             validate=True):
+             validate=True, *, kv_scale_data_type="float32"):
         r"""Plan the MLA attention computation.
 
         Parameters
@@ -85,13 +120,18 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
         sm_scale : float
             The scale factor for softmax operation (required: model-dependent).
         q_data_type, kv_data_type :
-            dtypes of q (f32/f16/bf16) and the latent cache (f16/bf16/fp8_e4m3, f32 where
-            local memory allows).
+            dtypes of q (f32/f16/bf16) and the latent cache (f16/bf16/fp8_e4m3/int8, f32
+            where local memory allows). An int8 latent comes with a scale cache (``run``'s
+            ``scale_cache``).
         use_profiler : bool
             Ignored.
+        kv_scale_data_type : str
+            Keyword; int8 latents: the scale cache's dtype, float32 (default) or float16 (a
+            ``run`` with the other dtype plans again).
         """
         q_dt, kv_dt, o_dt = _plan_checks(head_dim_ckv, head_dim_kpe, sm_scale, q_data_type, kv_data_type,
                                          o_data_type)
+        sc_dt = _scale_dtype(kv_scale_data_type)
         qo = host_i32(qo_indptr, "qo_indptr")
         ip = host_i32(kv_indptr, "kv_indptr")
         ind = host_i32(kv_indices, "kv_indices")
@@ -108,12 +148,17 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
         last = np.where(npg > 0, kl - (npg - 1) * page_size, 0).astype(np.int32)
         extend = bool(np.any(np.diff(qo) != 1))
         num_pages = int(ind.max()) + 1 if ind.size else 1
-        self._plan = _clattn._mla_plan(self._ctx, qo if extend else None, ip, ind, last, int(page_size), num_pages,
-                                       kv_dt, int(num_heads), q_dt, o_dt, float(sm_scale), bool(causal), extend,
-                                       bool(validate))
+        self._plan = None
+
+        def make(scale_dtype):
+            return _clattn._mla_plan(self._ctx, qo if extend else None, ip, ind, last, int(page_size), num_pages,
+                                     kv_dt, int(num_heads), q_dt, o_dt, float(sm_scale), bool(causal), extend,
+                                     bool(validate), scale_dtype)
+
+        self._set_plans(make, sc_dt)
         self._indices = self._ctx.to_device(ind if ind.size else np.zeros(1, np.int32), "i32")
         self._dims = dict(num_tokens=int(qo[-1]), num_heads=int(num_heads), page_size=int(page_size),
-                          num_pages=num_pages, q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt)
+                          num_pages=num_pages, q_dtype=q_dt, kv_dtype=kv_dt, o_dtype=o_dt, scale_dtype=sc_dt)
 
     def _cache(self, x, name, width):
         d = self._dims
@@ -125,7 +170,7 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False, profiler_buffer=None,
             kv_len=None, page_table=None, return_lse_base_on_e=False, o_scale=None, *, ckv_scale=None,
-            ckv_scale_arr=None, kpe_scale=None, kv_scale=None):
+            ckv_scale_arr=None, kpe_scale=None, kv_scale=None, scale_cache=None):
         r"""Run the MLA attention computation.
 
         Parameters
@@ -135,7 +180,8 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
         q_pe : Tensor-like ``[T, num_heads, head_dim_kpe]``
             The rope part of the query tensor.
         ckv_cache : Tensor-like ``[num_pages, page_size, head_dim_ckv]``
-            The compressed kv-cache.
+            The compressed kv-cache (int8 latents: numpy ``int8`` / tensors of dtype ``i8``,
+            ``kpe_cache`` likewise).
         kpe_cache : Tensor-like ``[num_pages, page_size, head_dim_kpe]``
             The rope part of the kv-cache.
         out : Optional[Tensor-like] ``[T, num_heads, head_dim_ckv]``
@@ -148,9 +194,13 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
             False (default): base-2 LSE, as FlashInfer; True: natural log.
         ckv_scale, kpe_scale : Optional[float]
             Dequantisation scales of an fp8 latent cache. clattn's kernel takes one scale for
-            both caches: ``kpe_scale`` must be None or equal ``ckv_scale``.
+            both caches: ``kpe_scale`` must be None or equal ``ckv_scale``. Only None or 1
+            with an int8 latent.
         kv_scale : Optional[float]
             clattn's name for that one scale (keyword; ``ckv_scale`` wins when both given).
+        scale_cache : Optional[Tensor-like] ``[num_pages, page_size, 2]`` float32 / float16
+            Keyword; int8 latents only (required there): the (ckv scale, kpe scale) pair of
+            every token, the caches' page count; loaded = stored * its part's scale.
         profiler_buffer, kv_len, page_table, o_scale, ckv_scale_arr :
             Not supported (must be None).
         """
@@ -160,9 +210,6 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
             raise error("profiler_buffer / kv_len / page_table are not supported", "Unsupported")
         _unsupported_if(o_scale is not None, "o_scale (fp8 output)")
         _unsupported_if(ckv_scale_arr is not None, "ckv_scale_arr (per-token channel-block scales)")
-        scale = scale_value(ckv_scale if ckv_scale is not None else kv_scale, "ckv_scale")
-        if kpe_scale is not None and scale_value(kpe_scale, "kpe_scale") != scale:
-            raise error("kpe_scale != ckv_scale: clattn's MLA kernel takes one scale for both caches", "Unsupported")
         d, ctx = self._dims, self._ctx
         T, H = d["num_tokens"], d["num_heads"]
         qn = check(_arg(ctx, q_nope, "q_nope", (T, H, CKV_DIM), d["q_dtype"]), "q_nope", (d["q_dtype"],),
@@ -174,10 +221,11 @@ class BatchMLAPagedAttentionWrapper(_Wrapper):
                     (ckv.shape[0], d["page_size"], KPE_DIM))
         if ckv.shape[0] < d["num_pages"]:
             raise error(f"ckv_cache: {ckv.shape[0]} pages, the planned indices reach page {d['num_pages'] - 1}")
+        scale, sc = self._latent_side(ckv.shape[0], scale_cache, ckv_scale, kpe_scale, kv_scale)
         wb = Writeback()
         o_t, lse_t = _outputs(ctx, wb, out, lse, return_lse, (T, H, CKV_DIM), d["o_dtype"])
         ws = self._ws.get(self._plan.workspace_bytes)
-        _clattn._mla_run(ctx, self._plan, qn, qp, ckv, kpe, self._indices, o_t, lse_t, ws, scale)
+        _clattn._mla_run(ctx, self._plan, qn, qp, ckv, kpe, self._indices, o_t, lse_t, ws, scale, sc)
         if not return_lse_base_on_e:
             rescale_lse(ctx, lse_t, LOG2E)
         wb.done()

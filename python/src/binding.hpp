@@ -118,6 +118,11 @@ struct KVScales {
 KVScales kv_scales(const clattn::Context& ctx, py::handle k_scale_cache, py::handle v_scale_cache,
                    py::handle k_head_scales, py::handle v_head_scales);
 
+// An int8 MLA latent cache's scale cache (a (ckv, kpe) scale pair per token, f32 or f16;
+// docs/kv_formats.md "int8 MLA latent"), checked; nullptr when t is null (the library
+// checks whether the cache needs one).
+cl_mem latent_scale_cache(const clattn::Context& ctx, const TensorPtr& t);
+
 // append_kv's arguments from the Python ones (shared by _append_kv and _rope_append_kv):
 // shapes and dtypes checked, the host slot copy (when not None) validated against the cache.
 // kv_dtype "i4": the caches are u8 tensors of nibble pairs ([..., head_dim / 2]) of an int4

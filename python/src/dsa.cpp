@@ -61,11 +61,13 @@ void init_dsa(py::module_& m) {
   m.def("_mla_sparse_plan", [](const clattn::Context& ctx, py::object indptr, py::object indices, py::object last,
                                py::object page_table, py::object seq_lens, int max_pages, int page_size,
                                int num_pages, const std::string& kv_dtype, int num_heads, const std::string& q_dtype,
-                               const std::string& o_dtype, float sm_scale, int topk, int max_splits, bool validate) {
+                               const std::string& o_dtype, float sm_scale, int topk, int max_splits, bool validate,
+                               const std::string& scale_dtype) {
     clattn::MlaCache cache;
     cache.num_pages = num_pages;
     cache.page_size = page_size;
     cache.dtype = to_lib(parse_dtype(kv_dtype, "kv_data_type"), "kv_data_type");
+    cache.scale_dtype = to_lib(parse_dtype(scale_dtype, "kv_scale_data_type"), "kv_scale_data_type");
     clattn::MlaOptions o;
     o.num_heads = num_heads;
     o.q_dtype = to_lib(parse_dtype(q_dtype, "q_data_type"), "q_data_type");
@@ -75,17 +77,21 @@ void init_dsa(py::module_& m) {
     o.validate = validate;
     return plan_from(indptr, indices, last, page_table, seq_lens, max_pages, page_size,
                      [&](const auto& meta) { return clattn::mla_sparse_decode_plan(ctx, meta, cache, o, topk); });
-  });
+  }, py::arg("ctx"), py::arg("indptr"), py::arg("indices"), py::arg("last"), py::arg("page_table"), py::arg("seq_lens"),
+     py::arg("max_pages"), py::arg("page_size"), py::arg("num_pages"), py::arg("kv_dtype"), py::arg("num_heads"),
+     py::arg("q_dtype"), py::arg("o_dtype"), py::arg("sm_scale"), py::arg("topk"), py::arg("max_splits"),
+     py::arg("validate"), py::arg("scale_dtype") = "f32");
 
   m.def("_mla_sparse_run", [](const clattn::Context& ctx, const clattn::MlaPlan& plan, py::handle q_nope_,
                               py::handle q_pe_, py::handle ckv_, py::handle kpe_, py::handle page_ids_,
                               py::handle indices_, py::handle o_, py::handle lse_, py::handle workspace_,
-                              float kv_scale) {
+                              float kv_scale, py::handle scale_cache_) {
     const TensorPtr q_nope = tensor_arg(q_nope_, "q_nope"), q_pe = tensor_arg(q_pe_, "q_pe");
     const TensorPtr ckv = tensor_arg(ckv_, "ckv_cache"), kpe = tensor_arg(kpe_, "kpe_cache");
     const TensorPtr page_ids = tensor_arg(page_ids_, "kv_indices"), idx = tensor_arg(indices_, "indices");
     const TensorPtr o = tensor_arg(o_, "out"), lse = tensor_arg(lse_, "lse");
     const TensorPtr workspace = tensor_arg(workspace_, "workspace");
+    const TensorPtr scales = tensor_arg(scale_cache_, "scale_cache");
     clattn::MlaBuffers b;
     b.q_nope = mem_of(ctx, q_nope, "q_nope");
     b.q_pe = mem_of(ctx, q_pe, "q_pe");
@@ -96,9 +102,12 @@ void init_dsa(py::module_& m) {
     b.lse = mem_of(ctx, lse, "lse");
     b.workspace = mem_of(ctx, workspace, "workspace");
     b.kv_scale = kv_scale;
+    b.scale_cache = latent_scale_cache(ctx, scales);
     cl_mem indices = idx ? check_tensor(ctx, idx, "indices", {PDType::I32}) : nullptr;
     clattn::mla_sparse_run(ctx, plan, b, indices);
-  });
+  }, py::arg("ctx"), py::arg("plan"), py::arg("q_nope"), py::arg("q_pe"), py::arg("ckv"), py::arg("kpe"),
+     py::arg("page_ids"), py::arg("indices"), py::arg("o"), py::arg("lse"), py::arg("workspace"), py::arg("kv_scale"),
+     py::arg("scale_cache") = py::none());
 }
 
 }  // namespace clattn_py

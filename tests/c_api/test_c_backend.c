@@ -170,6 +170,29 @@ int main(void) {
   ic.scale_dtype = 2; /* bf16 */
   CHECK_FAILS(clattn_kv_pool_create(ctx, &ic, &layer, 1, 1, &ip), CLATTN_INVALID_ARGUMENT, "scale_dtype");
 
+  /* int8 pool with an MLA layer (f16 pairs): one scale cache, the latent's (ckv, kpe) pairs, in
+   * k_scale_cache; an engine-owned layer passes it with v_scale_cache NULL. */
+  clattn_layer_spec ml;
+  clattn_layer_spec_init(&ml);
+  ml.kind = CLATTN_LAYER_MLA, ml.num_qo_heads = 2, ml.sm_scale = 0.0625f;
+  ic.scale_dtype = 1;
+  CHECK(clattn_kv_pool_create(ctx, &ic, &ml, 1, 1, &ip) == CLATTN_SUCCESS);
+  ksc = vsc = NULL;
+  CHECK(clattn_kv_pool_get_layer_scales(ip, 0, &ksc, &vsc) == CLATTN_SUCCESS && ksc && !vsc);
+  CHECK(clattn_kv_pool_bytes(ip, &alloc, &per_page, NULL) == CLATTN_SUCCESS);
+  CHECK(per_page == P * (512 + 64) + P * 2 * 2 && alloc == per_page * PAGES);
+  CHECK(clattn_kv_pool_get_layer(ip, 0, &kc8, &vc8) == CLATTN_SUCCESS);
+  CHECK(clattn_kv_pool_create(ctx, &ic, &ml, 1, 0, &owned) == CLATTN_SUCCESS);
+  CHECK(clattn_kv_pool_set_layer(owned, 0, kc8, vc8) == CLATTN_SUCCESS);
+  CHECK_FAILS(clattn_backend_create(ctx, "mla", owned, &ml, 1, &bc, &ib), CLATTN_INVALID_ARGUMENT,
+              "no scale cache");
+  CHECK_FAILS(clattn_kv_pool_set_layer_scales(owned, 0, ksc, ksc), CLATTN_INVALID_ARGUMENT, "v_scale_cache");
+  CHECK(clattn_kv_pool_set_layer_scales(owned, 0, ksc, NULL) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_create(ctx, "mla", owned, &ml, 1, &bc, &ib) == CLATTN_SUCCESS);
+  clattn_backend_release(ib);
+  clattn_kv_pool_release(owned);
+  clattn_kv_pool_release(ip);
+
   /* int4 pool (groups of 32, f32 pairs): nibbles plus a [scale, zero] pair per group, the
    * group checked against the head dim. */
   clattn_kv_pool_config i4;

@@ -93,7 +93,8 @@ TEST(KVPoolLimits, OverflowingGeometryIsInvalid) {
 }
 
 // An int8 pool allocates each MHA layer's two scale caches beside the caches (zeroed, sized
-// by PagedKV::scale_required_bytes, counted per page); MLA layers refuse int8 by name.
+// by PagedKV::scale_required_bytes, counted per page) and each MLA layer's one scale-pair
+// cache (MlaCache::scale_required_bytes, in k_scale_cache); MLA layers refuse int4 by name.
 TEST(KVPoolLimits, Int8PoolAllocatesScaleCaches) {
   KVPoolConfig c = pages(3);
   c.kv_dtype = DType::I8;
@@ -112,7 +113,19 @@ TEST(KVPoolLimits, Int8PoolAllocatesScaleCaches) {
   LayerSpec mla;
   mla.kind = LayerKind::MLA;
   mla.num_qo_heads = 16;
-  EXPECT_TRUE(test::throws_error([&] { KVPool(ctx(), c, {mla}); }, Status::Unsupported, "int8 with MLA layer 0"));
+  KVPool mp(ctx(), c, {mla});
+  const auto& M = mp.layer(0);
+  const int64_t msb = M.latent.scale_required_bytes();
+  EXPECT_EQ(msb, 3 * M.latent.page_size * 2 * 2);  // a (ckv, kpe) pair of f16 per token
+  EXPECT_EQ(mp.bytes_allocated(), M.latent.ckv_required_bytes() + M.latent.kpe_required_bytes() + msb);
+  ASSERT_NE(M.k_scale_cache, nullptr);
+  EXPECT_EQ(M.v_scale_cache, nullptr);
+  std::vector<uint8_t> b(size_t(msb), 0xff);
+  ASSERT_EQ(clEnqueueReadBuffer(ctx().cl_queue(), M.k_scale_cache, CL_TRUE, 0, b.size(), b.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], 0) << "byte " << i;
+  c.kv_dtype = DType::I4;
+  EXPECT_TRUE(test::throws_error([&] { KVPool(ctx(), c, {mla}); }, Status::Unsupported, "int4 with MLA layer 0"));
 }
 
 TEST(KVPoolLimits, NewPoolIsZeroedAndCountsItsBytes) {

@@ -113,3 +113,29 @@ def fp8_to_float(bits, kind="e4m3"):
         e, m, bias, mb = (b >> 2) & 0x1F, b & 3, 15, 2
     val = np.where(e == 0, m / 2.0 ** mb * 2.0 ** (1 - bias), (1 + m / 2.0 ** mb) * 2.0 ** (e - bias))
     return sign * val
+
+
+def int8_quantize(x, f16_scale):
+    """docs/kv_formats.md int8: scale = max |row| * fl(1/127) (f32, then f16), q = the integer
+    nearest to row / scale (ties to even), saturated to [-127, 127]; a zero row: scale 0.
+    Rows are the last axis: (q int8, scales float32 of x.shape[:-1])."""
+    x = np.asarray(x, np.float32)
+    s = np.abs(x).max(axis=-1) * np.float32(1.0 / 127.0)
+    if f16_scale:
+        s = s.astype(np.float16).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.rint(x.astype(np.float64) / s[..., None].astype(np.float64))
+    q = np.where(s[..., None] > 0, np.clip(q, -127, 127), 0).astype(np.int8)
+    return q, s
+
+
+def int8_quantize_latent(ckv, kpe, f16_scale):
+    """docs/kv_formats.md "int8 MLA latent": each token's ckv and kpe parts quantised with
+    their own scales (int8_quantize on each): (q_ckv, q_kpe, pairs [..., 2] = (ckv scale,
+    kpe scale)) and the dequantised (ckv, kpe) in float64."""
+    qc, sc = int8_quantize(ckv, f16_scale)
+    qk, sk = int8_quantize(kpe, f16_scale)
+    pairs = np.stack([sc, sk], axis=-1)
+    deq = (qc.astype(np.float64) * sc.astype(np.float64)[..., None],
+           qk.astype(np.float64) * sk.astype(np.float64)[..., None])
+    return qc, qk, pairs, deq

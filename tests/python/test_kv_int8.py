@@ -9,19 +9,7 @@ import clattn
 import ref
 
 Hq, Hkv, D, P = 4, 2, 64, 16
-
-
-def quantize_int8(x, f16_scale):
-    """docs/kv_formats.md: scale = max |row| * fl(1/127) (f32, then f16), q = the integer
-    nearest to row / scale (ties to even), saturated to [-127, 127]; a zero row: scale 0."""
-    x = np.asarray(x, np.float32)
-    s = np.abs(x).max(axis=-1) * np.float32(1.0 / 127.0)
-    if f16_scale:
-        s = s.astype(np.float16).astype(np.float32)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        q = np.rint(x.astype(np.float64) / s[..., None].astype(np.float64))
-    q = np.where(s[..., None] > 0, np.clip(q, -127, 127), 0).astype(np.int8)
-    return q, s
+quantize_int8 = ref.int8_quantize  # the contract's quantiser (docs/kv_formats.md "int8: layout")
 
 
 def scale_shape(layout, n, p=P, h=Hkv):

@@ -57,8 +57,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", act, "q/k/v/o dtype")->capture_default_str()->check(one_of({"f32", "f16", "bf16"}));
   const std::vector<std::string> kv_dtypes = {"f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4"};
   app.add_option("--kv-dtype", kv,
-                 "cache dtype (fp8 = fp8_e4m3; int8: a scale per token and KV head; int4: a scale and zero point "
-                 "per group of --quant-group head-dim elements)")
+                 "cache dtype (fp8 = fp8_e4m3; int8: a scale per token and KV head, MLA latents a (ckv, kpe) "
+                 "scale pair per token; int4 (not MLA): a scale and zero point per group of --quant-group head-dim "
+                 "elements)")
       ->capture_default_str()
       ->check(one_of(kv_dtypes));
   app.add_option("--kv-scale-dtype", kv_scales, "int8 / int4 caches: the scale caches' dtype")

@@ -463,8 +463,9 @@ class Engine {
           report_.hsa_dense_bytes += keys * 2.0 * l.num_kv_heads * l.head_dim * double(dtype_size(cfg_.kv_dtype));
         } else if (l.kind == LayerKind::MHA)
           bytes += keys * 2.0 * l.num_kv_heads * mha_row_bytes(l.head_dim);
-        else if (l.kind == LayerKind::MLA)
-          bytes += keys * (kMlaCkvDim + kMlaKpeDim) * double(dtype_size(cfg_.kv_dtype));
+        else if (l.kind == LayerKind::MLA)  // int8: the row and its (ckv, kpe) scale pair
+          bytes += keys * ((kMlaCkvDim + kMlaKpeDim) * double(dtype_size(cfg_.kv_dtype)) +
+                           (cfg_.kv_dtype == DType::I8 ? 2.0 * dtype_size(cfg_.kv_scale_dtype) : 0.0));
         else
           bytes += 2.0 * l.linear.num_v_heads * l.linear.head_dim_k * l.linear.head_dim_v * double(dtype_size(DType::F32));
       }
@@ -515,7 +516,10 @@ class Engine {
     const FieldTable& ft = tables_[li][size_t(f)];
     std::vector<double> out(size_t(to - from) * ft.width);
     if (store == DType::I8) {  // each (token, KV head) row quantised with its own scale
-      const int D = model_.layers[li].head_dim;
+      // MLA: the K field is the ckv part, V the kpe part; each part of a token has its own
+      // scale (ref::int8_quantize_latent is int8_quantize_row on each part).
+      const LayerSpec& l = model_.layers[li];
+      const int D = l.kind == LayerKind::MLA ? ft.width : l.head_dim;
       std::vector<float> row(static_cast<size_t>(D));
       std::vector<int8_t> q(static_cast<size_t>(D));
       for (int p = from; p < to; ++p)
@@ -741,14 +745,15 @@ std::optional<ConfigProblem> check(const Config& c) {
                                              std::to_string(c.output_min)};
   if (c.kv_scale_dtype != DType::F32 && c.kv_scale_dtype != DType::F16)
     return ConfigProblem{"--kv-scale-dtype", std::string("is ") + dtype_name(c.kv_scale_dtype) + ", not f32 or f16"};
-  // int8 caches: MHA layers only, and not under HSA (its page selection reads float caches).
+  // int8 caches: MHA layers and MLA latents, not under HSA (its page selection reads float
+  // caches); int4: MHA layers only (the MLA latent cache has no int4 form).
   const bool int8 = c.kv_dtype == DType::I8 || (c.compare_kv && *c.compare_kv == DType::I8);
   const char* int8_opt = c.kv_dtype == DType::I8 ? "--kv-dtype" : "--compare-kv";
-  if (int8)
+  if (c.kv_dtype == DType::I4 || (c.compare_kv && *c.compare_kv == DType::I4))
     for (const auto& l : preset(c.model, c.num_layers).layers)
       if (l.kind == LayerKind::MLA)
-        return ConfigProblem{int8_opt, "int8: model " + c.model + " has MLA layers, whose latent cache the engine "
-                                       "does not keep in int8"};
+        return ConfigProblem{c.kv_dtype == DType::I4 ? "--kv-dtype" : "--compare-kv",
+                             "int4: model " + c.model + " has MLA layers, whose latent cache has no int4 form"};
   if (c.hsa_topk != 0 || c.hsa_window >= 0 || !c.hsa_strategy.empty() || c.hsa_no_fuse || !c.hsa_layers.empty() ||
       c.backend == "hsa" || c.prefill_backend == "hsa" || c.decode_backend == "hsa" || preset(c.model, 1).hsa.topk > 0) {
     HsaSetup h;
