@@ -3,6 +3,7 @@
 // several threads may enqueue the same kernel (clSetKernelArg is not thread-safe).
 #pragma once
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <map>
 #include <memory>
@@ -36,11 +37,16 @@ class Kernel {
   // Local memory the compiled kernel uses (its __local arrays and any local arguments set).
   uint64_t local_mem_size(cl_device_id dev) const;
 
-  // Sets all arguments and enqueues, under this kernel's lock. dims = 1..3.
+  // Sets all arguments and enqueues, under this kernel's lock. dims = 1..3. Plain values
+  // equal to the ones this kernel last took at the same index are not set again (OpenCL
+  // keeps a kernel's arguments until they are changed, and every argument goes through
+  // here); buffers are always set, since a released cl_mem's handle may come back as
+  // another buffer.
   template <class... Args>
   void launch(cl_command_queue q, cl_uint dims, const size_t* global, const size_t* local, cl_uint num_wait,
               const cl_event* wait, cl_event* ev, const Args&... args) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (last_.size() < sizeof...(Args)) last_.resize(sizeof...(Args));
     cl_uint idx = 0;
     (set_arg(idx++, args), ...);
     const cl_int err = clEnqueueNDRangeKernel(q, k_, dims, nullptr, global, local, num_wait, wait, ev);
@@ -48,20 +54,35 @@ class Kernel {
   }
 
  private:
+  // The value last set at an index: its size (0: none, or a buffer) and bytes.
+  struct LastArg {
+    size_t size = 0;
+    unsigned char bytes[8] = {};
+  };
   template <class T>
   void set_arg(cl_uint i, const T& v) {
     cl_int err;
+    LastArg& last = last_[i];
     if constexpr (std::is_same_v<T, LocalMem>) {
+      last.size = 0;
       err = clSetKernelArg(k_, i, v.bytes, nullptr);
+    } else if constexpr (std::is_same_v<T, cl_mem> || sizeof(T) > sizeof(LastArg::bytes)) {
+      static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are plain values");
+      last.size = 0;
+      err = clSetKernelArg(k_, i, sizeof(T), &v);
     } else {
       static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are plain values");
+      if (last.size == sizeof(T) && std::memcmp(last.bytes, &v, sizeof(T)) == 0) return;
+      last.size = 0;  // unknown until the driver takes it
       err = clSetKernelArg(k_, i, sizeof(T), &v);
+      if (err == CL_SUCCESS) last.size = sizeof(T), std::memcpy(last.bytes, &v, sizeof(T));
     }
     if (err != CL_SUCCESS) throw_cl(err, "clSetKernelArg", name_ + " arg " + std::to_string(i));
   }
   cl_kernel k_;
   std::string name_;
   std::mutex mu_;
+  std::vector<LastArg> last_;
 };
 
 class Program {
