@@ -9,6 +9,7 @@
 
 #include "one_request.hpp"
 #include "reference/rope_reference.hpp"
+#include "served_checks.hpp"
 #include "sim.hpp"
 #include "support/test_support.hpp"
 
@@ -35,10 +36,7 @@ sim::Config small(const std::string& model, int layers) {
 }
 
 void expect_clean(const sim::Report& r) {
-  for (const auto& f : r.failures) ADD_FAILURE() << f;
-  EXPECT_EQ(r.mismatches, 0);
-  EXPECT_GT(r.checks, 0);
-  EXPECT_GT(r.decode_steps, 3);
+  test::expect_served_clean(r, 3);
   EXPECT_EQ(r.steady_decode_allocations, 0u) << "steady-state decode steps must not allocate device memory";
 }
 

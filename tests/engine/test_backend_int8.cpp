@@ -12,6 +12,7 @@
 #include "reference/kv_formats_reference.hpp"
 #include "reference/mla_int8_reference.hpp"
 #include "reference/reference.hpp"
+#include "served_checks.hpp"
 #include "sim.hpp"
 #include "support/test_support.hpp"
 
@@ -187,10 +188,7 @@ TEST(BackendInt8Sim, ServedMlaModel) {
   c.compare_kv = DType::BF16;
   c.seed = test::seed();
   const auto r = sim::run(ctx(), c);
-  for (const auto& f : r.failures) ADD_FAILURE() << f;
-  EXPECT_EQ(r.mismatches, 0);
-  EXPECT_GT(r.checks, 0);
-  EXPECT_GT(r.decode_steps, 2);
+  test::expect_served_clean(r, 2);
   EXPECT_GT(r.compare_outputs, 0);
 }
 
@@ -206,10 +204,7 @@ TEST(BackendInt8Sim, ServedModel) {
   c.kv_dtype = DType::I8;
   c.seed = test::seed();
   const auto r = sim::run(ctx(), c);
-  for (const auto& f : r.failures) ADD_FAILURE() << f;
-  EXPECT_EQ(r.mismatches, 0);
-  EXPECT_GT(r.checks, 0);
-  EXPECT_GT(r.decode_steps, 2);
+  test::expect_served_clean(r, 2);
 }
 
 TEST(BackendInt8Errors, Refused) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "served_checks.hpp"
 #include "sim.hpp"
 #include "sim_hsa.hpp"
 #include "support/test_support.hpp"
@@ -37,10 +38,7 @@ sim::Config served(const std::string& model, int layers) {
 }
 
 void expect_clean(const sim::Report& r) {
-  for (const auto& f : r.failures) ADD_FAILURE() << f;
-  EXPECT_EQ(r.mismatches, 0);
-  EXPECT_GT(r.checks, 0);
-  EXPECT_GT(r.decode_steps, 3);
+  test::expect_served_clean(r, 3);
   EXPECT_GT(r.hsa_read_bytes, 0.0);
   EXPECT_LT(r.hsa_read_bytes, r.hsa_dense_bytes) << "topk 2 of up to 12 candidate pages reads less than dense";
   EXPECT_EQ(r.steady_decode_allocations, 0u) << "steady-state decode steps must not allocate device memory";
