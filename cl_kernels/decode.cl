@@ -239,7 +239,8 @@
 #endif
 
 // tab layout (int32): work items of 8 at work_off: {req, begin, end, part, page_base,
-// token_offset, merge, list stride (SPARSE; else 0)}. part < 0: the item is the whole request, write o/lse; else write
+// token_offset, merge, list stride (SPARSE; else 0)}; req < 0: no work (a fixed-capacity
+// plan's unused slot, refresh_decode_work in metadata.cl). part < 0: the item is the whole request, write o/lse; else write
 // the partial state to workspace row `part` (ws_o [P, Hq, D] f32, ws_lse at lse_off).
 // FUSE_MERGE: `merge` indexes the merge entries {req, first, count, 0} at merge_off, and
 // counters[counter_off + merge * num_groups(1) + group(1)] (the run's counter set in the
@@ -266,6 +267,7 @@ void paged_decode(DECODE_KERNEL_ARGS) {
   const int tl = pos % TPT, slot = pos / TPT;
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
   const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], tok_off = wk[5];
+  if (req < 0) return;  // an unused slot of a fixed-capacity plan (the whole work-group)
   const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
 #if SPARSE
   const int lstride = wk[7];

@@ -79,6 +79,7 @@ void paged_decode_cpu(DECODE_KERNEL_ARGS) {
   // Grid: (KV head x head block, work item), heads first (decode.cpp).
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(1);
   const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], tok_off = wk[5];
+  if (req < 0) return;  // an unused slot of a fixed-capacity plan
   const int kvh = (int)get_group_id(0) / n_hblk, hblk = (int)get_group_id(0) % n_hblk;
 #if SPARSE
   // Per-head page lists and page lengths (decode.cl SPARSE; heads are dimension 0 here).

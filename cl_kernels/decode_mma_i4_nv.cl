@@ -147,6 +147,7 @@ __kernel __attribute__((reqd_work_group_size(WGSIZE, 1, 1))) void paged_decode_m
   const int g = lane >> 2, c = lane & 3;  // fragment row group / quad lane
   __global const int* wk = tab + work_off + 8 * (int)get_group_id(0);
   const int req = wk[0], begin = wk[1], end = wk[2], part = wk[3], page_base = wk[4], tok_off = wk[5];
+  if (req < 0) return;  // an unused slot of a fixed-capacity plan (the whole work-group)
   const int kvh = (int)get_group_id(1) / n_hblk, hblk = (int)get_group_id(1) % n_hblk;
   const int h0 = kvh * group + hblk * GMAX;
   const int ng = min(GMAX, group - hblk * GMAX);

@@ -77,6 +77,7 @@ void merge_partials(__global const int* tab, int merge_off, __global const float
   const int ncol = D / 4, per = (ncol + col_blocks - 1) / col_blocks;
   const int c0 = min(ncol, cb * per), c1 = min(ncol, c0 + per);
   __global const int* me = tab + merge_off + 4 * e;
+  if (me[2] < 2) return;  // a fixed-capacity plan's request that did not split this step
   merge_parts_head(me[0], me[1], me[2], ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, Hq, D,
                    get_group_id(1), c0, c1, cb == 0, get_local_id(0), MERGE_WG, w, red, part_sum, MERGE_SUMS);
 }

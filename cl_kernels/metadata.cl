@@ -166,3 +166,40 @@ __kernel void build_slot_mapping(__global const int* req_to_token, int pool_size
     if (o < cap) slot_mapping[o] = req_to_token[r.base + prefix + t];
   }
 }
+
+// A fixed-capacity decode plan's work list, rewritten for this step from seq_lens (the plan's
+// tables keep their size, so a recorded launch stays valid). Request r owns work slots
+// r * nmax .. r * nmax + nmax - 1, partial rows at the same indices and merge entry r. The
+// split is the host planner's deterministic one (planner::plan_split_kv): chunks of `chunk`
+// keys from the window's first key, widened to round_up(ceil(len / max_splits), align) where
+// more than max_splits would be needed; one chunk: the item writes o itself (part -1).
+// seq_lens[r] == 0 (a padded request): no work and no output. Page ids: the page table
+// [cap, max_pages] (page_base r * max_pages); max_keys = min(max_ctx, max_pages * page_size).
+// One work-item per work slot.
+// positions (want_pos): seq_len - 1 per request, the new token's RoPE position.
+__kernel void refresh_decode_work(__global const int* seq_lens, int cap, int nmax, int chunk, int align,
+                                  int max_splits, int window_left, int max_pages, int max_keys, __global int* tab, int work_off,
+                                  int merge_off, __global int* positions, int want_pos) {
+  const int w = (int)get_global_id(0);
+  if (w >= cap * nmax) return;
+  const int r = w / nmax, j = w % nmax;
+  const int raw = seq_lens[r];
+  const int seq = raw < 0 || raw > max_keys ? 0 : raw;  // out of range: empty (build_page_table agrees)
+  const int begin = window_left >= 0 ? max(0, seq - 1 - window_left) : 0;
+  const int len = seq - begin;
+  int c = chunk;
+  if (len > 0 && (len + c - 1) / c > max_splits) c = ((len + max_splits - 1) / max_splits + align - 1) / align * align;
+  const int n = len > 0 ? (len + c - 1) / c : 0;
+  __global int* e = tab + work_off + 8 * w;
+  if (j < n) {
+    e[0] = r, e[1] = begin + j * c, e[2] = min(seq, begin + (j + 1) * c), e[3] = n == 1 ? -1 : w;
+    e[4] = r * max_pages, e[5] = 0, e[6] = r, e[7] = 0;
+  } else {
+    e[0] = -1, e[1] = 0, e[2] = 0, e[3] = -1, e[4] = 0, e[5] = 0, e[6] = 0, e[7] = 0;
+  }
+  if (j == 0) {
+    __global int* m = tab + merge_off + 4 * r;
+    m[0] = r, m[1] = r * nmax, m[2] = n >= 2 ? n : 0, m[3] = 0;
+    if (want_pos) positions[r] = max(seq - 1, 0);
+  }
+}

@@ -17,6 +17,7 @@
 #include "clattn/context.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/error.hpp"
+#include "runtime/recording.hpp"
 
 namespace clattn::rt {
 
@@ -45,6 +46,7 @@ class Kernel {
   template <class... Args>
   void launch(cl_command_queue q, cl_uint dims, const size_t* global, const size_t* local, cl_uint num_wait,
               const cl_event* wait, cl_event* ev, const Args&... args) {
+    if (Recording* r = recording_for(q)) return record(*r, dims, global, local, num_wait, wait, ev, args...);
     std::lock_guard<std::mutex> lock(mu_);
     if (last_.size() < sizeof...(Args)) last_.resize(sizeof...(Args));
     cl_uint idx = 0;
@@ -54,6 +56,32 @@ class Kernel {
   }
 
  private:
+  // A launch under capture (runtime/recording.hpp): a kernel object of its own with the
+  // arguments set once. What it waits for is finished now, so every replay finds it done.
+  template <class... Args>
+  void record(Recording& r, cl_uint dims, const size_t* global, const size_t* local, cl_uint num_wait,
+              const cl_event* wait, cl_event* ev, const Args&... args) {
+    if (num_wait) check_cl(clWaitForEvents(num_wait, wait), "clWaitForEvents", "recording " + name_);
+    cl_program prog = nullptr;
+    check_cl(clGetKernelInfo(k_, CL_KERNEL_PROGRAM, sizeof prog, &prog, nullptr), "clGetKernelInfo", name_);
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(prog, name_.c_str(), &err);
+    check_cl(err, "clCreateKernel", "recording " + name_);
+    cl_uint idx = 0;
+    err = CL_SUCCESS;
+    ((err = err != CL_SUCCESS ? err : set_once(k, idx++, args)), ...);
+    if (err != CL_SUCCESS) {
+      clReleaseKernel(k);
+      throw_cl(err, "clSetKernelArg", "recording " + name_);
+    }
+    r.add(k, dims, global, local);  // owns k from here, also when it throws
+    if (ev) *ev = r.complete_event();
+  }
+  template <class T>
+  static cl_int set_once(cl_kernel k, cl_uint i, const T& v) {
+    if constexpr (std::is_same_v<T, LocalMem>) return clSetKernelArg(k, i, v.bytes, nullptr);
+    else return clSetKernelArg(k, i, sizeof(T), &v);
+  }
   // The value last set at an index: its size (0: none, or a buffer) and bytes.
   struct LastArg {
     size_t size = 0;

@@ -56,6 +56,7 @@ PagedBackend::PagedBackend(const Context& ctx, const KVPool& pool, const Backend
 }
 
 void PagedBackend::init_forward_metadata(const ForwardBatch& fb) {
+  if (replay_ && capturing()) rt::invalid(name_ + ": init_forward_metadata during a capture (end_capture first)");
   ready_ = false;
   step_.load(ctx_, queue(), fb, name_, CacheShape{pool_.config().num_pages, pool_.config().page_size}, table_, rope_);
   const StepBatch& sb = step_.batch();
@@ -112,6 +113,7 @@ void PagedBackend::save_kv(int layer_id, const LayerIO& io, bool save_kv_cache) 
 }
 
 void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) {
+  if (replay_ && capturing()) return capture_forward(layer_id, io, save_kv_cache);
   if (!ready_) rt::invalid(name_ + ": forward before a successful init_forward_metadata");
   const LayerSpec& spec = find_layer(cfg_.layers, layer_id, name_);
   const std::string tag = layer_tag(name_, spec);
@@ -150,7 +152,9 @@ DecodeOptions PagedBackend::decode_options(const LayerSpec& l) const {
   o.num_qo_heads = l.num_qo_heads;
   o.q_dtype = o.o_dtype = cfg_.act_dtype;
   o.sm_scale = l.sm_scale, o.logits_soft_cap = l.logits_soft_cap, o.window_left = l.window_left;
-  o.deterministic = cfg_.deterministic, o.max_splits = cfg_.max_splits;
+  // With replay state every decode step splits as the replayed ones do (same bits).
+  o.deterministic = cfg_.deterministic || replay_ != nullptr, o.max_splits = cfg_.max_splits;
+  o.split_tokens = cfg_.split_tokens;
   o.validate = false;  // validated once per step in init_forward_metadata
   return o;
 }

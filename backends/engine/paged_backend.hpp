@@ -2,6 +2,7 @@
 // metadata built and uploaded once), its K/V append and its dense path ("hsa").
 #pragma once
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -17,11 +18,21 @@ class PagedBackend final : public AttentionBackend {
   // backend runs (a shape only they use plans and builds no dense decode).
   PagedBackend(const Context& ctx, const KVPool& pool, const BackendConfig& cfg, bool page_table,
                const std::string& name, const std::set<int>& decode_elsewhere = {});
+  ~PagedBackend() override;
 
   std::string name() const override { return name_; }
   void init_forward_metadata(const ForwardBatch& fb) override;
   void forward(int layer_id, const LayerIO& io, bool save_kv_cache) override;
   int64_t scratch_bytes() const override;
+
+  // Capture and replay (paged_replay.cpp).
+  void init_replay_state(const ReplayConfig& cfg) override;
+  void begin_capture(int bucket) override;
+  void end_capture() override;
+  int replay_bucket(int bs) const override;
+  void replay(int bs, const int32_t* req_pool_indices, const int32_t* seq_lens) override;
+  ReplayInputs replay_inputs() const override;
+  std::vector<ReplayBucketInfo> replay_buckets() const override;
 
   // The step's batch, metadata and slot mapping (valid after init_forward_metadata).
   const PagedStep& step() const { return step_; }
@@ -44,6 +55,11 @@ class PagedBackend final : public AttentionBackend {
 
   ExtendOptions extend_options(const LayerSpec& l) const;
   void warm(Shape& s);
+  // forward() between begin_capture and end_capture: recorded on the bucket's plans.
+  void capture_forward(int layer_id, const LayerIO& io, bool save_kv_cache);
+  bool capturing() const;
+  struct Replay;
+  std::shared_ptr<Replay> replay_;  // shared_ptr: complete only in paged_replay.cpp
 
   Context ctx_;
   const KVPool& pool_;

@@ -10,6 +10,20 @@ namespace clattn {
 
 AttentionBackend::~AttentionBackend() = default;
 
+// Capture and replay: the paged backends override these.
+namespace {
+[[noreturn]] void no_replay(const AttentionBackend& b) {
+  rt::fail(Status::Unsupported, b.name() + ": capture/replay is served by the \"paged\" and \"paged_table\" backends");
+}
+}  // namespace
+void AttentionBackend::init_replay_state(const ReplayConfig&) { no_replay(*this); }
+void AttentionBackend::begin_capture(int) { no_replay(*this); }
+void AttentionBackend::end_capture() { no_replay(*this); }
+void AttentionBackend::replay(int, const int32_t*, const int32_t*) { no_replay(*this); }
+int AttentionBackend::replay_bucket(int) const { return 0; }
+ReplayInputs AttentionBackend::replay_inputs() const { return {}; }
+std::vector<ReplayBucketInfo> AttentionBackend::replay_buckets() const { return {}; }
+
 std::vector<std::string> backend_names() { return {"paged", "paged_table", "mla", "linear", "hybrid", "hsa"}; }
 
 std::unique_ptr<AttentionBackend> create_backend(const std::string& name, const Context& ctx, const KVPool& pool,

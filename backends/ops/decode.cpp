@@ -39,6 +39,14 @@ struct DecodePlanState : ops::PlanTable {
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;
   int64_t lse_off_floats = 0;
   int32_t extra_off = 0;  // sparse plans: where SparseRanges::extra starts in the table
+  // Fixed-capacity plans (decode_plan_fixed): refresh_decode_work's settings and kernel.
+  struct Fixed {
+    int nmax = 0, chunk = 0, align = 0, max_splits = 0, window_left = -1, max_pages = 0, max_keys = 0;
+  };
+  bool fixed = false;
+  Fixed fx;
+  std::shared_ptr<rt::Program> refresh_prog;
+  rt::Kernel* refresh_k = nullptr;
 
   // The run's view of the plan, fixed when the plan is made: DecodePlan's public fields
   // are informational (a caller may edit its copy), so the run reads only these.
@@ -559,8 +567,34 @@ void merge_by_owner(planner::SplitKVPlan& sk, const std::vector<int32_t>& owner,
   sk.num_partials = parts;
 }
 
+// A fixed-capacity plan's work list before its first refresh: cap requests of nmax slots
+// each, all unused (req -1), merge entry r for request r's partial rows r * nmax ...; the
+// deterministic split's chunk (cfg) and the largest number of chunks a request can need.
+planner::SplitKVPlan fixed_split(const DecodeCapacity& cap, int page_size, const planner::SplitKVConfig& cfg,
+                                 DecodePlanState::Fixed* fx) {
+  namespace ck = rt::checked;
+  const int64_t max_keys = ck::mul(cap.max_pages, page_size, "decode_plan_fixed: max_pages x page_size");
+  fx->max_keys = ck::to_i32(max_keys, "decode_plan_fixed: max_pages x page_size");
+  fx->align = std::max(1, cfg.align);
+  fx->max_splits = std::max(1, cfg.max_splits);
+  const int64_t c = (int64_t(std::max(1, cfg.fixed_chunk)) + fx->align - 1) / fx->align * fx->align;
+  const bool split = cfg.max_splits > 1 && c < max_keys;
+  fx->chunk = split ? int(c) : std::max(fx->max_keys, 1);
+  fx->nmax = split ? int(std::min<int64_t>(fx->max_splits, (max_keys + c - 1) / c)) : 1;
+  planner::SplitKVPlan sk;
+  const int64_t items = ck::mul(cap.max_batch, fx->nmax, "decode_plan_fixed: work slots");
+  ck::to_i32(ck::mul(items, 8, "decode_plan_fixed: work table"), "decode_plan_fixed: work table");
+  sk.work.assign(size_t(items), planner::WorkItem{-1, 0, 0, -1});
+  if (fx->nmax > 1) {
+    for (int r = 0; r < cap.max_batch; ++r) sk.merges.push_back({r, r * fx->nmax, 0});
+    sk.num_partials = int(items);
+    sk.chunk = fx->chunk;
+  }
+  return sk;
+}
+
 DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, const PagedKV& cache,
-                     const DecodeOptions& opt, cl_command_queue queue) {
+                     const DecodeOptions& opt, cl_command_queue queue, const DecodeCapacity* fixed = nullptr) {
   auto& c = rt::impl(ctx);
   params::check_param_names({"decode"}, opt.params, "DecodeOptions::params");
   const int NV = int(r.end.size());        // key ranges (one per request for dense decode)
@@ -581,7 +615,11 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   cfg.align = std::max(16, tile.cpu ? tile.unroll : (tile.wg / tile.tpt) * tile.unroll);
   cfg.deterministic = opt.deterministic;
   cfg.fixed_chunk = opt.split_tokens ? opt.split_tokens : sp.det_chunk;
-  planner::SplitKVPlan sk = planner::plan_split_kv(r.begin.data(), r.end.data(), NV, cfg);
+  if (fixed) cfg.deterministic = true;  // the device refresh repeats the deterministic split
+  DecodePlanState::Fixed fx;
+  fx.window_left = opt.window_left, fx.max_pages = fixed ? fixed->max_pages : 0;
+  planner::SplitKVPlan sk = fixed ? fixed_split(*fixed, cache.page_size, cfg, &fx)
+                                  : planner::plan_split_kv(r.begin.data(), r.end.data(), NV, cfg);
   std::vector<int32_t> range_of(sk.work.size());  // work item -> its key range
   for (size_t w = 0; w < sk.work.size(); ++w) range_of[w] = sk.work[w].req;
   if (r.sparse) merge_by_owner(sk, r.owner, B);
@@ -645,6 +683,10 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   for (int w = 0; w < plan.num_work; ++w) {
     const auto& it = sk.work[size_t(w)];
     int32_t* e = &st->host[size_t(8) * w];
+    if (it.req < 0) {  // a fixed plan's unused slot
+      e[0] = -1, e[3] = -1;
+      continue;
+    }
     const size_t kr = size_t(range_of[size_t(w)]);
     e[0] = it.req, e[1] = it.begin, e[2] = it.end, e[3] = it.part;
     e[4] = r.page_base[kr] + lists_off, e[5] = r.tok_off[kr];
@@ -660,6 +702,12 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   k.cache = cache, k.group = group, k.q_dtype = opt.q_dtype, k.o_dtype = opt.o_dtype, k.params = opt.params;
   k.split = !sk.merges.empty();
   build_kernels(ctx, tile, cache, k, *st, plan);
+  if (fixed) {
+    st->fixed = true, st->fx = fx;
+    st->refresh_prog = c.programs.get("metadata.cl", rt::make_options({}));
+    st->refresh_k = &st->refresh_prog->kernel("refresh_decode_work");
+    plan.fixed = true;
+  }
   st->freeze(plan);
   plan.table_bytes = st->upload_host(c, queue, "decode plan table", opt.plan_buffer);
   plan.state_ = st;
@@ -721,6 +769,34 @@ SparseTable sparse_table(const DecodePlan& p) {
 DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache, const DecodeOptions& opt,
                        cl_command_queue queue) {
   return plan_of(ctx, table, cache, opt, queue);
+}
+
+DecodePlan decode_plan_fixed(const Context& ctx, const DecodeCapacity& cap, const PagedKV& cache,
+                             const DecodeOptions& opt, cl_command_queue queue) {
+  check_options(cache, opt);
+  if (cap.max_batch < 1) rt::invalid("decode_plan_fixed: max_batch = " + std::to_string(cap.max_batch) + ", must be >= 1");
+  if (cap.max_pages < 1) rt::invalid("decode_plan_fixed: max_pages = " + std::to_string(cap.max_pages) + ", must be >= 1");
+  if (cache.num_pages < 1) rt::invalid("decode_plan_fixed: the cache has no pages");
+  Requests r;
+  r.begin.assign(size_t(cap.max_batch), 0), r.end.assign(size_t(cap.max_batch), 0);
+  r.page_base.assign(size_t(cap.max_batch), 0), r.tok_off.assign(size_t(cap.max_batch), 0);
+  r.page_ids_needed = rt::checked::mul(cap.max_batch, cap.max_pages, "decode_plan_fixed: page table entries");
+  return make_plan(ctx, r, true, cache, opt, queue, &cap);
+}
+
+void decode_refresh(const Context& ctx, const DecodePlan& plan, cl_mem seq_lens, cl_mem positions, const Enqueue& e) {
+  const DecodePlanState* st = plan.state_.get();
+  if (!st || !st->fixed) rt::invalid("decode_refresh: the plan is not a fixed-capacity plan (decode_plan_fixed)");
+  ops::require_buffer(seq_lens, int64_t(st->B) * 4, "seq_lens", {{st->B}, "i32"});
+  if (positions) ops::require_buffer(positions, int64_t(st->B) * 4, "positions", {{st->B}, "i32"});
+  cl_command_queue q = ops::queue_of(ctx, e);
+  ops::WaitList wl(e, st->upload);
+  const auto& f = st->fx;
+  const size_t lws = 64, gws = (size_t(st->num_work) + lws - 1) / lws * lws;
+  st->refresh_k->launch(q, 1, &gws, &lws, wl.size(), wl.data(), e.event, seq_lens, cl_int(st->B), cl_int(f.nmax),
+                        cl_int(f.chunk), cl_int(f.align), cl_int(f.max_splits), cl_int(f.window_left),
+                        cl_int(f.max_pages), cl_int(f.max_keys), st->table, cl_int(st->work_off), cl_int(st->merge_off),
+                        positions ? positions : seq_lens, cl_int(positions != nullptr));
 }
 
 namespace {
@@ -845,6 +921,7 @@ int64_t variant_code(const std::string& v) {
 
 std::vector<int64_t> DecodePlan::to_vector() const {
   if (!state_) rt::invalid("DecodePlan::to_vector: empty plan");
+  if (state_->fixed) rt::invalid("DecodePlan::to_vector: a fixed-capacity plan's work list lives on the device");
   const DecodePlanState& st = *state_;
   auto fbits = [](float f) {
     uint32_t u;

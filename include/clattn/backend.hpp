@@ -182,12 +182,47 @@ struct BackendConfig {
   DType act_dtype = DType::BF16;      // q / k / v / o dtype: f32 f16 bf16
   bool deterministic = false;         // fixed split-K tile (decode)
   int max_splits = 0;                 // decode split-K cap (0 = planner's choice)
+  // Deterministic decode's split tile in tokens (deterministic, and every step after
+  // init_replay_state); 0 = the parameter row's DET_CHUNK.
+  int split_tokens = 0;
   cl_command_queue queue = nullptr;   // nullptr = the context's queue
   // "hybrid" only: backend per mode for the full-attention (MHA) layers ("paged" or
   // "paged_table", and "hsa" for decode_backend); MLA layers go to "mla", linear layers
   // to "linear".
   std::string prefill_backend = "paged", decode_backend = "paged";
   HsaBackendConfig hsa;  // "hsa", and "hybrid" with decode_backend "hsa"
+};
+
+// ------------------------------------------------------------------ capture and replay
+// Decode steps recorded once per batch-size bucket and replayed (SGLang's CUDA-graph calls:
+// init_cuda_graph_state / init_forward_metadata_capture_cuda_graph / ..._replay_cuda_graph).
+// Semantics and costs: docs/replay.md.
+struct ReplayConfig {
+  int max_bs = 0;            // the largest decode batch replayed
+  // Batch sizes to capture, ascending, the last >= max_bs; empty: 1 2 4 8, then multiples of 8
+  // up to max_bs. A batch of bs runs in the smallest bucket >= bs; its padding costs nothing.
+  std::vector<int> buckets;
+  // The engine's device req_to_token [pool_size, max_ctx] int32, kept current by the engine
+  // (every replayed request's slots 0 .. seq_len - 1 written before its replay).
+  cl_mem req_to_token = nullptr;
+  int pool_size = 0, max_ctx = 0;
+  // false: replay re-enqueues the recorded kernels (arguments set once) even where the
+  // device has cl_khr_command_buffer.
+  bool command_buffer = true;
+};
+
+// The device buffers a replay reads its batch from, [max_bs] int32 each: the engine may
+// write them itself and call replay(bs) without host arrays (rows >= bs: seq_len 0).
+struct ReplayInputs {
+  cl_mem req_pool_indices = nullptr, seq_lens = nullptr;
+};
+
+// One captured bucket: its launches and how a replay enqueues them.
+struct ReplayBucketInfo {
+  int batch_size = 0;
+  int launches = 0;            // kernels recorded
+  bool command_buffer = false; // one clEnqueueCommandBufferKHR per replay
+  std::string fallback;        // why not, where it is not
 };
 
 class CLATTN_API AttentionBackend {
@@ -202,6 +237,27 @@ class CLATTN_API AttentionBackend {
   virtual void forward(int layer_id, const LayerIO& io, bool save_kv_cache = true) = 0;
   // Device bytes the backend holds for metadata, plans and workspaces.
   virtual int64_t scratch_bytes() const = 0;
+
+  // Capture and replay of decode steps ("paged" and "paged_table"; the other backends throw
+  // Unsupported). init_replay_state plans every bucket (fixed-capacity plans, one workspace)
+  // and makes every later decode step, replayed or not, split deterministically, so a batch
+  // gives the same bits either way. begin_capture(bucket) .. end_capture(): the forward()
+  // calls in between (every layer of a decode step, on the backend's queue, from this
+  // thread) are recorded with their LayerIO buffers, which must hold `bucket` rows and stay
+  // the ones the engine fills before each replay; the metadata refresh kernels come first.
+  // replay(bs, ...) copies the batch into replay_inputs() (one non-blocking write, padded
+  // with seq_len 0) and enqueues the bucket's recording: append + attention of every layer.
+  virtual void init_replay_state(const ReplayConfig& cfg);
+  virtual void begin_capture(int bucket);
+  virtual void end_capture();
+  // The bucket a decode batch of bs runs in, 0 when none (bs > max_bs, or no replay state).
+  virtual int replay_bucket(int bs) const;
+  // Host arrays [bs] (validated, naming the index), or both null: replay_inputs() hold them.
+  virtual void replay(int bs, const int32_t* req_pool_indices = nullptr, const int32_t* seq_lens = nullptr);
+  virtual ReplayInputs replay_inputs() const;
+  virtual std::vector<ReplayBucketInfo> replay_buckets() const;
+  // The seq_len padded rows carry (SGLang's get_cuda_graph_seq_len_fill_value).
+  int replay_seq_len_fill_value() const { return 0; }
 };
 
 // Creates a backend by name over `pool` (which must outlive it). Checks that every layer

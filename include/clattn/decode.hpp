@@ -51,6 +51,7 @@ class CLATTN_API DecodePlan {
   PagedKV cache;                  // the cache descriptor the plan was made for
   DType q_dtype = DType::BF16, o_dtype = DType::BF16;
   bool page_table = false;        // metadata form: false = CSR kv_indices, true = page table
+  bool fixed = false;             // a fixed-capacity plan (decode_plan_fixed)
   int64_t page_ids_needed = 0;    // entries the run's page_ids buffer must hold
   int num_work = 0;               // (request, KV chunk) work items
   int num_partials = 0;           // partial states written to the workspace
@@ -82,6 +83,26 @@ CLATTN_API DecodePlan decode_plan(const Context& ctx, const PagedCsr& csr, const
                                   const DecodeOptions& opt, cl_command_queue queue = nullptr);
 CLATTN_API DecodePlan decode_plan(const Context& ctx, const PageTable& table, const PagedKV& cache,
                                   const DecodeOptions& opt, cl_command_queue queue = nullptr);
+
+// Fixed-capacity plans, for capture and replay (docs/replay.md): kernels, NDRanges, table
+// and workspace sizes fixed for up to max_batch requests of up to max_pages pages each, the
+// work list rewritten on the device each step by decode_refresh, so recorded launches
+// (or a command buffer) stay valid from step to step. The metadata is a page table
+// [max_batch, max_pages] (build_page_table_device). The split is the deterministic one
+// (DecodeOptions::split_tokens or the parameter row's DET_CHUNK), so a request's output has
+// the bits of a normal plan made with deterministic = true.
+struct DecodeCapacity {
+  int max_batch = 0;  // requests: q/o rows, page-table rows
+  int max_pages = 0;  // page-table columns (pages per request at most)
+};
+CLATTN_API DecodePlan decode_plan_fixed(const Context& ctx, const DecodeCapacity& cap, const PagedKV& cache,
+                                        const DecodeOptions& opt, cl_command_queue queue = nullptr);
+// Rewrites a fixed plan's work list for the step's seq_lens (device int32 [max_batch], each
+// at most max_pages * page_size; 0 marks a padded request: no work, its o/lse rows are not
+// written). positions (optional, int32 [max_batch]) receives seq_len - 1, the new token's
+// position (RoPE). One kernel, enqueue only; decode_run after it reads the new list.
+CLATTN_API void decode_refresh(const Context& ctx, const DecodePlan& plan, cl_mem seq_lens, cl_mem positions = nullptr,
+                               const Enqueue& e = {});
 
 struct DecodeBuffers {
   cl_mem q = nullptr;          // [B, Hq, D] q_dtype
