@@ -3,7 +3,9 @@
 // page ids and the split-K partials are not counted (they are the kernel's overhead); int8 /
 // int4 caches count their scale caches' bytes too (f32 row scales, f32 [scale, zero] pairs).
 // Time = the harness's median of marker-to-marker device time (an idle device at each
-// start, so the host's enqueue latency of the first kernel is included).
+// start, so the host's enqueue latency of the first kernel is included). Each case runs
+// twice: decode_run per call, then the same call captured and replayed (clattn::Capture; the
+// row's "host" figure is the replay's enqueue cost).
 //
 //   clattn-bench decode                      the sweep (H100 targets)
 //   clattn-bench decode --quick              a small sweep for CPU devices (PoCL)
@@ -20,6 +22,7 @@
 #include <sstream>
 
 #include "bench/bench.hpp"
+#include "clattn/capture.hpp"
 #include "clattn/decode.hpp"
 #include "tools/cli.hpp"
 
@@ -144,6 +147,21 @@ void run_case(Harness& h, const DecodeCase& c, const std::map<std::string, int>&
   const double bytes = kv_bytes + 2.0 * double(qo_bytes);
   const double flops = 4.0 * c.B * double(c.S) * c.Hq * c.D;
   h.report("decode", shape_of(c) + " " + plan.variant + param_suffix(params), ms, bytes, flops);
+  // The same calls captured (one Capture per cache copy) and replayed: the host cost of a
+  // replay is one clEnqueueCommandBufferKHR, or one clEnqueueNDRangeKernel per kernel.
+  std::vector<Capture> caps;
+  for (int i = 0; i < copies; ++i) {
+    next_copy();
+    caps.emplace_back(ctx);
+    caps.back().begin();
+    decode_run(ctx, plan, b);
+    caps.back().end();
+  }
+  call = 0;
+  const double replay_ms = h.time_ms([&] { caps[size_t(call++ % copies)].replay(); });
+  h.report("decode", shape_of(c) + " " + plan.variant + param_suffix(params) +
+                         (caps[0].uses_command_buffer() ? " replay(command buffer)" : " replay(launches)"),
+           replay_ms, bytes, flops);
   std::printf("#   plan: %s WG=%d TPT=%d GMAX=%dx%d UNROLL=%d LOAD=%d; %d work items, chunk %d, %d partials\n",
               plan.variant.c_str(), plan.tile.wg, plan.tile.tpt, plan.tile.gmax, plan.tile.head_blocks,
               plan.tile.unroll, plan.tile.load_bytes, plan.num_work, plan.chunk_tokens,

@@ -174,6 +174,7 @@ clattn_status clattn_backend_create(clattn_context ctx, const char* name, clattn
       bc.act_dtype = static_cast<clattn::DType>(cfg->act_dtype);
       bc.deterministic = cfg->deterministic != 0;
       bc.max_splits = cfg->max_splits;
+      bc.split_tokens = cfg->split_tokens;
       bc.queue = cfg->queue;
       if (cfg->prefill_backend) bc.prefill_backend = cfg->prefill_backend;
       if (cfg->decode_backend) bc.decode_backend = cfg->decode_backend;
@@ -234,6 +235,63 @@ clattn_status clattn_backend_scratch_bytes(clattn_backend b, int64_t* out) {
 }
 
 void clattn_backend_release(clattn_backend b) { delete b; }
+
+void clattn_replay_config_init(clattn_replay_config* c) {
+  if (!c) return;
+  *c = clattn_replay_config{};
+  c->command_buffer = 1;
+}
+
+clattn_status clattn_backend_init_replay_state(clattn_backend b, const clattn_replay_config* cfg) {
+  return guard([&] {
+    need(b, "backend");
+    need(cfg, "cfg");
+    clattn::ReplayConfig rc;
+    rc.max_bs = cfg->max_bs, rc.req_to_token = cfg->req_to_token, rc.pool_size = cfg->pool_size;
+    rc.max_ctx = cfg->max_ctx, rc.command_buffer = cfg->command_buffer != 0;
+    if (cfg->num_buckets < 0) invalid("cfg->num_buckets = " + std::to_string(cfg->num_buckets) + " is negative");
+    if (cfg->num_buckets > 0) rc.buckets.assign(need(cfg->buckets, "cfg->buckets"), cfg->buckets + cfg->num_buckets);
+    b->backend->init_replay_state(rc);
+  });
+}
+
+clattn_status clattn_backend_begin_capture(clattn_backend b, int bucket) {
+  return guard([&] { need(b, "backend")->backend->begin_capture(bucket); });
+}
+
+clattn_status clattn_backend_end_capture(clattn_backend b) {
+  return guard([&] { need(b, "backend")->backend->end_capture(); });
+}
+
+clattn_status clattn_backend_replay_bucket(clattn_backend b, int bs, int* out) {
+  return guard([&] { *need(out, "out") = need(b, "backend")->backend->replay_bucket(bs); });
+}
+
+clattn_status clattn_backend_replay(clattn_backend b, int bs, const int32_t* req_pool_indices, const int32_t* seq_lens) {
+  return guard([&] { need(b, "backend")->backend->replay(bs, req_pool_indices, seq_lens); });
+}
+
+clattn_status clattn_backend_replay_inputs(clattn_backend b, cl_mem* req_pool_indices, cl_mem* seq_lens) {
+  return guard([&] {
+    const clattn::ReplayInputs in = need(b, "backend")->backend->replay_inputs();
+    *need(req_pool_indices, "req_pool_indices") = in.req_pool_indices;
+    *need(seq_lens, "seq_lens") = in.seq_lens;
+  });
+}
+
+clattn_status clattn_backend_replay_info(clattn_backend b, int bucket, int* launches, int* command_buffer) {
+  return guard([&] {
+    need(b, "backend");
+    need(launches, "launches");
+    need(command_buffer, "command_buffer");
+    for (const auto& i : b->backend->replay_buckets())
+      if (i.batch_size == bucket) {
+        *launches = i.launches, *command_buffer = i.command_buffer ? 1 : 0;
+        return;
+      }
+    invalid("bucket " + std::to_string(bucket) + " is not a replay bucket of this backend");
+  });
+}
 
 unsigned long long clattn_device_allocation_count(void) { return clattn::device_allocation_count(); }
 

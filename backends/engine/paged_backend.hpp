@@ -59,6 +59,8 @@ class PagedBackend final : public AttentionBackend {
   void capture_forward(int layer_id, const LayerIO& io, bool save_kv_cache);
   bool capturing() const;
   struct Replay;
+  struct ReplayBucket;
+  void record_layer(ReplayBucket& bk, int layer_id, const LayerIO& io, bool save_kv_cache);
   std::shared_ptr<Replay> replay_;  // shared_ptr: complete only in paged_replay.cpp
 
   Context ctx_;

@@ -8,13 +8,19 @@
 
 #include "backends/engine/paged_backend.hpp"
 #include "clattn/append_kv.hpp"
+#include "clattn/capture.hpp"
 #include "clattn/rope.hpp"
 #include "runtime/checked.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
-#include "runtime/recording.hpp"
 
 namespace clattn::engine {
+
+struct PagedBackend::ReplayBucket {
+  int bs = 0;
+  std::map<std::string, DecodePlan> plans;  // by shape key
+  std::unique_ptr<Capture> rec;
+};
 
 struct PagedBackend::Replay {
   ReplayConfig cfg;
@@ -28,14 +34,8 @@ struct PagedBackend::Replay {
   std::vector<int32_t> staging;
   cl_event upload = nullptr;
   GrowBuffer table, slots, positions, workspace;
-  struct Bucket {
-    int bs = 0;
-    std::map<std::string, DecodePlan> plans;  // by shape key
-    std::unique_ptr<rt::Recording> rec;
-  };
-  std::vector<Bucket> b;
-  Bucket* capturing = nullptr;
-  std::unique_ptr<rt::CaptureScope> scope;
+  std::vector<ReplayBucket> b;
+  ReplayBucket* capturing = nullptr;
 
   ~Replay() {
     wait_upload();
@@ -48,7 +48,7 @@ struct PagedBackend::Replay {
     clReleaseEvent(upload);
     upload = nullptr;
   }
-  Bucket* find(int bucket) {
+  ReplayBucket* find(int bucket) {
     for (auto& x : b)
       if (x.bs == bucket) return &x;
     return nullptr;
@@ -127,7 +127,7 @@ void PagedBackend::init_replay_state(const ReplayConfig& cfg) {
   try {
     size_t ws = 0;
     for (int bs : buckets) {
-      Replay::Bucket bk;
+      ReplayBucket bk;
       bk.bs = bs;
       for (auto& [key, s] : shapes_) {
         if (!s.decode_here) continue;
@@ -149,15 +149,14 @@ void PagedBackend::begin_capture(int bucket) {
   if (!replay_) rt::invalid(name_ + ": begin_capture before init_replay_state");
   if (capturing()) rt::invalid(name_ + ": begin_capture during a capture (end_capture first)");
   Replay& r = *replay_;
-  Replay::Bucket* bk = r.find(bucket);
+  ReplayBucket* bk = r.find(bucket);
   if (!bk) {
     std::string list;
     for (int b : r.buckets) list += (list.empty() ? "" : " ") + std::to_string(b);
     rt::invalid(name_ + ": begin_capture(" + std::to_string(bucket) + "): not a bucket (" + list + ")");
   }
-  auto& c = rt::impl(ctx_);
-  bk->rec = std::make_unique<rt::Recording>(c.platform, c.device, c.ctx, queue(), r.cfg.command_buffer);
-  r.scope = std::make_unique<rt::CaptureScope>(*bk->rec);
+  bk->rec = std::make_unique<Capture>(ctx_, queue(), r.cfg.command_buffer);
+  bk->rec->begin();
   r.capturing = bk;
   try {
     // The step's metadata, refreshed on the device from the engine's tables.
@@ -175,7 +174,7 @@ void PagedBackend::begin_capture(int bucket) {
     }
     if (pos) rt::fail(Status::Internal, name_ + ": RoPE layers but no decode plan writes the positions");
   } catch (...) {
-    r.scope.reset();
+    bk->rec->end();
     r.capturing = nullptr;
     bk->rec.reset();
     throw;
@@ -185,15 +184,26 @@ void PagedBackend::begin_capture(int bucket) {
 void PagedBackend::end_capture() {
   if (!capturing()) rt::invalid(name_ + ": end_capture without begin_capture");
   Replay& r = *replay_;
-  r.scope.reset();
-  Replay::Bucket* bk = r.capturing;
+  ReplayBucket* bk = r.capturing;
   r.capturing = nullptr;
-  bk->rec->finalize();
+  bk->rec->end();
 }
 
 void PagedBackend::capture_forward(int layer_id, const LayerIO& io, bool save_kv_cache) {
   Replay& r = *replay_;
-  Replay::Bucket& bk = *r.capturing;
+  ReplayBucket& bk = *r.capturing;
+  try {
+    record_layer(bk, layer_id, io, save_kv_cache);
+  } catch (...) {  // a bucket never replays a partial step: the capture ends here, empty
+    bk.rec->end();
+    bk.rec.reset();
+    r.capturing = nullptr;
+    throw;
+  }
+}
+
+void PagedBackend::record_layer(ReplayBucket& bk, int layer_id, const LayerIO& io, bool save_kv_cache) {
+  Replay& r = *replay_;
   const LayerSpec& spec = find_layer(cfg_.layers, layer_id, name_);
   const std::string tag = layer_tag(name_, spec);
   if (!io.q || !io.o) rt::invalid(tag + ": LayerIO.q and LayerIO.o are required");
@@ -248,7 +258,7 @@ void PagedBackend::replay(int bs, const int32_t* rpi, const int32_t* seq) {
   const int bucket = replay_bucket(bs);
   if (bucket == 0)
     rt::invalid(who + "batch_size " + std::to_string(bs) + " is outside 1 .. max_bs " + std::to_string(r.cfg.max_bs));
-  Replay::Bucket* bk = r.find(bucket);
+  ReplayBucket* bk = r.find(bucket);
   if (!bk->rec) rt::invalid(who + "bucket " + std::to_string(bucket) + " (batch_size " + std::to_string(bs) + ") was not captured");
   if (bool(rpi) != bool(seq)) rt::invalid(who + "req_pool_indices and seq_lens must be given together");
   if (rpi) {
@@ -270,7 +280,7 @@ void PagedBackend::replay(int bs, const int32_t* rpi, const int32_t* seq) {
                                       0, nullptr, &r.upload),
                  "clEnqueueWriteBuffer", "replay inputs");
   }
-  bk->rec->replay(0, nullptr, nullptr);
+  bk->rec->replay();
 }
 
 ReplayInputs PagedBackend::replay_inputs() const {
@@ -285,7 +295,7 @@ std::vector<ReplayBucketInfo> PagedBackend::replay_buckets() const {
     ReplayBucketInfo i;
     i.batch_size = bk.bs;
     if (bk.rec) {
-      i.launches = int(bk.rec->size());
+      i.launches = bk.rec->launches();
       i.command_buffer = bk.rec->uses_command_buffer();
       i.fallback = bk.rec->fallback_reason();
     }

@@ -834,6 +834,7 @@ typedef struct clattn_backend_config {
   int hsa_fuse_window;          /* 1 (init): window and pages in one call; 0: merged after */
   const int32_t* hsa_layers;    /* layer ids using HSA; NULL / 0 = every layer without a window */
   int num_hsa_layers;
+  int split_tokens;             /* deterministic / replayed decode split tile, 0 = DET_CHUNK */
 } clattn_backend_config;
 CLATTN_API void clattn_backend_config_init(clattn_backend_config* c);
 
@@ -871,6 +872,31 @@ CLATTN_API clattn_status clattn_backend_forward(clattn_backend b, int layer_id, 
                                                 int save_kv_cache);
 CLATTN_API clattn_status clattn_backend_scratch_bytes(clattn_backend b, int64_t* out);
 CLATTN_API void clattn_backend_release(clattn_backend b);
+
+/* Capture and replay of decode steps ("paged", "paged_table"; AttentionBackend in
+ * clattn/backend.hpp, docs/replay.md). buckets NULL / 0: 1 2 4 8, then multiples of 8 up to
+ * max_bs. req_to_token: the engine's device table [pool_size, max_ctx] int32. */
+typedef struct clattn_replay_config {
+  int max_bs;
+  const int32_t* buckets;
+  int num_buckets;
+  cl_mem req_to_token;
+  int pool_size, max_ctx;
+  int command_buffer;           /* 1 (init): cl_khr_command_buffer where the device has it */
+} clattn_replay_config;
+CLATTN_API void clattn_replay_config_init(clattn_replay_config* c);
+CLATTN_API clattn_status clattn_backend_init_replay_state(clattn_backend b, const clattn_replay_config* cfg);
+/* forward() calls between these two are recorded into the bucket (LayerIO buffers fixed). */
+CLATTN_API clattn_status clattn_backend_begin_capture(clattn_backend b, int bucket);
+CLATTN_API clattn_status clattn_backend_end_capture(clattn_backend b);
+/* The bucket a batch of bs runs in (0: none). */
+CLATTN_API clattn_status clattn_backend_replay_bucket(clattn_backend b, int bs, int* out);
+/* Host arrays [bs], or both NULL when the engine wrote clattn_backend_replay_inputs itself. */
+CLATTN_API clattn_status clattn_backend_replay(clattn_backend b, int bs, const int32_t* req_pool_indices,
+                                               const int32_t* seq_lens);
+CLATTN_API clattn_status clattn_backend_replay_inputs(clattn_backend b, cl_mem* req_pool_indices, cl_mem* seq_lens);
+/* A captured bucket: kernels recorded and whether a replay is one command buffer. */
+CLATTN_API clattn_status clattn_backend_replay_info(clattn_backend b, int bucket, int* launches, int* command_buffer);
 
 /* Device buffers clattn has created in this process (steady-state steps create none). */
 CLATTN_API unsigned long long clattn_device_allocation_count(void);

@@ -15,3 +15,4 @@
 #include "clattn/decode.hpp"
 #include "clattn/ops.hpp"
 #include "clattn/backend.hpp"
+#include "clattn/capture.hpp"

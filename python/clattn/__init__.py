@@ -17,6 +17,7 @@ cl_mem ints zero-copy, DLPack tensors with device type kDLOpenCL (4), or numpy a
 ``dtype="fp8_e4m3"`` / ``"fp8_e5m2"``. Errors raise :class:`clattn.Error`. See
 docs/python.md for the decisions and the differences from FlashInfer / FLA.
 """
+from ._clattn import Capture, command_buffer_version
 from ._clattn import Context, Tensor, Error, DecodePlan, ExtendPlan, MlaPlan, HsaPlan, DsaIndexPlan, devices, version
 from ._util import (default_context, set_default_context, from_dlpack, float_to_bf16, bf16_to_float)
 from .attention import (BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper,

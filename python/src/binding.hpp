@@ -145,5 +145,6 @@ void init_lse(py::module_& m);
 void init_sparse(py::module_& m);
 void init_dsa(py::module_& m);
 void init_rope(py::module_& m);
+void init_capture(py::module_& m);
 
 }  // namespace clattn_py

@@ -41,4 +41,5 @@ PYBIND11_MODULE(_clattn, m) {
   init_sparse(m);
   init_dsa(m);
   init_rope(m);
+  init_capture(m);
 }

@@ -1,0 +1,55 @@
+// clattn::Capture: the public face of rt::Recording (runtime/recording.hpp).
+#include "clattn/capture.hpp"
+
+#include "runtime/context_impl.hpp"
+#include "runtime/error.hpp"
+#include "runtime/recording.hpp"
+
+namespace clattn {
+
+namespace detail {
+struct CaptureState {
+  rt::Recording rec;
+  std::unique_ptr<rt::CaptureScope> scope;
+  bool begun = false, ended = false;
+  CaptureState(ContextImpl& c, cl_command_queue q, bool cb) : rec(c.platform, c.device, c.ctx, q, cb) {}
+};
+}  // namespace detail
+
+Capture::Capture(const Context& ctx, cl_command_queue queue, bool command_buffer) {
+  auto& c = rt::impl(ctx);
+  s_ = std::make_unique<detail::CaptureState>(c, queue ? queue : c.queue, command_buffer);
+}
+Capture::~Capture() = default;
+Capture::Capture(Capture&&) noexcept = default;
+Capture& Capture::operator=(Capture&&) noexcept = default;
+
+void Capture::begin() {
+  if (!s_) rt::invalid("Capture::begin: moved-from capture");
+  if (s_->begun) rt::invalid("Capture::begin: this capture has begun already (one recording per Capture)");
+  if (rt::tls_recording) rt::invalid("Capture::begin: this thread is already capturing");
+  s_->begun = true;
+  s_->scope = std::make_unique<rt::CaptureScope>(s_->rec);
+}
+
+void Capture::end() {
+  if (!s_ || !s_->begun || s_->ended) rt::invalid("Capture::end without Capture::begin");
+  if (rt::tls_recording != &s_->rec) rt::invalid("Capture::end: called from another thread than begin");
+  s_->scope.reset();
+  s_->ended = true;
+  s_->rec.finalize();
+}
+
+void Capture::replay(const Enqueue& e) {
+  if (!s_ || !s_->ended) rt::invalid("Capture::replay before Capture::end");
+  if (e.queue && e.queue != s_->rec.queue()) rt::invalid("Capture::replay: Enqueue.queue is not the capture's queue");
+  s_->rec.replay(e.num_wait, e.wait, e.event);
+}
+
+int Capture::launches() const { return s_ ? int(s_->rec.size()) : 0; }
+bool Capture::uses_command_buffer() const { return s_ && s_->rec.uses_command_buffer(); }
+std::string Capture::fallback_reason() const { return s_ ? s_->rec.fallback_reason() : std::string(); }
+
+std::string command_buffer_version(const Context& ctx) { return rt::command_buffer_version(rt::impl(ctx).device); }
+
+}  // namespace clattn
