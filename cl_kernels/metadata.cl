@@ -198,8 +198,10 @@ __kernel void refresh_decode_work(__global const int* seq_lens, int cap, int nma
     e[0] = -1, e[1] = 0, e[2] = 0, e[3] = -1, e[4] = 0, e[5] = 0, e[6] = 0, e[7] = 0;
   }
   if (j == 0) {
-    __global int* m = tab + merge_off + 4 * r;
-    m[0] = r, m[1] = r * nmax, m[2] = n >= 2 ? n : 0, m[3] = 0;
+    if (nmax > 1) {  // plans that can split have a merge entry per request
+      __global int* m = tab + merge_off + 4 * r;
+      m[0] = r, m[1] = r * nmax, m[2] = n >= 2 ? n : 0, m[3] = 0;
+    }
     if (want_pos) positions[r] = max(seq - 1, 0);
   }
 }

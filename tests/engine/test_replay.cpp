@@ -13,6 +13,8 @@
 #include <numeric>
 
 #include "clattn/backend.hpp"
+#include "served_checks.hpp"
+#include "sim.hpp"
 #include "support/test_support.hpp"
 
 namespace clattn {
@@ -149,6 +151,42 @@ void serve(const std::string& name, DType kv, bool command_buffer) {
 TEST(Replay, PagedBitIdentical) { serve("paged", DType::BF16, true); }
 TEST(Replay, PagedTableWithoutCommandBuffer) { serve("paged_table", DType::BF16, false); }
 TEST(Replay, Int8Cache) { serve("paged", DType::I8, true); }
+
+// Served models with every decode step replayed (continuous batching: batches grow, shrink
+// and pad) and every layer of every step checked against the double-precision reference.
+sim::Config served(const std::string& model) {
+  sim::Config c;
+  c.model = model, c.num_layers = 2, c.num_requests = 7, c.max_running = 5, c.system_prompt = 16;
+  c.prompt_min = 1, c.prompt_max = 14, c.output_min = 4, c.output_max = 12, c.prefill_token_budget = 24;
+  c.check_every = 1, c.check_all_layers = true, c.check_requests = 5, c.seed = test::seed();
+  c.replay = true;
+  return c;
+}
+
+void expect_replayed(const sim::Report& r) {
+  test::expect_served_clean(r, 3);
+  EXPECT_EQ(r.replayed_steps, r.decode_steps);
+  EXPECT_EQ(r.steady_decode_allocations, 0u) << "replayed decode steps must not allocate device memory";
+}
+
+TEST(Replay, ServedTiny) {  // layer 1: window + soft cap
+  CLATTN_SEED_TRACE();
+  expect_replayed(sim::run(ctx(), served("tiny")));
+}
+
+TEST(Replay, ServedSinksWindowsTable) {  // gpt-oss: sinks, sliding/full alternating; page-table backend
+  CLATTN_SEED_TRACE();
+  auto c = served("gpt-oss");
+  c.backend = "paged_table", c.act_dtype = DType::F32, c.kv_dtype = DType::F32;
+  expect_replayed(sim::run(ctx(), c));
+}
+
+TEST(Replay, ServedInt4) {
+  CLATTN_SEED_TRACE();
+  auto c = served("tiny");
+  c.kv_dtype = DType::I4, c.kv_quant_group = 32;
+  expect_replayed(sim::run(ctx(), c));
+}
 
 TEST(Replay, Errors) {
   BackendConfig bc;

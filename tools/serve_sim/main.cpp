@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_flag("--hsa-no-fuse", cfg.hsa_no_fuse, "HSA: the window as its own decode, merged by LSE (default: fused)");
   app.add_flag("!--no-mixed", cfg.mixed, "prefill and decode in separate steps (default: mixed steps)");
+  app.add_flag("--replay", cfg.replay,
+               "decode steps replayed: each batch-size bucket captured once (paged / paged_table backends)");
   app.add_option("--seed", cfg.seed)->capture_default_str();
   app.add_flag("--no-progress", no_progress);
   app.add_flag("--no-warmup", no_warmup,
@@ -215,6 +217,16 @@ int main(int argc, char** argv) {
       }
     } else {
       std::printf("  attention      (queue without profiling: no device times)\n");
+    }
+    if (r.decode_steps > 0) {
+      std::printf("  host time      %.1f us per decode step in the backend's calls (%s), %d decode steps\n",
+                  1e6 * r.decode_host_s / r.decode_steps,
+                  r.replayed_steps > 0 ? "replay" : "init_forward_metadata + forward per layer", r.decode_steps);
+      if (r.replayed_steps > 0)
+        std::printf("  replay         %d of them replayed, %s\n", r.replayed_steps, r.replay_mode.c_str());
+      if (r.decode_attention_s > 0)
+        std::printf("  device time    %.1f us per decode step (attention, the layers' markers)\n",
+                    1e6 * r.decode_attention_s / r.decode_steps);
     }
     std::printf("  KV memory      peak %.1f MiB used of %.1f MiB allocated (%d of %d pages), backend scratch %.2f MiB\n",
                 double(r.kv_bytes_peak_used) / 1048576.0, double(r.kv_bytes_allocated) / 1048576.0, r.pages_peak_used,

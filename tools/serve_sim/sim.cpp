@@ -130,6 +130,7 @@ class Engine {
     report_.kv_bytes_allocated = pool_.bytes_allocated();
     report_.hsa = hsa_.describe();
     report_.hsa_layers = int(hsa_.layers.size()), report_.num_layers = int(model_.layers.size());
+    if (cfg.replay) init_replay();
   }
 
   ~Engine() {
@@ -221,6 +222,80 @@ class Engine {
     return int64_t(l.linear.num_v_heads) * l.linear.head_dim_v;
   }
 
+  // ---------------------------------------------------------------- replay
+  // The device copy of req_to_token, per-layer q/k/v/o buffers of max_running rows (a replay
+  // runs every layer, so each keeps its own), and every bucket captured once.
+  void init_replay() {
+    r2t_dev_ = DeviceBuffer(ctx_, req_to_token_.size() * 4);
+    r2t_dev_.write(ctx_, req_to_token_.data(), req_to_token_.size() * 4);
+    const int rows = cfg_.max_running;
+    const size_t es = dtype_size(cfg_.act_dtype);
+    rio_.resize(model_.layers.size());
+    rstage_.resize(model_.layers.size());
+    for (size_t li = 0; li < model_.layers.size(); ++li) {
+      for (int f = 0; f < NUM_FIELDS; ++f) {
+        const FieldTable& ft = tables_[li][size_t(f)];
+        if (!ft.width) continue;
+        const size_t bytes = size_t(rows) * ft.width * dtype_size(ft.dtype);
+        rio_[li][size_t(f)] = DeviceBuffer(ctx_, bytes);
+        rstage_[li][size_t(f)].assign(bytes, 0);
+      }
+      ro_.emplace_back(ctx_, size_t(rows) * size_t(out_width(model_.layers[li])) * es);
+    }
+    ReplayConfig rc;
+    rc.max_bs = rows, rc.req_to_token = r2t_dev_.get(), rc.pool_size = pool_rows_, rc.max_ctx = max_ctx_;
+    backend_->init_replay_state(rc);
+    for (const auto& b : backend_->replay_buckets()) {
+      backend_->begin_capture(b.batch_size);
+      for (size_t li = 0; li < model_.layers.size(); ++li) backend_->forward(model_.layers[li].layer_id, replay_io(li), true);
+      backend_->end_capture();
+    }
+    const auto info = backend_->replay_buckets();
+    report_.replay_mode = info.back().command_buffer
+                              ? "one command buffer per step (" + std::to_string(info.back().launches) + " kernels)"
+                              : std::to_string(info.back().launches) + " launches per step (" + info.back().fallback + ")";
+  }
+  LayerIO replay_io(size_t li) {
+    LayerIO io;
+    cl_mem* slot[NUM_FIELDS] = {&io.q, &io.q_pe, &io.k, &io.v, &io.g, &io.beta};
+    for (int f = 0; f < NUM_FIELDS; ++f)
+      if (tables_[li][size_t(f)].width) *slot[f] = rio_[li][size_t(f)].get();
+    io.o = ro_[li].get();
+    return io;
+  }
+  // Mirrors row positions [from, to) of req_to_token to the device (the step's final sync
+  // orders it before the host table changes again).
+  void sync_row(int row, int from, int to) {
+    if (!cfg_.replay || to <= from) return;
+    const size_t off = size_t(row) * max_ctx_ + size_t(from);
+    clEnqueueWriteBuffer(ctx_.cl_queue(), r2t_dev_.get(), CL_FALSE, off * 4, size_t(to - from) * 4,
+                         &req_to_token_[off], 0, nullptr, nullptr);
+  }
+  // A decode step as one replay: every layer's rows uploaded, the backend's one call timed.
+  void replay_step(int B, cl_command_queue q) {
+    for (size_t li = 0; li < model_.layers.size(); ++li)
+      for (int f = 0; f < NUM_FIELDS; ++f) {
+        const FieldTable& ft = tables_[li][size_t(f)];
+        if (!ft.width) continue;
+        const size_t rb = size_t(ft.width) * dtype_size(ft.dtype);
+        uint8_t* dst = rstage_[li][size_t(f)].data();
+        for (size_t t = 0; t < step_toks_.size(); ++t) std::memcpy(dst + t * rb, ft.row(step_toks_[t]), rb);
+        clEnqueueWriteBuffer(q, rio_[li][size_t(f)].get(), CL_FALSE, 0, rb * size_t(B), dst, 0, nullptr, nullptr);
+      }
+    cl_event before = nullptr, after = nullptr;
+    if (ctx_.profiling_enabled()) clEnqueueMarkerWithWaitList(q, 0, nullptr, &before);
+    const auto h0 = std::chrono::steady_clock::now();
+    backend_->replay(B, pool_idx_.data(), seq_.data());
+    report_.decode_host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    if (ctx_.profiling_enabled()) {
+      clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
+      markers_.push_back(before), markers_.push_back(after);
+    }
+    ++report_.replayed_steps;
+  }
+  // The buffer layer li's output is in this step.
+  const DeviceBuffer& out_of(size_t li) const { return replaying_ ? ro_[li] : o_dev_; }
+
   // ---------------------------------------------------------------- pages
   int take_page() {
     if (free_pages_.empty()) throw Error(Status::OutOfMemory, "serve-sim: out of KV pages");
@@ -249,6 +324,7 @@ class Engine {
       }
       if (!(pos < sys_len_ && r.shares_prefix)) row[pos] = r.own_pages.back() * P_ + pos % P_;
     }
+    sync_row(r.row, r.cached, len);
   }
 
   // ---------------------------------------------------------------- steps
@@ -286,6 +362,7 @@ class Engine {
       if (w.shares_prefix) {
         int32_t* row = &req_to_token_[size_t(w.row) * max_ctx_];
         std::copy(req_to_token_.begin(), req_to_token_.begin() + sys_len_, row);
+        sync_row(w.row, 0, sys_len_);
         w.cached = sys_len_;
         report_.cached_prefix_tokens += sys_len_;
       }
@@ -366,7 +443,13 @@ class Engine {
     fb.seq_lens = seq_.data();
     if (mode != ForwardMode::Decode) fb.prefix_lens = prefix_.data(), fb.extend_lens = ext_.data();
     const unsigned long long allocs0 = device_allocation_count();
-    backend_->init_forward_metadata(fb);
+    replaying_ = cfg_.replay && mode == ForwardMode::Decode && backend_->replay_bucket(B) > 0;
+    double host_s = 0;
+    if (!replaying_) {
+      const auto h0 = std::chrono::steady_clock::now();
+      backend_->init_forward_metadata(fb);
+      host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    }
     if (compare_) compare_->init_forward_metadata(fb);
 
     // The step's token ids, request-major (the q/k/v rows of every layer).
@@ -378,8 +461,17 @@ class Engine {
     std::map<int, bool> kind_checked;
     double attn_s = 0;
     cl_command_queue q = ctx_.cl_queue();
+    if (replaying_) replay_step(B, q);
     for (size_t li = 0; li < model_.layers.size(); ++li) {
       const LayerSpec& l = model_.layers[li];
+      const int kind = int(l.kind) + (hsa_.layers.count(l.layer_id) ? 8 : 0);  // HSA layers: a kind of their own
+      if (replaying_) {  // run by the replay: the checks only
+        if (check_step && (cfg_.check_all_layers || !kind_checked[kind]) && T > 0) {
+          kind_checked[kind] = true;
+          check_layer(li, batch);
+        }
+        continue;
+      }
       const int s = int(li % 2);
       LayerIO io;
       cl_mem* slot[NUM_FIELDS] = {&io.q, &io.q_pe, &io.k, &io.v, &io.g, &io.beta};
@@ -403,13 +495,14 @@ class Engine {
       // end times bound its device time; read after the step's final sync.
       cl_event before = nullptr, after = nullptr;
       if (ctx_.profiling_enabled()) clEnqueueMarkerWithWaitList(q, 0, nullptr, &before);
+      const auto h0 = std::chrono::steady_clock::now();
       backend_->forward(l.layer_id, io, true);
+      host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
       if (ctx_.profiling_enabled()) {
         clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
         markers_.push_back(before), markers_.push_back(after);
       }
       if (compare_ && T > 0) compare_layer(li, io, T);
-      const int kind = int(l.kind) + (hsa_.layers.count(l.layer_id) ? 8 : 0);  // HSA layers: a kind of their own
       const bool first_of_kind = !kind_checked[kind];
       if (check_step && (cfg_.check_all_layers || first_of_kind) && T > 0) {
         kind_checked[kind] = true;
@@ -427,7 +520,8 @@ class Engine {
       t0 = std::max(t0, prev_end);
       const double dt = t1 > t0 ? double(t1 - t0) * 1e-9 : 0.0;
       attn_s += dt;
-      if (mode == ForwardMode::Decode && hsa_.layers.count(model_.layers[m / 2].layer_id)) report_.hsa_decode_s += dt;
+      if (mode == ForwardMode::Decode && !replaying_ && hsa_.layers.count(model_.layers[m / 2].layer_id))
+        report_.hsa_decode_s += dt;
       prev_end = std::max(prev_end, t1);
     }
     for (auto& m : markers_) clReleaseEvent(m);
@@ -440,6 +534,7 @@ class Engine {
       report_.decode_kv_bytes += decode_bytes(batch);
       if (finished_ * 2 >= cfg_.num_requests) report_.steady_decode_allocations += device_allocation_count() - allocs0;
       report_.decode_tokens += B;
+      if (!replaying_) report_.decode_host_s += host_s;
       report_.decode_wall_s +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - (check_s_ - check0);
     } else {
@@ -482,8 +577,8 @@ class Engine {
     for (size_t i = 0; i < batch.size(); ++i) {
       row += ext_[i];
       if (ext_[i] == 0) continue;
-      clEnqueueReadBuffer(ctx_.cl_queue(), o_dev_.get(), CL_FALSE, size_t(row) * rb, rb, &last_rows_[i * rb], 0, nullptr,
-                          nullptr);
+      clEnqueueReadBuffer(ctx_.cl_queue(), out_of(model_.layers.size() - 1).get(), CL_FALSE, size_t(row) * rb, rb,
+                          &last_rows_[i * rb], 0, nullptr, nullptr);
     }
     ctx_.finish();
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -597,7 +692,7 @@ class Engine {
       const int qn = ext_[size_t(i)], len = seq_[size_t(i)];
       if (qn == 0) continue;
       std::vector<uint8_t> got_b(size_t(qn) * W * es);
-      o_dev_.read(ctx_, got_b.data(), got_b.size(), size_t(first[size_t(i)]) * W * es);
+      out_of(li).read(ctx_, got_b.data(), got_b.size(), size_t(first[size_t(i)]) * W * es);
       std::vector<double> want(size_t(qn) * W), alt;
       if (step_mode_ == ForwardMode::Decode && hsa_.layers.count(l.layer_id)) {
         auto qv = field_rows(li, Q, r, len - 1, len, cfg_.act_dtype);
@@ -704,6 +799,12 @@ class Engine {
   std::vector<DeviceBuffer> sinks_dev_;
   std::map<int, std::vector<double>> sinks_host_;
   std::vector<int32_t> req_to_token_;
+  // Replay (Config::replay): req_to_token on the device, per-layer inputs and outputs.
+  DeviceBuffer r2t_dev_;
+  std::vector<std::array<DeviceBuffer, NUM_FIELDS>> rio_;
+  std::vector<std::array<std::vector<uint8_t>, NUM_FIELDS>> rstage_;
+  std::vector<DeviceBuffer> ro_;
+  bool replaying_ = false;  // this step is a replay
   std::vector<int> free_pages_, free_rows_, sys_pages_, sys_toks_;
   int reserved_ = 0, finished_ = 0;  // reserved_: pages promised to admitted requests, not yet taken
   std::deque<Request> waiting_;
@@ -759,6 +860,16 @@ std::optional<ConfigProblem> check(const Config& c) {
     HsaSetup h;
     if (auto p = resolve_hsa(c, preset(c.model, c.num_layers), h)) return p;
     if (int8 && h.on) return ConfigProblem{int8_opt, "int8: HSA's page selection reads float caches only"};
+  }
+  if (c.replay) {  // the paged backends replay; MHA layers only, no second pool
+    const Model m = preset(c.model, c.num_layers);
+    const std::string be = c.backend.empty() ? m.backend : c.backend;
+    if (be != "paged" && be != "paged_table")
+      return ConfigProblem{"--replay", "needs the paged or paged_table backend (model " + c.model + " is served by " + be + ")"};
+    for (const auto& l : m.layers)
+      if (l.kind != LayerKind::MHA) return ConfigProblem{"--replay", "needs a model of MHA layers only"};
+    if (c.compare_kv) return ConfigProblem{"--replay", "does not combine with --compare-kv"};
+    if (c.hsa_topk != 0 || m.hsa.topk > 0) return ConfigProblem{"--replay", "does not combine with HSA"};
   }
   if (c.num_pages > 0) {  // the longest request must fit: its own pages plus the shared prefix's
     const int P = c.page_size > 0 ? c.page_size : preset(c.model, 1).page_size;

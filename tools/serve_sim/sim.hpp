@@ -56,6 +56,10 @@ struct Config {
   std::string hsa_strategy;    // "group" (per KV head) or "head" (per query head); "" = group
   bool hsa_no_fuse = false;    // window as its own decode, merged by LSE (default: fused)
   std::vector<int> hsa_layers; // layers with HSA; empty = every full-attention MHA layer
+  // Decode steps replayed: every batch-size bucket up to max_running captured at the start
+  // (AttentionBackend::init_replay_state / begin_capture), each decode step one replay()
+  // (paged / paged_table backends, MHA models).
+  bool replay = false;
   uint64_t seed = 1;
   std::function<void(int done, int total)> progress;  // called once per step
 };
@@ -81,6 +85,12 @@ struct Report {
   // Decode steps: wall time (reference checks excluded) and tokens generated in them.
   double decode_wall_s = 0;
   int64_t decode_tokens = 0;
+  // Host time the decode steps spent in the backend's calls: init_forward_metadata and every
+  // forward(), or replay(); replayed_steps of them replayed. replay_mode describes a replay
+  // ("command buffer" or "N launches"), empty without replay.
+  double decode_host_s = 0;
+  int replayed_steps = 0;
+  std::string replay_mode;
   // HSA: its settings ("" = off), layers, and over the decode steps of the HSA layers the
   // bytes their attention read (landmarks, selected pages, window), the bytes dense decode
   // would have read, and their device time.
