@@ -33,6 +33,7 @@ std::string profile_json(const DeviceProfile& p) {
                    {"clattn_intel_subgroups", p.intel_subgroups},
                    {"clattn_intel_required_subgroup_size", p.intel_required_subgroup_size},
                    {"clattn_integer_dot_product", p.integer_dot_product},
+                   {"clattn_command_buffer", p.command_buffer},
                    {"clattn_nv_inline_ptx", p.nv_inline_ptx},
                    {"clattn_nv_compute_capability", p.nv_compute_capability},
                    {"clattn_amd_wavefront", p.amd_wavefront},

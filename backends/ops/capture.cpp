@@ -50,6 +50,24 @@ int Capture::launches() const { return s_ ? int(s_->rec.size()) : 0; }
 bool Capture::uses_command_buffer() const { return s_ && s_->rec.uses_command_buffer(); }
 std::string Capture::fallback_reason() const { return s_ ? s_->rec.fallback_reason() : std::string(); }
 
+void capture_kernel(cl_command_queue queue, cl_kernel kernel, cl_uint work_dim, const size_t* global_size,
+                    const size_t* local_size) {
+  rt::Recording* r = queue ? rt::recording_for(queue) : nullptr;
+  if (!r) rt::invalid("capture_kernel: no capture is active on this queue on this thread");
+  if (!kernel) rt::invalid("capture_kernel: kernel is null");
+  if (work_dim < 1 || work_dim > 3) rt::invalid("capture_kernel: work_dim = " + std::to_string(work_dim) + ", must be 1..3");
+  if (!global_size) rt::invalid("capture_kernel: global_size is null");
+  cl_int err = CL_SUCCESS;
+  cl_kernel k = clCloneKernel(kernel, &err);  // a copy with the arguments as they are now
+  if (err != CL_SUCCESS || !k) {
+    rt::check_cl(clRetainKernel(kernel), "clRetainKernel", "capture_kernel");
+    k = kernel;
+  }
+  r->add(k, work_dim, global_size, local_size);
+}
+
+bool is_capturing(cl_command_queue queue) { return queue && rt::recording_for(queue) != nullptr; }
+
 std::string command_buffer_version(const Context& ctx) { return rt::command_buffer_version(rt::impl(ctx).device); }
 
 }  // namespace clattn

@@ -44,6 +44,18 @@ class CLATTN_API Capture {
   std::unique_ptr<detail::CaptureState> s_;
 };
 
+// Records an engine's own kernel launch into the capture active on this thread for `queue`
+// (a Capture, or an AttentionBackend between begin_capture and end_capture), in order with
+// clattn's launches: the engine's projections between attention layers then replay within
+// the same recording. The arguments `kernel` has now are what every replay uses: clattn
+// records a clone of it (clCloneKernel) where the driver can clone, else retains `kernel`
+// itself, whose arguments must then stay unchanged while the recording lives. Throws
+// InvalidArgument when nothing is capturing on `queue` on this thread.
+CLATTN_API void capture_kernel(cl_command_queue queue, cl_kernel kernel, cl_uint work_dim, const size_t* global_size,
+                               const size_t* local_size);
+// Whether this thread is capturing launches on `queue`.
+CLATTN_API bool is_capturing(cl_command_queue queue);
+
 // The device's cl_khr_command_buffer version ("0.9.4"), empty without the extension.
 CLATTN_API std::string command_buffer_version(const Context& ctx);
 

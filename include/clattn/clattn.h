@@ -898,6 +898,23 @@ CLATTN_API clattn_status clattn_backend_replay_inputs(clattn_backend b, cl_mem* 
 /* A captured bucket: kernels recorded and whether a replay is one command buffer. */
 CLATTN_API clattn_status clattn_backend_replay_info(clattn_backend b, int bucket, int* launches, int* command_buffer);
 
+/* Op-level capture and replay (clattn/capture.hpp, docs/replay.md): between begin and end,
+ * the op calls of this thread on the capture's queue (NULL = the context's) are recorded;
+ * replay enqueues them again (one command buffer where the device has cl_khr_command_buffer
+ * and command_buffer != 0). clattn_capture_kernel records the engine's own kernel (its
+ * arguments as set now) into whatever capture is active on the queue on this thread,
+ * including a backend's between clattn_backend_begin_capture and _end_capture. */
+typedef struct clattn_capture_s* clattn_capture;
+CLATTN_API clattn_status clattn_capture_create(clattn_context ctx, cl_command_queue queue, int command_buffer,
+                                               clattn_capture* out);
+CLATTN_API clattn_status clattn_capture_begin(clattn_capture c);
+CLATTN_API clattn_status clattn_capture_end(clattn_capture c);
+CLATTN_API clattn_status clattn_capture_replay(clattn_capture c, const clattn_enqueue* e);  /* e may be NULL */
+CLATTN_API clattn_status clattn_capture_info(clattn_capture c, int* launches, int* command_buffer);
+CLATTN_API void clattn_capture_release(clattn_capture c);
+CLATTN_API clattn_status clattn_capture_kernel(cl_command_queue queue, cl_kernel kernel, cl_uint work_dim,
+                                               const size_t* global_size, const size_t* local_size);
+
 /* Device buffers clattn has created in this process (steady-state steps create none). */
 CLATTN_API unsigned long long clattn_device_allocation_count(void);
 

@@ -51,6 +51,9 @@ struct DeviceProfile {
   unsigned amd_wavefront = 0;    // cl_amd_device_attribute_query, 0 if none
   unsigned warp_size = 0;        // hardware SIMD width where known (nvidia 32, amd wavefront)
   std::vector<std::string> extensions;
+  // cl_khr_command_buffer's version ("0.9.4"; "?" when the driver does not report it), empty
+  // without it: captured steps then replay launch by launch (docs/replay.md).
+  std::string command_buffer;
   // Features emulated for tests (CLATTN_EMULATE, comma-separated; docs/runtime.md): a variant
   // that needs one is available here and built with an emulation header (local memory,
   // barriers) implementing the builtins' documented semantics. Never for serving.

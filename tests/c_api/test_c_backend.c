@@ -1,7 +1,8 @@
 /* The engine backend through the C ABI, compiled as C: a KV pool and a "paged" backend for
  * one GQA layer; an extend step (6 prompt tokens) then a decode step, each checked against
  * a double-precision loop here; the same decode on "hsa" with every key covered; registry
- * and batch errors; no allocation when a decode step repeats; int8 and int4 pools (their
+ * and batch errors; no allocation when a decode step repeats; the decode step captured and
+ * replayed, op-level capture's errors; int8 and int4 pools (their
  * scale caches, byte counts and refused configurations). */
 #include <math.h>
 
@@ -115,6 +116,38 @@ int main(void) {
   CHECK(clattn_backend_forward(be, 0, &io, 0) == CLATTN_SUCCESS);
   clFinish(q);
   CHECK(clattn_device_allocation_count() == before);
+
+  /* The same decode step captured and replayed (engine-side req_to_token on the device). */
+  cl_mem r2t_dev = buffer(c, sizeof r2t, r2t, q);
+  clattn_replay_config rc;
+  clattn_replay_config_init(&rc);
+  rc.max_bs = 2, rc.req_to_token = r2t_dev, rc.pool_size = 2, rc.max_ctx = MAXCTX;
+  CHECK_FAILS(clattn_backend_replay(be, 1, &row, &seq), CLATTN_INVALID_ARGUMENT, "init_replay_state");
+  CHECK(clattn_backend_init_replay_state(be, &rc) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_begin_capture(be, 1) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_forward(be, 0, &io, 1) == CLATTN_SUCCESS);
+  CHECK(clattn_backend_end_capture(be) == CLATTN_SUCCESS);
+  int bucket = 0, launches = 0, cbuf = -1;
+  CHECK(clattn_backend_replay_bucket(be, 2, &bucket) == CLATTN_SUCCESS && bucket == 2);
+  CHECK(clattn_backend_replay_info(be, 1, &launches, &cbuf) == CLATTN_SUCCESS && launches > 0 && cbuf >= 0);
+  memset(got[0], 0, sizeof got[0]);
+  clEnqueueWriteBuffer(q, ob, CL_TRUE, 0, sizeof(float) * HQ * D, got[0], 0, NULL, NULL);
+  CHECK(clattn_backend_replay(be, 1, &row, &seq) == CLATTN_SUCCESS);
+  read_back(q, ob, got[0], sizeof(float) * HQ * D);
+  CHECK(close_rows(got[0], want, HQ * D));
+  CHECK_FAILS(clattn_backend_replay(be, 3, &row, &seq), CLATTN_INVALID_ARGUMENT, "max_bs");
+  /* Op-level capture: an engine kernel outside a capture is refused; an empty recording replays. */
+  clattn_capture cap = NULL;
+  CHECK(clattn_capture_create(ctx, NULL, 1, &cap) == CLATTN_SUCCESS);
+  const size_t one = 1;
+  CHECK_FAILS(clattn_capture_kernel(q, NULL, 1, &one, NULL), CLATTN_INVALID_ARGUMENT, "no capture");
+  CHECK_FAILS(clattn_capture_replay(cap, NULL), CLATTN_INVALID_ARGUMENT, "Capture::end");
+  CHECK(clattn_capture_begin(cap) == CLATTN_SUCCESS && clattn_capture_end(cap) == CLATTN_SUCCESS);
+  CHECK(clattn_capture_replay(cap, NULL) == CLATTN_SUCCESS);
+  CHECK(clattn_capture_info(cap, &launches, &cbuf) == CLATTN_SUCCESS && launches == 0);
+  clattn_capture_release(cap);
+  clFinish(q);
+  clReleaseMemObject(r2t_dev);
 
   /* "hsa": at 7 keys with page 4 and window 3, the one candidate page ends where the window
    * starts, so topk 1 covers every key: the dense result. Bad fields are named. */

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "clattn/backend.hpp"
+#include "clattn/capture.hpp"
 #include "served_checks.hpp"
 #include "sim.hpp"
 #include "support/test_support.hpp"
@@ -61,8 +62,43 @@ struct Req {
   int row, len, stop;  // pool row, tokens cached, finish after this many
 };
 
-void serve(const std::string& name, DType kv, bool command_buffer) {
-  SCOPED_TRACE(name + " kv " + dtype_name(kv) + (command_buffer ? " command buffer" : " launches"));
+// An engine's own kernel between layers 0 and 1 (a "projection": q of layer 1 = o of layer 0
+// / 2), enqueued by the normal path and recorded with capture_kernel into the step.
+struct Projection {
+  cl_program prog = nullptr;
+  cl_kernel k = nullptr;
+  Projection() {
+    const char* src =
+        "__kernel void proj(__global const float* o, __global float* q, int n) {"
+        "  const int i = get_global_id(0); if (i < n) q[i] = 0.5f * o[i]; }";
+    cl_int err = CL_SUCCESS;
+    const cl_device_id dev = ctx().cl_device();
+    prog = clCreateProgramWithSource(ctx().cl_ctx(), 1, &src, nullptr, &err);
+    EXPECT_EQ(err, CL_SUCCESS);
+    EXPECT_EQ(clBuildProgram(prog, 1, &dev, "", nullptr, nullptr), CL_SUCCESS);
+    k = clCreateKernel(prog, "proj", &err);
+    EXPECT_EQ(err, CL_SUCCESS);
+  }
+  ~Projection() {
+    clReleaseKernel(k);
+    clReleaseProgram(prog);
+  }
+  // Sets the arguments and enqueues on the context's queue, or records into its capture.
+  void run(cl_mem o, cl_mem q, int rows, bool record) {
+    const cl_int n = rows * kHq * kD;
+    clSetKernelArg(k, 0, sizeof o, &o), clSetKernelArg(k, 1, sizeof q, &q), clSetKernelArg(k, 2, sizeof n, &n);
+    const size_t g = (size_t(n) + 63) / 64 * 64, l = 64;
+    if (record)
+      capture_kernel(ctx().cl_queue(), k, 1, &g, &l);
+    else
+      ASSERT_EQ(clEnqueueNDRangeKernel(ctx().cl_queue(), k, 1, nullptr, &g, &l, 0, nullptr, nullptr), CL_SUCCESS);
+  }
+};
+
+void serve(const std::string& name, DType kv, bool command_buffer, bool projection = false) {
+  SCOPED_TRACE(name + " kv " + dtype_name(kv) + (command_buffer ? " command buffer" : " launches") +
+               (projection ? " with an engine kernel" : ""));
+  Projection proj;
   test::Rng rng(7);
   const int max_bs = 5;
   BackendConfig bc;
@@ -85,7 +121,10 @@ void serve(const std::string& name, DType kv, bool command_buffer) {
   replayed.be->init_replay_state(rc);
   for (int b : rc.buckets) {
     replayed.be->begin_capture(b);
-    for (size_t li = 0; li < L; ++li) replayed.be->forward(int(li), replayed.io(li));
+    for (size_t li = 0; li < L; ++li) {
+      if (projection && li == 1) proj.run(replayed.o[0].get(), replayed.q[1].get(), b, true);
+      replayed.be->forward(int(li), replayed.io(li));
+    }
     replayed.be->end_capture();
   }
   for (const auto& info : replayed.be->replay_buckets()) {
@@ -119,7 +158,10 @@ void serve(const std::string& name, DType kv, bool command_buffer) {
     fb.mode = ForwardMode::Decode, fb.batch_size = bs, fb.req_to_token = r2t.data(), fb.pool_size = kPool,
     fb.max_ctx = kMaxCtx, fb.req_pool_indices = rpi.data(), fb.seq_lens = seq.data();
     normal.be->init_forward_metadata(fb);
-    for (size_t li = 0; li < L; ++li) normal.be->forward(int(li), normal.io(li));
+    for (size_t li = 0; li < L; ++li) {
+      if (projection && li == 1) proj.run(normal.o[0].get(), normal.q[1].get(), bs, false);
+      normal.be->forward(int(li), normal.io(li));
+    }
     replayed.be->replay(bs, rpi.data(), seq.data());
     ctx().finish();
     for (size_t li = 0; li < L; ++li) {
@@ -151,6 +193,8 @@ void serve(const std::string& name, DType kv, bool command_buffer) {
 TEST(Replay, PagedBitIdentical) { serve("paged", DType::BF16, true); }
 TEST(Replay, PagedTableWithoutCommandBuffer) { serve("paged_table", DType::BF16, false); }
 TEST(Replay, Int8Cache) { serve("paged", DType::I8, true); }
+TEST(Replay, EngineKernelBetweenLayers) { serve("paged", DType::BF16, true, true); }
+TEST(Replay, EngineKernelBetweenLayersLaunches) { serve("paged_table", DType::F16, false, true); }
 
 // Served models with every decode step replayed (continuous batching: batches grow, shrink
 // and pad) and every layer of every step checked against the double-precision reference.

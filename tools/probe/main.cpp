@@ -86,6 +86,10 @@ void print_text(const clattn::DeviceEntry& d, const json& bench) {
     std::printf("    NVIDIA compute capability %d.%d, warp %u, inline PTX %s\n", p.nv_compute_capability / 10,
                 p.nv_compute_capability % 10, p.warp_size, p.nv_inline_ptx ? "yes" : "no");
   if (p.amd_wavefront) std::printf("    AMD wavefront %u\n", p.amd_wavefront);
+  if (p.command_buffer.empty())
+    std::printf("    replay     launch by launch (no cl_khr_command_buffer)\n");
+  else
+    std::printf("    replay     one command buffer per step (cl_khr_command_buffer %s)\n", p.command_buffer.c_str());
   std::printf("    variants mode %s\n", p.portable_only ? "portable (CLATTN_VARIANTS=portable: no vendor-specific variant)"
                                                          : "all (every variant the device can run)");
   std::printf("    variants:\n");
