@@ -72,7 +72,7 @@ double Harness::time_ms(const std::function<void()>& enqueue) {
   cl_command_queue q = ctx().cl_queue();
   const Span idle = median_span(q, enqueue, warmup, iters, 1);
   idle_ms = idle.ms;
-  host_us = idle.host_us;
+  host_us = host_idle_us = idle.host_us;
   // Launch latency only matters next to short calls: long ones get fewer calls per sample
   // (a sample stays near kSampleMs), and calls over half of it only the idle pass.
   constexpr double kSampleMs = 25.0;
@@ -95,7 +95,8 @@ std::string Harness::timing_desc() const {
   if (reps <= 1) return "median of " + std::to_string(iters) + " single calls on an idle device (marker to marker)";
   return "per call, median of " + std::to_string(iters) + " samples of " + std::to_string(reps) +
          " back-to-back calls (fewer for calls over 2.5 ms, single ones over 12.5 ms; marker to marker; decode "
-         "and mla rotate KV copies past the last-level cache); 'idle' = one call on an idle device";
+         "and mla rotate KV copies past the last-level cache); 'idle' = one call on an idle device (host: its "
+         "enqueue time, apart from the device's own work)";
 }
 
 Harness::LastCommand Harness::last_command(const std::function<void(const Enqueue&)>& enqueue) {
@@ -234,7 +235,8 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
   std::string idle;
   if (reps > 1 && idle_ms > 0) {
     char buf[128];
-    std::snprintf(buf, sizeof buf, " | idle %.3f ms %.1f%% | host %.1f us/call", idle_ms, pct * ms / idle_ms, host_us);
+    std::snprintf(buf, sizeof buf, " | idle %.3f ms %.1f%% | host %.1f us/call (%.1f idle)", idle_ms, pct * ms / idle_ms,
+                  host_us, host_idle_us);
     idle = buf;
   }
   std::printf("%-10s %-48s %9.3f ms %9.1f GB/s %8.2f TFLOP/s %6.1f%s%s\n", op.c_str(), shape.c_str(), ms, gbps, tflops,
@@ -244,7 +246,7 @@ void Harness::report(const std::string& op, const std::string& shape, double ms,
     std::ofstream out(json_out, std::ios::app);
     out << "{\"op\":\"" << op << "\",\"shape\":\"" << shape << "\",\"ms\":" << ms << ",\"gbps\":" << gbps
         << ",\"tflops\":" << tflops << ",\"pct_of_limit\":" << pct << ",\"reps\":" << reps
-        << ",\"idle_ms\":" << idle_ms << ",\"host_us\":" << host_us << ",\"limit_gbps\":" << L.stream_read_gbps
+        << ",\"idle_ms\":" << idle_ms << ",\"host_us\":" << host_us << ",\"host_idle_us\":" << host_idle_us << ",\"limit_gbps\":" << L.stream_read_gbps
         << ",\"same_size_read_gbps\":" << same << ",\"device\":\"" << ctx().profile().device_name << "\"}\n";
   }
 }
@@ -254,7 +256,8 @@ void Harness::report_compute(const std::string& op, const std::string& shape, do
   const double tflops = flops / (ms * 1e9);
   const double pct = peak_tflops > 0 ? 100.0 * tflops / peak_tflops : 0.0;
   char idle[96] = "";
-  if (reps > 1 && idle_ms > 0) std::snprintf(idle, sizeof idle, " | idle %.3f ms | host %.1f us/call", idle_ms, host_us);
+  if (reps > 1 && idle_ms > 0)
+    std::snprintf(idle, sizeof idle, " | idle %.3f ms | host %.1f us/call (%.1f idle)", idle_ms, host_us, host_idle_us);
   std::printf("%-10s %-48s %9.3f ms %8.3f TFLOP/s %6.1f%% of %.1f TFLOP/s (%s)%s\n", op.c_str(), shape.c_str(), ms,
               tflops, pct, peak_tflops, peak_desc.c_str(), idle);
   std::fflush(stdout);

@@ -28,6 +28,7 @@ struct Harness {
   int reps = 1;
   double idle_ms = 0;    // last time_ms's single-call median (reps > 1 only; else = result)
   double host_us = 0;    // last time_ms's host time per call spent enqueueing (median)
+  double host_idle_us = 0;  // the same for single calls on an idle device (no contention with the device's work)
   std::string json_out;  // optional: append result rows as JSON lines to this file
 
   const Limits& get_limits();

@@ -144,7 +144,7 @@ void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) 
 int64_t PagedBackend::scratch_bytes() const {
   int64_t n = step_.bytes();
   for (const auto& kv : shapes_) n += int64_t(kv.second.table.bytes());
-  return n;
+  return n + replay_bytes();
 }
 
 DecodeOptions PagedBackend::decode_options(const LayerSpec& l) const {

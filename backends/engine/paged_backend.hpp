@@ -58,6 +58,7 @@ class PagedBackend final : public AttentionBackend {
   // forward() between begin_capture and end_capture: recorded on the bucket's plans.
   void capture_forward(int layer_id, const LayerIO& io, bool save_kv_cache);
   bool capturing() const;
+  int64_t replay_bytes() const;  // device bytes of the replay state (tables, workspace, inputs)
   struct Replay;
   struct ReplayBucket;
   void record_layer(ReplayBucket& bk, int layer_id, const LayerIO& io, bool save_kv_cache);

@@ -243,6 +243,16 @@ void PagedBackend::record_layer(ReplayBucket& bk, int layer_id, const LayerIO& i
   decode_run(ctx_, it->second, b, e);
 }
 
+int64_t PagedBackend::replay_bytes() const {
+  if (!replay_) return 0;
+  const Replay& r = *replay_;
+  int64_t n = int64_t(r.seq_off) + int64_t(r.rows) * 4;
+  for (const GrowBuffer* g : {&r.table, &r.slots, &r.positions, &r.workspace}) n += int64_t(g->bytes());
+  for (const auto& bk : r.b)
+    for (const auto& [key, p] : bk.plans) n += p.table_bytes;
+  return n;
+}
+
 int PagedBackend::replay_bucket(int bs) const {
   if (!replay_ || bs < 1) return 0;
   for (int b : replay_->buckets)
