@@ -180,7 +180,7 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
   p.intel_subgroups = p.has_extension("cl_intel_subgroups");
   p.intel_required_subgroup_size = p.has_extension("cl_intel_required_subgroup_size");
   p.integer_dot_product = p.has_extension("cl_khr_integer_dot_product");
-  p.command_buffer = command_buffer_version(d);
+  if (p.has_extension("cl_khr_command_buffer")) p.command_buffer = command_buffer_version(d);
   cl_uint max_sg = 0;
   bool sg_query = device_info(d, CLATTN_DEVICE_MAX_NUM_SUB_GROUPS, max_sg);
   p.subgroups = p.has_extension("cl_khr_subgroups") || (sg_query && max_sg > 0);

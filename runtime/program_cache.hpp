@@ -77,10 +77,15 @@ class Kernel {
     r.add(k, dims, global, local);  // owns k from here, also when it throws
     if (ev) *ev = r.complete_event();
   }
+  // One clSetKernelArg: a local-memory size, or a plain value.
   template <class T>
   static cl_int set_once(cl_kernel k, cl_uint i, const T& v) {
-    if constexpr (std::is_same_v<T, LocalMem>) return clSetKernelArg(k, i, v.bytes, nullptr);
-    else return clSetKernelArg(k, i, sizeof(T), &v);
+    if constexpr (std::is_same_v<T, LocalMem>) {
+      return clSetKernelArg(k, i, v.bytes, nullptr);
+    } else {
+      static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are plain values");
+      return clSetKernelArg(k, i, sizeof(T), &v);
+    }
   }
   // The value last set at an index: its size (0: none, or a buffer) and bytes.
   struct LastArg {
@@ -91,18 +96,13 @@ class Kernel {
   void set_arg(cl_uint i, const T& v) {
     cl_int err;
     LastArg& last = last_[i];
-    if constexpr (std::is_same_v<T, LocalMem>) {
+    if constexpr (std::is_same_v<T, LocalMem> || std::is_same_v<T, cl_mem> || sizeof(T) > sizeof(LastArg::bytes)) {
       last.size = 0;
-      err = clSetKernelArg(k_, i, v.bytes, nullptr);
-    } else if constexpr (std::is_same_v<T, cl_mem> || sizeof(T) > sizeof(LastArg::bytes)) {
-      static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are plain values");
-      last.size = 0;
-      err = clSetKernelArg(k_, i, sizeof(T), &v);
+      err = set_once(k_, i, v);
     } else {
-      static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are plain values");
       if (last.size == sizeof(T) && std::memcmp(last.bytes, &v, sizeof(T)) == 0) return;
       last.size = 0;  // unknown until the driver takes it
-      err = clSetKernelArg(k_, i, sizeof(T), &v);
+      err = set_once(k_, i, v);
       if (err == CL_SUCCESS) last.size = sizeof(T), std::memcpy(last.bytes, &v, sizeof(T));
     }
     if (err != CL_SUCCESS) throw_cl(err, "clSetKernelArg", name_ + " arg " + std::to_string(i));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/context_impl.hpp"
 #include "runtime/env.hpp"
 #include "runtime/error.hpp"
 #include "runtime/log.hpp"
@@ -20,15 +21,6 @@ constexpr cl_uint kDeviceCbRequiredQueueProps = 0x12AA; // CL_DEVICE_COMMAND_BUF
 constexpr cl_bitfield kCapSimultaneousUse = 1 << 2;     // CL_COMMAND_BUFFER_CAPABILITY_SIMULTANEOUS_USE_KHR
 constexpr cl_properties kCbFlags = 0x1293;              // CL_COMMAND_BUFFER_FLAGS_KHR
 constexpr cl_bitfield kCbSimultaneousUse = 1 << 0;      // CL_COMMAND_BUFFER_SIMULTANEOUS_USE_KHR
-
-bool has_extension(cl_device_id d, const char* name) {
-  size_t n = 0;
-  if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, nullptr, &n) != CL_SUCCESS || n == 0) return false;
-  std::string s(n, '\0');
-  if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, n, s.data(), nullptr) != CL_SUCCESS) return false;
-  const std::string padded = " " + std::string(s.c_str()) + " ";
-  return padded.find(" " + std::string(name) + " ") != std::string::npos;
-}
 }  // namespace
 
 struct Recording::Api {
@@ -57,7 +49,6 @@ struct Recording::Api {
 };
 
 std::string command_buffer_version(cl_device_id device) {
-  if (!has_extension(device, "cl_khr_command_buffer")) return {};
   size_t n = 0;
   if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS_WITH_VERSION, 0, nullptr, &n) != CL_SUCCESS || n == 0)
     return "?";
@@ -70,22 +61,31 @@ std::string command_buffer_version(cl_device_id device) {
   return "?";
 }
 
-Recording::Recording(cl_platform_id platform, cl_device_id device, cl_context ctx, cl_command_queue q,
-                     bool command_buffer)
-    : ctx_(ctx), q_(q) {
+Recording::Recording(const detail::ContextImpl& c, cl_command_queue q, bool command_buffer) : ctx_(c.ctx), q_(q) {
   if (!command_buffer) return;
-  if (env("CLATTN_COMMAND_BUFFER") == "0") { drop_command_buffer("CLATTN_COMMAND_BUFFER=0"); return; }
-  if (!has_extension(device, "cl_khr_command_buffer")) { drop_command_buffer("the device lacks cl_khr_command_buffer"); return; }
-  api_ = Api::load(platform, &why_);
-  if (!api_) { drop_command_buffer(why_); return; }
+  if (env("CLATTN_COMMAND_BUFFER") == "0") {
+    drop_command_buffer("CLATTN_COMMAND_BUFFER=0");
+    return;
+  }
+  if (c.profile.command_buffer.empty()) {
+    drop_command_buffer("the device lacks cl_khr_command_buffer");
+    return;
+  }
+  api_ = Api::load(c.platform, &why_);
+  if (!api_) {
+    drop_command_buffer(why_);
+    return;
+  }
   // The queue must have the properties the device requires of command-buffer queues.
   cl_bitfield required = 0, caps = 0;
   cl_command_queue_properties props = 0;
-  clGetDeviceInfo(device, kDeviceCbRequiredQueueProps, sizeof required, &required, nullptr);
-  clGetDeviceInfo(device, kDeviceCbCapabilities, sizeof caps, &caps, nullptr);
+  clGetDeviceInfo(c.device, kDeviceCbRequiredQueueProps, sizeof required, &required, nullptr);
+  clGetDeviceInfo(c.device, kDeviceCbCapabilities, sizeof caps, &caps, nullptr);
   clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
-  if ((required & ~cl_bitfield(props)) != 0)
-    { drop_command_buffer("the queue lacks the properties the device requires (" + std::to_string(required) + ")"); return; }
+  if ((required & ~cl_bitfield(props)) != 0) {
+    drop_command_buffer("the queue lacks the properties the device requires (" + std::to_string(required) + ")");
+    return;
+  }
   simultaneous_ = (caps & kCapSimultaneousUse) != 0;
   const cl_properties with_flags[] = {kCbFlags, kCbSimultaneousUse, 0};
   cl_int err = CL_SUCCESS;

@@ -11,12 +11,17 @@
 
 #include "clattn/context.hpp"
 
+namespace clattn::detail {
+class ContextImpl;
+}
+
 namespace clattn::rt {
 
 class Recording {
  public:
   // command_buffer: use cl_khr_command_buffer where the device and the queue allow it.
-  Recording(cl_platform_id platform, cl_device_id device, cl_context ctx, cl_command_queue q, bool command_buffer);
+  // Records launches on `q` of c's context (c must outlive the recording).
+  Recording(const detail::ContextImpl& c, cl_command_queue q, bool command_buffer);
   ~Recording();
   Recording(const Recording&) = delete;
   Recording& operator=(const Recording&) = delete;
@@ -79,7 +84,8 @@ class CaptureScope {
   Recording* prev_;
 };
 
-// The device's cl_khr_command_buffer version as "major.minor.patch", or empty when absent.
+// The version of the device's cl_khr_command_buffer (which it must have) as "major.minor.patch",
+// "?" where the driver does not report it.
 std::string command_buffer_version(cl_device_id device);
 
 }  // namespace clattn::rt

@@ -70,9 +70,7 @@ void GrowBuffer::wait() {
   pending_ = nullptr;
 }
 
-namespace {
-std::string at(const char* field, int i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
-}  // namespace
+std::string field_at(const char* field, int i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
 
 void StepBatch::load(const ForwardBatch& fb, const std::string& backend, const CacheShape* cache, bool paged) {
   const std::string who = backend + ": ForwardBatch.";
@@ -105,11 +103,11 @@ void StepBatch::load(const ForwardBatch& fb, const std::string& backend, const C
     int n = 1;
     if (extend) {
       n = fb.extend_lens[i];
-      if (n < 0) rt::invalid(who + at("extend_lens", i) + " = " + std::to_string(n) + ", must be >= 0");
+      if (n < 0) rt::invalid(who + field_at("extend_lens", i) + " = " + std::to_string(n) + ", must be >= 0");
       if (fb.mode == ForwardMode::Mixed && n < 1)
-        rt::invalid(who + at("extend_lens", i) + " = 0 in mixed mode (every request brings a token)");
+        rt::invalid(who + field_at("extend_lens", i) + " = 0 in mixed mode (every request brings a token)");
     } else if (fb.seq_lens[i] < 1) {
-      rt::invalid(who + at("seq_lens", i) + " = " + std::to_string(fb.seq_lens[i]) +
+      rt::invalid(who + field_at("seq_lens", i) + " = " + std::to_string(fb.seq_lens[i]) +
                   ": a decode request needs its new token (seq_len >= 1)");
     }
     qo_indptr[size_t(i) + 1] = qo_indptr[size_t(i)] + n;

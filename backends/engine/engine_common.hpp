@@ -91,6 +91,8 @@ class PagedStep {
 PagedCsr one_token_csr(int page_size, bool extend);
 
 cl_command_queue backend_queue(const Context& ctx, const BackendConfig& cfg);
+// "field[i]": an array element in a batch error message.
+std::string field_at(const char* field, int i);
 // The spec of layer_id among `layers` (throws InvalidArgument naming the backend).
 const LayerSpec& find_layer(const std::vector<LayerSpec>& layers, int layer_id, const std::string& backend);
 // A layer's error prefix: "<backend>: layer <id> (<kind>)".

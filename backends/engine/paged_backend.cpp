@@ -56,7 +56,7 @@ PagedBackend::PagedBackend(const Context& ctx, const KVPool& pool, const Backend
 }
 
 void PagedBackend::init_forward_metadata(const ForwardBatch& fb) {
-  if (replay_ && capturing()) rt::invalid(name_ + ": init_forward_metadata during a capture (end_capture first)");
+  if (capturing()) rt::invalid(name_ + ": init_forward_metadata during a capture (end_capture first)");
   ready_ = false;
   step_.load(ctx_, queue(), fb, name_, CacheShape{pool_.config().num_pages, pool_.config().page_size}, table_, rope_);
   const StepBatch& sb = step_.batch();
@@ -87,21 +87,26 @@ void PagedBackend::save_kv(int layer_id, const LayerIO& io, bool save_kv_cache) 
   if (!ready_) rt::invalid(name_ + ": forward before a successful init_forward_metadata");
   const LayerSpec& spec = find_layer(cfg_.layers, layer_id, name_);
   const StepBatch& sb = step_.batch();
-  if (sb.num_tokens == 0 || (!save_kv_cache && !spec.apply_rope)) return;
+  if (sb.num_tokens == 0) return;
+  append_rows(spec, io, save_kv_cache, {step_.slots(), step_.slot_dtype(), sb.num_tokens, step_.positions()});
+}
+
+void PagedBackend::append_rows(const LayerSpec& spec, const LayerIO& io, bool save_kv_cache, const NewRows& rows) {
+  if (!save_kv_cache && !spec.apply_rope) return;
   const Enqueue e{queue(), 0, nullptr, nullptr};
-  RopePositions pos{step_.positions(), DType::I32, nullptr};
+  RopePositions pos{rows.positions, DType::I32, nullptr};
   if (!save_kv_cache) {  // RoPE on q alone
     RopeArgs r;
-    r.q = r.q_out = io.q, r.dtype = cfg_.act_dtype, r.num_tokens = sb.num_tokens;
+    r.q = r.q_out = io.q, r.dtype = cfg_.act_dtype, r.num_tokens = rows.num_tokens;
     r.num_qo_heads = spec.num_qo_heads, r.head_dim = spec.head_dim, r.pos = pos, r.rope = spec.rope;
     apply_rope(ctx_, r, e);
     return;
   }
   if (!io.k || !io.v) rt::invalid(layer_tag(name_, spec) + ": LayerIO.k and LayerIO.v are required with save_kv_cache");
-  const KVPool::Layer& L = pool_.layer(layer_id);
+  const KVPool::Layer& L = pool_.layer(spec.layer_id);
   AppendKVArgs a;
   a.k = io.k, a.v = io.v, a.src_dtype = cfg_.act_dtype;
-  a.slot_mapping = step_.slots(), a.slot_dtype = step_.slot_dtype(), a.num_tokens = sb.num_tokens;
+  a.slot_mapping = rows.slots, a.slot_dtype = rows.slot_dtype, a.num_tokens = rows.num_tokens;
   a.k_cache = L.k, a.v_cache = L.v, a.cache = L.kv;
   a.k_scale = pool_.config().k_scale, a.v_scale = pool_.config().v_scale;
   a.k_scale_cache = L.k_scale_cache, a.v_scale_cache = L.v_scale_cache;
@@ -113,7 +118,7 @@ void PagedBackend::save_kv(int layer_id, const LayerIO& io, bool save_kv_cache) 
 }
 
 void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) {
-  if (replay_ && capturing()) return capture_forward(layer_id, io, save_kv_cache);
+  if (capturing()) return capture_forward(layer_id, io, save_kv_cache);
   if (!ready_) rt::invalid(name_ + ": forward before a successful init_forward_metadata");
   const LayerSpec& spec = find_layer(cfg_.layers, layer_id, name_);
   const std::string tag = layer_tag(name_, spec);
@@ -125,12 +130,7 @@ void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) 
   const Enqueue e{queue(), 0, nullptr, nullptr};
   save_kv(layer_id, io, save_kv_cache);
   if (!sb.extend) {
-    DecodeBuffers b;
-    b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse;
-    b.workspace = step_.workspace(), b.sinks = spec.sinks;
-    b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
-    b.k_scale_cache = L.k_scale_cache, b.v_scale_cache = L.v_scale_cache;
-    decode_run(ctx_, s.decode, b, e);
+    decode_run(ctx_, s.decode, decode_buffers(spec, io, step_.page_ids(), step_.workspace()), e);
   } else {
     ExtendBuffers b;
     b.q = io.q, b.k = L.k, b.v = L.v, b.page_ids = step_.page_ids(), b.o = io.o, b.lse = io.lse, b.sinks = spec.sinks;
@@ -139,6 +139,17 @@ void PagedBackend::forward(int layer_id, const LayerIO& io, bool save_kv_cache) 
     b.k_scale_cache = L.k_scale_cache, b.v_scale_cache = L.v_scale_cache;
     extend_run(ctx_, s.extend, b, e);
   }
+}
+
+DecodeBuffers PagedBackend::decode_buffers(const LayerSpec& spec, const LayerIO& io, cl_mem page_ids,
+                                           cl_mem workspace) const {
+  const KVPool::Layer& L = pool_.layer(spec.layer_id);
+  DecodeBuffers b;
+  b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = page_ids, b.o = io.o, b.lse = io.lse;
+  b.workspace = workspace, b.sinks = spec.sinks;
+  b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
+  b.k_scale_cache = L.k_scale_cache, b.v_scale_cache = L.v_scale_cache;
+  return b;
 }
 
 int64_t PagedBackend::scratch_bytes() const {

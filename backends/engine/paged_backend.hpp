@@ -54,6 +54,17 @@ class PagedBackend final : public AttentionBackend {
   };
 
   ExtendOptions extend_options(const LayerSpec& l) const;
+  // The new tokens' rows of a step: their cache slots, count and RoPE positions (int32).
+  struct NewRows {
+    cl_mem slots;
+    DType slot_dtype;
+    int64_t num_tokens;
+    cl_mem positions;
+  };
+  // save_kv's work for these rows (the normal step's, or a replay bucket's static ones).
+  void append_rows(const LayerSpec& spec, const LayerIO& io, bool save_kv_cache, const NewRows& rows);
+  // A layer's decode buffers over the given metadata and workspace.
+  DecodeBuffers decode_buffers(const LayerSpec& spec, const LayerIO& io, cl_mem page_ids, cl_mem workspace) const;
   void warm(Shape& s);
   // forward() between begin_capture and end_capture: recorded on the bucket's plans.
   void capture_forward(int layer_id, const LayerIO& io, bool save_kv_cache);

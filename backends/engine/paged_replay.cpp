@@ -7,9 +7,7 @@
 #include <string>
 
 #include "backends/engine/paged_backend.hpp"
-#include "clattn/append_kv.hpp"
 #include "clattn/capture.hpp"
-#include "clattn/rope.hpp"
 #include "runtime/checked.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"
@@ -48,6 +46,12 @@ struct PagedBackend::Replay {
     clReleaseEvent(upload);
     upload = nullptr;
   }
+  // Ends the capture in progress and drops its recording: a bucket never replays a partial step.
+  void abandon_capture() {
+    capturing->rec->end();
+    capturing->rec.reset();
+    capturing = nullptr;
+  }
   ReplayBucket* find(int bucket) {
     for (auto& x : b)
       if (x.bs == bucket) return &x;
@@ -60,8 +64,6 @@ PagedBackend::~PagedBackend() = default;
 bool PagedBackend::capturing() const { return replay_ && replay_->capturing; }
 
 namespace {
-std::string at(const char* field, int i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
-
 // SGLang's capture sizes: 1 2 4 8, then every multiple of 8, up to max_bs.
 std::vector<int> default_buckets(int max_bs) {
   std::vector<int> b;
@@ -97,9 +99,9 @@ void PagedBackend::init_replay_state(const ReplayConfig& cfg) {
                 " (pool_size x max_ctx int32)");
   std::vector<int> buckets = cfg.buckets.empty() ? default_buckets(cfg.max_bs) : cfg.buckets;
   for (size_t i = 0; i < buckets.size(); ++i) {
-    if (buckets[i] < 1) rt::invalid(who + at("buckets", int(i)) + " = " + std::to_string(buckets[i]) + ", must be >= 1");
+    if (buckets[i] < 1) rt::invalid(who + field_at("buckets", int(i)) + " = " + std::to_string(buckets[i]) + ", must be >= 1");
     if (i > 0 && buckets[i] <= buckets[i - 1])
-      rt::invalid(who + at("buckets", int(i)) + " = " + std::to_string(buckets[i]) + " does not ascend");
+      rt::invalid(who + field_at("buckets", int(i)) + " = " + std::to_string(buckets[i]) + " does not ascend");
   }
   if (buckets.back() < cfg.max_bs)
     rt::invalid(who + "buckets end at " + std::to_string(buckets.back()) + ", below max_bs " + std::to_string(cfg.max_bs));
@@ -174,9 +176,7 @@ void PagedBackend::begin_capture(int bucket) {
     }
     if (pos) rt::fail(Status::Internal, name_ + ": RoPE layers but no decode plan writes the positions");
   } catch (...) {
-    bk->rec->end();
-    r.capturing = nullptr;
-    bk->rec.reset();
+    r.abandon_capture();
     throw;
   }
 }
@@ -194,10 +194,8 @@ void PagedBackend::capture_forward(int layer_id, const LayerIO& io, bool save_kv
   ReplayBucket& bk = *r.capturing;
   try {
     record_layer(bk, layer_id, io, save_kv_cache);
-  } catch (...) {  // a bucket never replays a partial step: the capture ends here, empty
-    bk.rec->end();
-    bk.rec.reset();
-    r.capturing = nullptr;
+  } catch (...) {
+    r.abandon_capture();
     throw;
   }
 }
@@ -210,37 +208,9 @@ void PagedBackend::record_layer(ReplayBucket& bk, int layer_id, const LayerIO& i
   const std::string& key = key_of_.at(layer_id);
   auto it = bk.plans.find(key);
   if (it == bk.plans.end()) rt::invalid(tag + ": its decode runs on another backend");
-  const KVPool::Layer& L = pool_.layer(layer_id);
-  const Enqueue e{queue(), 0, nullptr, nullptr};
-  const RopePositions pos{r.positions.get(), DType::I32, nullptr};
-  if (save_kv_cache) {
-    if (!io.k || !io.v) rt::invalid(tag + ": LayerIO.k and LayerIO.v are required with save_kv_cache");
-    AppendKVArgs a;
-    a.k = io.k, a.v = io.v, a.src_dtype = cfg_.act_dtype;
-    a.slot_mapping = r.slots.get(), a.slot_dtype = DType::I32, a.num_tokens = bk.bs;  // padded rows: slot -1, skipped
-    a.k_cache = L.k, a.v_cache = L.v, a.cache = L.kv;
-    a.k_scale = pool_.config().k_scale, a.v_scale = pool_.config().v_scale;
-    a.k_scale_cache = L.k_scale_cache, a.v_scale_cache = L.v_scale_cache;
-    if (spec.apply_rope) {
-      RopeAppendKVArgs ra;
-      ra.append = a, ra.q = ra.q_out = io.q, ra.num_qo_heads = spec.num_qo_heads, ra.q_out_dtype = cfg_.act_dtype;
-      ra.pos = pos, ra.rope = spec.rope;
-      rope_append_kv(ctx_, ra, e);
-    } else {
-      append_kv(ctx_, a, e);
-    }
-  } else if (spec.apply_rope) {
-    RopeArgs ra;
-    ra.q = ra.q_out = io.q, ra.dtype = cfg_.act_dtype, ra.num_tokens = bk.bs;
-    ra.num_qo_heads = spec.num_qo_heads, ra.head_dim = spec.head_dim, ra.pos = pos, ra.rope = spec.rope;
-    apply_rope(ctx_, ra, e);
-  }
-  DecodeBuffers b;
-  b.q = io.q, b.k_cache = L.k, b.v_cache = L.v, b.page_ids = r.table.get(), b.o = io.o, b.lse = io.lse;
-  b.workspace = r.workspace.get(), b.sinks = spec.sinks;
-  b.k_scale = pool_.config().k_scale, b.v_scale = pool_.config().v_scale;
-  b.k_scale_cache = L.k_scale_cache, b.v_scale_cache = L.v_scale_cache;
-  decode_run(ctx_, it->second, b, e);
+  // Padded rows carry slot -1: the append skips them.
+  append_rows(spec, io, save_kv_cache, {r.slots.get(), DType::I32, bk.bs, r.positions.get()});
+  decode_run(ctx_, it->second, decode_buffers(spec, io, r.table.get(), r.workspace.get()), {queue(), 0, nullptr, nullptr});
 }
 
 int64_t PagedBackend::replay_bytes() const {
@@ -274,10 +244,10 @@ void PagedBackend::replay(int bs, const int32_t* rpi, const int32_t* seq) {
   if (rpi) {
     for (int i = 0; i < bs; ++i) {
       if (rpi[i] < 0 || rpi[i] >= r.cfg.pool_size)
-        rt::invalid(who + at("req_pool_indices", i) + " = " + std::to_string(rpi[i]) + " is outside the pool (" +
+        rt::invalid(who + field_at("req_pool_indices", i) + " = " + std::to_string(rpi[i]) + " is outside the pool (" +
                     std::to_string(r.cfg.pool_size) + " rows)");
       if (seq[i] < 1 || seq[i] > r.cfg.max_ctx)
-        rt::invalid(who + at("seq_lens", i) + " = " + std::to_string(seq[i]) + " is outside 1 .. max_ctx " +
+        rt::invalid(who + field_at("seq_lens", i) + " = " + std::to_string(seq[i]) + " is outside 1 .. max_ctx " +
                     std::to_string(r.cfg.max_ctx));
     }
     r.wait_upload();  // the last replay's upload read the staging rows

@@ -12,7 +12,7 @@ struct CaptureState {
   rt::Recording rec;
   std::unique_ptr<rt::CaptureScope> scope;
   bool begun = false, ended = false;
-  CaptureState(ContextImpl& c, cl_command_queue q, bool cb) : rec(c.platform, c.device, c.ctx, q, cb) {}
+  CaptureState(ContextImpl& c, cl_command_queue q, bool cb) : rec(c, q, cb) {}
 };
 }  // namespace detail
 

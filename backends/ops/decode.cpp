@@ -577,7 +577,7 @@ planner::SplitKVPlan fixed_split(const DecodeCapacity& cap, int page_size, const
   fx->max_keys = ck::to_i32(max_keys, "decode_plan_fixed: max_pages x page_size");
   fx->align = std::max(1, cfg.align);
   fx->max_splits = std::max(1, cfg.max_splits);
-  const int64_t c = (int64_t(std::max(1, cfg.fixed_chunk)) + fx->align - 1) / fx->align * fx->align;
+  const int64_t c = planner::deterministic_chunk(cfg);
   const bool split = cfg.max_splits > 1 && c < max_keys;
   fx->chunk = split ? int(c) : std::max(fx->max_keys, 1);
   fx->nmax = split ? int(std::min<int64_t>(fx->max_splits, (max_keys + c - 1) / c)) : 1;
@@ -615,7 +615,6 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   cfg.align = std::max(16, tile.cpu ? tile.unroll : (tile.wg / tile.tpt) * tile.unroll);
   cfg.deterministic = opt.deterministic;
   cfg.fixed_chunk = opt.split_tokens ? opt.split_tokens : sp.det_chunk;
-  if (fixed) cfg.deterministic = true;  // the device refresh repeats the deterministic split
   DecodePlanState::Fixed fx;
   fx.window_left = opt.window_left, fx.max_pages = fixed ? fixed->max_pages : 0;
   planner::SplitKVPlan sk = fixed ? fixed_split(*fixed, cache.page_size, cfg, &fx)

@@ -11,6 +11,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 }  // namespace
 
+int64_t deterministic_chunk(const SplitKVConfig& cfg) {
+  return round_up(std::max(1, cfg.fixed_chunk), std::max(1, cfg.align));
+}
+
 int64_t count_work_items(const int32_t* begin, const int32_t* end, int batch, int chunk) {
   int64_t n = 0;
   for (int i = 0; i < batch; ++i) n += std::max<int64_t>(1, ceil_div(int64_t(end[i]) - begin[i], chunk));
@@ -27,7 +31,7 @@ SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, c
   int64_t chunk = 0;
   if (cfg.max_splits > 1 && max_len > 0) {
     if (cfg.deterministic) {
-      chunk = round_up(std::max(1, cfg.fixed_chunk), align);
+      chunk = deterministic_chunk(cfg);
     } else if (int64_t(batch) * cfg.units_per_item < cfg.max_concurrent && max_len > cfg.min_chunk) {
       // Smallest chunk whose work list fits one wave: the item count is non-increasing
       // in the chunk size, so bisect on multiples of align.

@@ -46,6 +46,10 @@ struct SplitKVPlan {
 // begin/end: [batch] token ranges (begin <= end) in each request's key list.
 SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, const SplitKVConfig& cfg);
 
+// Deterministic mode's chunk: fixed_chunk rounded up to align (before any widening for
+// max_splits). Also the chunk of fixed-capacity decode plans (decode_plan_fixed).
+int64_t deterministic_chunk(const SplitKVConfig& cfg);
+
 // Number of work items a chunk size gives (without building them).
 int64_t count_work_items(const int32_t* begin, const int32_t* end, int batch, int chunk);
 

@@ -257,11 +257,37 @@ class Engine {
   }
   LayerIO replay_io(size_t li) {
     LayerIO io;
-    cl_mem* slot[NUM_FIELDS] = {&io.q, &io.q_pe, &io.k, &io.v, &io.g, &io.beta};
     for (int f = 0; f < NUM_FIELDS; ++f)
-      if (tables_[li][size_t(f)].width) *slot[f] = rio_[li][size_t(f)].get();
+      if (tables_[li][size_t(f)].width) *io_field(io, f) = rio_[li][size_t(f)].get();
     io.o = ro_[li].get();
     return io;
+  }
+  // The LayerIO member that field f goes to.
+  static cl_mem* io_field(LayerIO& io, int f) {
+    cl_mem* slot[NUM_FIELDS] = {&io.q, &io.q_pe, &io.k, &io.v, &io.g, &io.beta};
+    return slot[f];
+  }
+  // The step's rows of field f of layer li (request-major) into dst; returns a row's bytes.
+  size_t stage_rows(size_t li, int f, uint8_t* dst) const {
+    const FieldTable& ft = tables_[li][size_t(f)];
+    const size_t rb = size_t(ft.width) * dtype_size(ft.dtype);
+    for (size_t t = 0; t < step_toks_.size(); ++t) std::memcpy(dst + t * rb, ft.row(step_toks_[t]), rb);
+    return rb;
+  }
+  // One backend call of the step's attention: markers around it (their end times bound its
+  // device time; read after the step's final sync). Returns the call's host seconds.
+  template <class Call>
+  double attention_call(cl_command_queue q, Call&& call) {
+    cl_event before = nullptr, after = nullptr;
+    if (ctx_.profiling_enabled()) clEnqueueMarkerWithWaitList(q, 0, nullptr, &before);
+    const auto h0 = std::chrono::steady_clock::now();
+    call();
+    const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    if (ctx_.profiling_enabled()) {
+      clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
+      markers_.push_back(before), markers_.push_back(after);
+    }
+    return host_s;
   }
   // Mirrors row positions [from, to) of req_to_token to the device (the step's final sync
   // orders it before the host table changes again).
@@ -275,22 +301,12 @@ class Engine {
   void replay_step(int B, cl_command_queue q) {
     for (size_t li = 0; li < model_.layers.size(); ++li)
       for (int f = 0; f < NUM_FIELDS; ++f) {
-        const FieldTable& ft = tables_[li][size_t(f)];
-        if (!ft.width) continue;
-        const size_t rb = size_t(ft.width) * dtype_size(ft.dtype);
+        if (!tables_[li][size_t(f)].width) continue;
         uint8_t* dst = rstage_[li][size_t(f)].data();
-        for (size_t t = 0; t < step_toks_.size(); ++t) std::memcpy(dst + t * rb, ft.row(step_toks_[t]), rb);
+        const size_t rb = stage_rows(li, f, dst);
         clEnqueueWriteBuffer(q, rio_[li][size_t(f)].get(), CL_FALSE, 0, rb * size_t(B), dst, 0, nullptr, nullptr);
       }
-    cl_event before = nullptr, after = nullptr;
-    if (ctx_.profiling_enabled()) clEnqueueMarkerWithWaitList(q, 0, nullptr, &before);
-    const auto h0 = std::chrono::steady_clock::now();
-    backend_->replay(B, pool_idx_.data(), seq_.data());
-    report_.decode_host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
-    if (ctx_.profiling_enabled()) {
-      clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
-      markers_.push_back(before), markers_.push_back(after);
-    }
+    report_.decode_host_s += attention_call(q, [&] { backend_->replay(B, pool_idx_.data(), seq_.data()); });
     ++report_.replayed_steps;
   }
   // The buffer layer li's output is in this step.
@@ -465,16 +481,19 @@ class Engine {
     for (size_t li = 0; li < model_.layers.size(); ++li) {
       const LayerSpec& l = model_.layers[li];
       const int kind = int(l.kind) + (hsa_.layers.count(l.layer_id) ? 8 : 0);  // HSA layers: a kind of their own
-      if (replaying_) {  // run by the replay: the checks only
+      // The layer's check, for the first layer of each kind (or every layer) of a checked step.
+      auto check_if_due = [&] {
         if (check_step && (cfg_.check_all_layers || !kind_checked[kind]) && T > 0) {
           kind_checked[kind] = true;
           check_layer(li, batch);
         }
+      };
+      if (replaying_) {  // run by the replay: the checks only
+        check_if_due();
         continue;
       }
       const int s = int(li % 2);
       LayerIO io;
-      cl_mem* slot[NUM_FIELDS] = {&io.q, &io.q_pe, &io.k, &io.v, &io.g, &io.beta};
       for (int f = 0; f < NUM_FIELDS; ++f) {
         const FieldTable& ft = tables_[li][size_t(f)];
         if (!ft.width) continue;
@@ -483,31 +502,17 @@ class Engine {
           clReleaseEvent(pending_[s][f]);
           pending_[s][f] = nullptr;
         }
-        const size_t rb = size_t(ft.width) * dtype_size(ft.dtype);
         uint8_t* dst = staging_[s][f].data();
-        for (size_t t = 0; t < step_toks_.size(); ++t) std::memcpy(dst + t * rb, ft.row(step_toks_[t]), rb);
+        const size_t rb = stage_rows(li, f, dst);
         if (T > 0)
           clEnqueueWriteBuffer(q, dev_[s][f].get(), CL_FALSE, 0, rb * size_t(T), dst, 0, nullptr, &pending_[s][f]);
-        *slot[f] = dev_[s][f].get();
+        *io_field(io, f) = dev_[s][f].get();
       }
       io.o = o_dev_.get();
-      // Markers around the layer's attention (appended + attention kernels only): their
-      // end times bound its device time; read after the step's final sync.
-      cl_event before = nullptr, after = nullptr;
-      if (ctx_.profiling_enabled()) clEnqueueMarkerWithWaitList(q, 0, nullptr, &before);
-      const auto h0 = std::chrono::steady_clock::now();
-      backend_->forward(l.layer_id, io, true);
-      host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
-      if (ctx_.profiling_enabled()) {
-        clEnqueueMarkerWithWaitList(q, 0, nullptr, &after);
-        markers_.push_back(before), markers_.push_back(after);
-      }
+      // The layer's append + attention kernels only, between the markers.
+      host_s += attention_call(q, [&] { backend_->forward(l.layer_id, io, true); });
       if (compare_ && T > 0) compare_layer(li, io, T);
-      const bool first_of_kind = !kind_checked[kind];
-      if (check_step && (cfg_.check_all_layers || first_of_kind) && T > 0) {
-        kind_checked[kind] = true;
-        check_layer(li, batch);
-      }
+      check_if_due();
     }
     next_tokens(batch);  // syncs the queue
     // In an in-order queue a layer cannot start before the previous layer's end marker;
