@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "bench/bench.hpp"
 #include "bench/ceilings.hpp"
 #include "tools/cli.hpp"

@@ -98,8 +98,7 @@ ContextImpl::ContextImpl(cl_platform_id p, cl_context c, cl_device_id d, cl_comm
   clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
   profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
   try {
-    profile = rt::query_profile(p, d);
-    if (!options.variants.empty()) profile.portable_only = rt::parse_portable_only(options.variants, "options.variants");
+    profile = rt::query_profile(p, d, options);
   } catch (...) {
     release();  // the destructor does not run for a throwing constructor
     throw;

@@ -30,7 +30,7 @@ class ContextImpl {
   // One int32 of DeviceFault bits that bounds-checking kernels OR into (atomically, from
   // any queue) when they skip an index outside its pool; zero at creation.
   cl_mem faults = nullptr;
-  // Serialises self-validation checks (backends/ops/self_validation.cpp): each program's
+  // Serialises self-validation checks (backends/dispatch/self_validation.cpp): each program's
   // check runs once per context, whichever thread plans first.
   std::mutex self_validation_mu;
 

@@ -28,7 +28,7 @@ class DiskCache {
   void store(const std::string& key, const std::vector<unsigned char>& binary) const;
 
   // A small text note kept beside entry `key` as <key><suffix> (".verdict": the program's
-  // self-validation verdict, backends/ops/self_validation.hpp), read under the entries'
+  // self-validation verdict, backends/dispatch/self_validation.hpp), read under the entries'
   // rules (opened without following a link, a regular file of ours that group and others
   // cannot write, at most `max_bytes`) and written as they are (0600 temp file, renamed).
   // nullopt when absent (quietly) or refused (logged). `suffix`: '.' and letters.

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <sstream>
 
+#include "runtime/device_limits.hpp"
 #include "runtime/env.hpp"
 #include "runtime/error.hpp"
+#include "runtime/quirks.hpp"
 #include "runtime/recording.hpp"
 
 // Vendor extension enums (cl_ext.h names; spelled out so older headers still build).
@@ -147,7 +149,7 @@ std::string normalise_vendor(const std::string& vendor, bool is_cpu) {
   return "generic";
 }
 
-DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
+DeviceProfile query_profile(cl_platform_id platform, cl_device_id d, const ContextOptions& options) {
   DeviceProfile p;
   p.device_name = device_info_string(d, CL_DEVICE_NAME);
   p.device_vendor = device_info_string(d, CL_DEVICE_VENDOR);
@@ -168,6 +170,12 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
   size_t wg = 0;
   device_info(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, wg);
   p.max_work_group_size = wg;
+  // Every clattn launch spreads its work-group along dimension 0 only, so that dimension's
+  // limit (CL_DEVICE_MAX_WORK_ITEM_SIZES[0], below the group limit on some embedded GPUs)
+  // bounds it too.
+  size_t items[3] = {0, 0, 0};
+  if (clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, nullptr) == CL_SUCCESS && items[0])
+    p.max_work_group_size = std::min(p.max_work_group_size ? p.max_work_group_size : items[0], items[0]);
   cl_ulong v = 0;
   if (device_info(d, CL_DEVICE_LOCAL_MEM_SIZE, v)) p.local_mem_bytes = v;
   if (device_info(d, CL_DEVICE_GLOBAL_MEM_SIZE, v)) p.global_mem_bytes = v;
@@ -247,8 +255,12 @@ DeviceProfile query_profile(cl_platform_id platform, cl_device_id d) {
               "' is not a known vendor (nvidia, amd, intel, apple, arm, qualcomm, cpu, generic)");
     p.vendor_forced = forced;
   }
-  p.portable_only = parse_portable_only(env("CLATTN_VARIANTS"), "CLATTN_VARIANTS");
+  p.portable_only = options.variants.empty() ? parse_portable_only(env("CLATTN_VARIANTS"), "CLATTN_VARIANTS")
+                                             : parse_portable_only(options.variants, "options.variants");
   p.emulated = parse_emulated(env("CLATTN_EMULATE"), "CLATTN_EMULATE");
+  apply_quirks(p, env("CLATTN_QUIRKS"));
+  if (!options.device_limits.empty()) apply_device_limits(p, options.device_limits, "options.device_limits");
+  else apply_device_limits(p, env("CLATTN_DEVICE_LIMITS"), "CLATTN_DEVICE_LIMITS");
   return p;
 }
 

@@ -7,9 +7,11 @@
 
 namespace clattn::rt {
 
-// Queries the device; applies CLATTN_FORCE_VENDOR and CLATTN_VARIANTS (unknown value ->
+// Queries the device; applies CLATTN_FORCE_VENDOR, CLATTN_VARIANTS, CLATTN_EMULATE, the
+// driver quirks (CLATTN_QUIRKS) and the constrained-device limits (CLATTN_DEVICE_LIMITS), the
+// options' variants and device_limits winning over the environment's (unknown value ->
 // InvalidArgument).
-DeviceProfile query_profile(cl_platform_id platform, cl_device_id device);
+DeviceProfile query_profile(cl_platform_id platform, cl_device_id device, const ContextOptions& options = {});
 
 // A variants mode (CLATTN_VARIANTS, ContextOptions::variants): true for "portable", false for
 // "" or "all" (any case); anything else is InvalidArgument naming `from`.

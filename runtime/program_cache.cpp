@@ -60,6 +60,13 @@ uint64_t Kernel::local_mem_size(cl_device_id dev) const {
   return n;
 }
 
+uint64_t Kernel::private_mem_size(cl_device_id dev) const {
+  cl_ulong n = 0;
+  check_cl(clGetKernelWorkGroupInfo(k_, dev, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof n, &n, nullptr),
+           "clGetKernelWorkGroupInfo", name_);
+  return n;
+}
+
 Program::~Program() {
   kernels_.clear();
   if (p_) clReleaseProgram(p_);
@@ -118,8 +125,7 @@ std::string ProgramCache::key(const std::string& source, const std::string& opti
 ProgramCache::Stats ProgramCache::stats() const { return {compiled_.load(), disk_hits_.load(), memory_hits_.load()}; }
 
 namespace {
-constexpr const char* kVerdictSuffix = ".verdict";
-constexpr size_t kMaxVerdictBytes = 4096;
+constexpr size_t kMaxNoteBytes = 4096;
 }  // namespace
 
 std::string with_device_options(const DeviceProfile& p, const std::string& op_options) {
@@ -131,32 +137,33 @@ std::string ProgramCache::full_options(const std::string& op_options) const {
   return with_device_options(profile_, op_options);
 }
 
-std::optional<std::string> ProgramCache::verdict(const std::string& file, const std::string& op_options,
-                                                 bool* from_disk, bool use_disk) {
+std::optional<std::string> ProgramCache::note(const std::string& file, const std::string& op_options,
+                                              const std::string& suffix, bool* from_disk, bool use_disk) {
   if (from_disk) *from_disk = false;
   const std::string options = full_options(op_options);
-  const std::string name = file + '\n' + options;
+  const std::string name = file + '\n' + options + '\n' + suffix;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = verdicts_.find(name);
-    if (it != verdicts_.end()) return it->second;
+    auto it = notes_.find(name);
+    if (it != notes_.end()) return it->second;
   }
   if (!use_disk || !disk_.enabled()) return std::nullopt;
-  auto text = disk_.load_note(key(kernel_source(file), options), kVerdictSuffix, kMaxVerdictBytes);
+  auto text = disk_.load_note(key(kernel_source(file), options), suffix, kMaxNoteBytes);
   if (!text) return std::nullopt;
   if (from_disk) *from_disk = true;
   std::lock_guard<std::mutex> lock(mu_);
-  verdicts_[name] = *text;
+  notes_[name] = *text;
   return text;
 }
 
-void ProgramCache::set_verdict(const std::string& file, const std::string& op_options, const std::string& text) {
+void ProgramCache::set_note(const std::string& file, const std::string& op_options, const std::string& suffix,
+                            const std::string& text) {
   const std::string options = full_options(op_options);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    verdicts_[file + '\n' + options] = text;
+    notes_[file + '\n' + options + '\n' + suffix] = text;
   }
-  if (disk_.enabled()) disk_.store_note(key(kernel_source(file), options), kVerdictSuffix, text);
+  if (disk_.enabled()) disk_.store_note(key(kernel_source(file), options), suffix, text);
 }
 
 void ProgramCache::clear() {

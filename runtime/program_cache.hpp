@@ -37,6 +37,8 @@ class Kernel {
   size_t max_work_group_size(cl_device_id dev) const;
   // Local memory the compiled kernel uses (its __local arrays and any local arguments set).
   uint64_t local_mem_size(cl_device_id dev) const;
+  // Private memory one work-item of the compiled kernel uses (CL_KERNEL_PRIVATE_MEM_SIZE).
+  uint64_t private_mem_size(cl_device_id dev) const;
 
   // Sets all arguments and enqueues, under this kernel's lock. dims = 1..3. Plain values
   // equal to the ones this kernel last took at the same index are not set again (OpenCL
@@ -167,15 +169,17 @@ class ProgramCache {
   // Cache key = SHA-256 of format, source, options, platform, device, driver.
   std::string key(const std::string& source, const std::string& options) const;
 
-  // Self-validation verdicts of programs (backends/ops/self_validation.hpp) as text: this
-  // context's map by (file, options as get() builds them), else the note <key>.verdict beside
-  // the program's binary on disk
+  // Small text notes about a program, kept per (file, options as get() builds them, suffix):
+  // this context's map, else the note <key><suffix> beside the program's binary on disk
   // (*from_disk set; not with `use_disk` false), which then joins the map. nullopt when
-  // neither has one.
-  std::optional<std::string> verdict(const std::string& file, const std::string& options, bool* from_disk = nullptr,
-                                     bool use_disk = true);
-  // Records a verdict in the map and, when the disk cache is on, beside the binary.
-  void set_verdict(const std::string& file, const std::string& options, const std::string& text);
+  // neither has one. Suffixes: ".verdict" (self-validation, backends/dispatch/
+  // self_validation.hpp), ".tile" (the tile a shrunk build settled on, backends/dispatch/
+  // select.cpp).
+  std::optional<std::string> note(const std::string& file, const std::string& options, const std::string& suffix,
+                                  bool* from_disk = nullptr, bool use_disk = true);
+  // Records a note in the map and, when the disk cache is on, beside the binary.
+  void set_note(const std::string& file, const std::string& options, const std::string& suffix,
+                const std::string& text);
 
   struct Stats {
     int compiled = 0;      // built from source
@@ -200,7 +204,7 @@ class ProgramCache {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_future<std::shared_ptr<Program>>> programs_;  // by cache key
   std::map<std::string, std::shared_future<std::shared_ptr<Program>>> by_name_;   // by file + options
-  std::map<std::string, std::string> verdicts_;  // by file + options
+  std::map<std::string, std::string> notes_;  // by file + options + suffix
   std::atomic<int> compiled_{0}, disk_hits_{0}, memory_hits_{0};
 };
 

@@ -2,7 +2,7 @@
 // context's device (clattn-probe --self-check).
 #include <functional>
 
-#include "backends/ops/self_validation.hpp"
+#include "backends/dispatch/self_validation.hpp"
 #include "backends/params/variants.hpp"
 #include "clattn/diagnostics.hpp"
 #include "clattn/decode.hpp"

@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "backends/metadata/checks.hpp"
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 #include "backends/params/database.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/error.hpp"

@@ -1,6 +1,6 @@
 // append_kv: host checks (shapes, dtypes, buffer sizes, optional host slot validation),
 // then one launch of cl_kernels/append_kv.cl over (element, token).
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "clattn/append_kv.hpp"

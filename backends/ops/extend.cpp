@@ -9,12 +9,12 @@
 
 #include "backends/metadata/requests.hpp"
 #include "backends/ops/op_util.hpp"
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/param_names.hpp"
 #include "backends/params/variants.hpp"
 #include "backends/ops/extend.hpp"
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 #include "runtime/ptx_retarget.hpp"
 #include "runtime/log.hpp"
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <optional>
 
-#include "backends/ops/self_validation.hpp"
+#include "backends/dispatch/self_validation.hpp"
 #include "clattn/extend.hpp"
 
 namespace clattn::ops {
@@ -17,7 +17,7 @@ struct ExtendCheckCase {
   std::string variant;                // the plan's ExtendOptions::variant
   std::map<std::string, int> params;  // and its parameter overrides
 };
-// Runs the case with exactly `v` and with the generic kernel; see ops/self_validation.hpp.
+// Runs the case with exactly `v` and with the generic kernel; see dispatch/self_validation.hpp.
 Comparison extend_self_check(const Context& ctx, const ExtendCheckCase& k, const Variant& v);
 
 // Tests: a candidate every extend plan tries first (not listed by candidates(), so the

@@ -1,4 +1,4 @@
-// The extend op's self-validation check (ops/self_validation.hpp): a small paged case of the
+// The extend op's self-validation check (dispatch/self_validation.hpp): a small paged case of the
 // plan's own kind (its KV, q and o dtypes, head dim, page size, parameters and variant
 // request) run with exactly the build under test and with the generic kernel, both through
 // the op on this check's own queue and buffers, outputs and lse compared.
@@ -12,8 +12,8 @@
 #include <random>
 
 #include "backends/ops/extend.hpp"
-#include "backends/ops/self_check_data.hpp"
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/self_check_data.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "runtime/error.hpp"
 
 namespace clattn::ops {
@@ -62,7 +62,7 @@ Comparison extend_self_check(const Context& ctx, const ExtendCheckCase& k, const
   for (int i = 0; i < 2; ++i) {
     ExtendPlan plan;
     if (i == 0) {
-      CheckScope pin("extend", v.name, v.options);
+      CheckScope pin("extend", v);
       opt.variant = k.variant;
       plan = extend_plan(ctx, csr, cache, opt, queue.q);
     } else {

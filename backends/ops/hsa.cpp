@@ -6,10 +6,10 @@
 #include <cmath>
 
 #include "backends/metadata/requests.hpp"
-#include "backends/ops/catalog.hpp"
-#include "backends/ops/decode_sparse.hpp"
+#include "backends/dispatch/catalog.hpp"
+#include "backends/ops/decode/sparse.hpp"
 #include "backends/ops/op_util.hpp"
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/param_names.hpp"
 #include "clattn/sparse.hpp"

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 #include "backends/ops/op_util.hpp"
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/param_names.hpp"
 #include "backends/params/variants.hpp"

@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/program_cache.hpp"
 

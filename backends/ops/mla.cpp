@@ -11,9 +11,9 @@
 
 #include "backends/ops/merge_state.hpp"
 #include "backends/metadata/requests.hpp"
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 #include "backends/ops/op_util.hpp"
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/param_names.hpp"
 #include "backends/params/variants.hpp"
@@ -386,7 +386,7 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
     // LOCAL_BUFS (not in the rows; 0 forces private arrays): local where the buffers fit.
     t.local_bufs = ops::param_or(e, ov, "LOCAL_BUFS", 1) != 0 && cpu_local_bytes(t.cqb, t.bk) <= lmax;
     const int ff = ops::param_or(e, ov, "FP8_FAST", -1);
-    t.fp8_fast = ff >= 0 ? ff != 0 : denorms;
+    t.fp8_fast = ff != 0 && denorms;  // (never where denormals flush: the bit moves need them)
     t.cpu = true;
   }
 
@@ -877,7 +877,7 @@ void catalog_mla(const CatalogTarget& t, std::vector<CatalogEntry>& out) {
           cache.num_pages = 1024, cache.page_size = 64, cache.dtype = dt;
           MlaOptions opt;
           opt.num_heads = heads, opt.sm_scale = 0.1f;
-          const Tile tile = choose_tile(t.profile, cache, opt, extend, t.preferred_float_width, t.fp32_denorms);
+          const auto tile = choose_tile(t.profile, cache, opt, extend, t.preferred_float_width, t.fp32_denorms);
           return variants(t.profile, tile, cache, extend, sparse);
         });
       }

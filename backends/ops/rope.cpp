@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "clattn/rope.hpp"

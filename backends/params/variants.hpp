@@ -49,7 +49,7 @@ std::string why_unavailable(const DeviceProfile& p, const std::string& variant);
 // Variants that have never run on hardware of their kind: written against the vendor's
 // documentation and checked only through emulation headers (CLATTN_EMULATE, on PoCL) and
 // offline compilers. An op uses one on a device only after it matched the portable kernel
-// there on a small case (backends/ops/self_validation.hpp): intel_dpas, amd_wmma, amd_mfma,
+// there on a small case (backends/dispatch/self_validation.hpp): intel_dpas, amd_wmma, amd_mfma,
 // intel_subgroups, khr_subgroups. Remove a variant from this list once it has run on
 // hardware of its kind.
 bool needs_self_validation(const std::string& variant);

@@ -62,6 +62,7 @@ SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, c
     int64_t c = chunk;
     // At most max_splits pieces; in deterministic mode this depends on len alone.
     if (c > 0 && ceil_div(len, c) > cfg.max_splits) c = round_up(ceil_div(len, cfg.max_splits), align);
+    if (cfg.max_chunk > 0 && (c > 0 ? c : len) > cfg.max_chunk) c = std::max(align, cfg.max_chunk / align * align);
     const int64_t n = c > 0 ? std::max<int64_t>(1, ceil_div(len, c)) : 1;
     if (n == 1) {
       p.work.push_back({i, begin[i], end[i], -1});
@@ -73,7 +74,12 @@ SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, c
       p.work.push_back({i, b, e, p.num_partials++});
     }
   }
-  if (p.merges.empty()) p.chunk = 0;
+  if (p.merges.empty()) {
+    p.chunk = 0;
+  } else if (cfg.max_chunk > 0) {
+    const int64_t mc = std::max(align, cfg.max_chunk / align * align);
+    p.chunk = int(p.chunk > 0 ? std::min<int64_t>(p.chunk, mc) : mc);
+  }
   return p;
 }
 

@@ -24,6 +24,9 @@ struct SplitKVConfig {
   int align = 16;                // chunk sizes are multiples of this
   bool deterministic = false;
   int fixed_chunk = 1024;        // deterministic tile (tokens)
+  // 0: none; else no work item covers more tokens than this (a device's loop-trip limit,
+  // DeviceProfile::loop_trip_limit): it wins over max_splits and the one-wave rule.
+  int64_t max_chunk = 0;
 };
 
 // Tokens [begin, end) of request req; part = workspace row of its partial state, or -1

@@ -58,6 +58,17 @@ struct DeviceProfile {
   // that needs one is available here and built with an emulation header (local memory,
   // barriers) implementing the builtins' documented semantics. Never for serving.
   std::vector<std::string> emulated;
+  // Limits that hold beyond the device's own figures (docs/portability.md): the compiled
+  // kernel's work-group size (CL_KERNEL_WORK_GROUP_SIZE) and private memory
+  // (CL_KERNEL_PRIVATE_MEM_SIZE) count as at most these (0: the driver's figure alone), and
+  // one work-item runs at most loop_trip_limit loop iterations in all (0: unbounded; set by
+  // a driver quirk). Constrained-device runs (CLATTN_DEVICE_LIMITS, ContextOptions::
+  // device_limits) lower max_work_group_size, local_mem_bytes, fp16 and subgroups too.
+  std::size_t kernel_work_group_cap = 0;
+  unsigned long long private_mem_cap = 0;
+  long long loop_trip_limit = 0;
+  std::string device_limits;          // the constrained-device spec in effect ("" none)
+  std::vector<std::string> quirks;    // driver quirks in effect (runtime/quirks.cpp names)
 
   // The vendor whose parameter tables apply (forced one if set).
   const std::string& param_vendor() const { return vendor_forced.empty() ? vendor : vendor_forced; }
@@ -81,6 +92,11 @@ struct ContextOptions {
   // variant the device can run; "portable" = portable-only mode (DeviceProfile::portable_only).
   // Any other value is InvalidArgument. Set here, it wins over the environment.
   std::string variants;
+  // Constrained-device limits, as CLATTN_DEVICE_LIMITS takes them ("local=16384,wg=64,
+  // kernel_wg=32,private=2048,fp16=0,subgroups=0,loop_trips=65535"; docs/portability.md):
+  // the context acts as a device with at most these. "" = $CLATTN_DEVICE_LIMITS. A bad spec
+  // is InvalidArgument naming the key.
+  std::string device_limits;
 };
 
 // A device + context + in-order queue. Either owns its OpenCL objects or adopts an

@@ -31,7 +31,8 @@ struct DecodeOptions {
   // Fixed split tile so a request's output is bitwise independent of its batch mates.
   bool deterministic = false;
   int split_tokens = 0;             // deterministic tile (tokens); 0 = parameter default
-  int max_splits = 0;               // per request; 0 = planner's choice; 1 = never split
+  int max_splits = 0;               // per request; 0 = planner's choice; 1 = never split (except on a
+                                    // device with a loop-trip limit, docs/portability.md)
   bool validate = true;             // run metadata validation (off for the hot path)
   std::map<std::string, int> params;  // parameter overrides (tuning, benchmarks); a name the op lacks: InvalidArgument
   PlanBuffer plan_buffer;           // optional caller-owned table memory (see PlanBuffer)

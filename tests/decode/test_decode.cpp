@@ -371,7 +371,12 @@ TEST(PagedDecode, Fp8FastAndExactDecodeAgree) {
   // FP8_FAST reads fp8 rows through f32 denormals (bit moves, powers of two folded into q
   // and the softmax weights); FP8_FAST=0 is the exact select-based decode. Small scales put
   // many stored values among the fp8 subnormals.
+  // A device that flushes f32 denormals (CL_FP_DENORM absent: rusticl's llvmpipe) never takes
+  // the fast form: asked for, it builds the exact one.
   CLATTN_SEED_TRACE();
+  cl_device_fp_config fp = 0;
+  clGetDeviceInfo(ctx().cl_device(), CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, nullptr);
+  const bool denorms = (fp & CL_FP_DENORM) != 0;
   for (DType kv : {DType::FP8_E4M3, DType::FP8_E5M2}) {
     Case c;
     c.D = 64, c.G = 2, c.Hkv = 2, c.P = 32, c.kv = kv, c.od = DType::F32;
@@ -386,7 +391,7 @@ TEST(PagedDecode, Fp8FastAndExactDecodeAgree) {
       o.params = {{"FP8_FAST", fast}};
       DevRun r = run(b, o);
       EXPECT_DECODE_OK(b, r);
-      EXPECT_NE(r.plan.kernel_options.find("-DFP8_FAST=" + std::to_string(fast)), std::string::npos);
+      EXPECT_NE(r.plan.kernel_options.find("-DFP8_FAST=" + std::to_string(fast && denorms)), std::string::npos);
       if (!prev.empty()) EXPECT_TRUE(test::all_close(r.o_vals(), test::unpack(prev, DType::F32), 1e-6, 1e-5, "fast"));
       prev = r.o_bytes;
     }
@@ -402,7 +407,8 @@ TEST(PagedDecode, SplitAndNoSplitAgree) {
   c.opt.max_splits = 1;
   Batch b = build(c, 400);
   DevRun whole = run(b, options_of(b));
-  EXPECT_EQ(whole.plan.num_partials, 0);
+  // (A device that bounds a work-item's loops splits long requests whatever max_splits says.)
+  if (ctx().profile().loop_trip_limit == 0) EXPECT_EQ(whole.plan.num_partials, 0);
   EXPECT_DECODE_OK(b, whole);
   DecodeOptions o = options_of(b);
   o.max_splits = 0;

@@ -8,7 +8,7 @@
 // CPU device by default (the cpu rows) and that the host's local-memory figure for the
 // prefill is the driver's. Tolerances: test_linear.cpp's (f32 arithmetic throughout).
 // Internals: the variant each call ran comes from ops::recent_builds().
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "linear/linear_cases.hpp"
 
 namespace clattn {

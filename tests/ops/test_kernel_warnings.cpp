@@ -15,7 +15,7 @@
 
 #include <clattn/clattn.hpp>
 
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 #include "backends/ops/op_util.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/kernel_sources.hpp"

@@ -1,4 +1,4 @@
-// Self-validation of variants never run on hardware of their kind (ops/self_validation.hpp),
+// Self-validation of variants never run on hardware of their kind (dispatch/self_validation.hpp),
 // through the extend op on the device at hand. The ctest runs it under
 // CLATTN_FORCE_VENDOR=amd with CLATTN_EMULATE=amd_wmma (the kernel's emulation header on
 // PoCL). Each test points CLATTN_CACHE_DIR at a fresh directory before making its contexts.
@@ -22,7 +22,7 @@
 #include <sstream>
 
 #include "backends/ops/extend.hpp"
-#include "backends/ops/self_validation.hpp"
+#include "backends/dispatch/self_validation.hpp"
 #include "backends/params/variants.hpp"
 #include "runtime/context_impl.hpp"
 #include "runtime/kernel_sources.hpp"

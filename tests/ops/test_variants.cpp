@@ -11,7 +11,7 @@
 
 #include <clattn/clattn.hpp>
 
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "support/test_support.hpp"
 
 namespace clattn {

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 
 namespace clattn::kreport {
 

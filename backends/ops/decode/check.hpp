@@ -3,7 +3,7 @@
 #include <map>
 #include <string>
 
-#include "backends/ops/self_validation.hpp"
+#include "backends/dispatch/self_validation.hpp"
 #include "clattn/decode.hpp"
 
 namespace clattn::ops {
@@ -16,7 +16,7 @@ struct DecodeCheckCase {
   std::map<std::string, int> params;  // the plan's parameter overrides
   bool split = false;                 // the plan splits (FUSE_MERGE / PREFETCH builds)
 };
-// Runs the case with exactly `v` and with the generic kernel; see ops/self_validation.hpp.
+// Runs the case with exactly `v` and with the generic kernel; see dispatch/self_validation.hpp.
 Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const Variant& v);
 
 }  // namespace clattn::ops

@@ -9,9 +9,11 @@
 // checked once per device and driver. All of it happens at plan time.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "backends/dispatch/tile.hpp"
 #include "runtime/context_impl.hpp"
 
 namespace clattn::ops {
@@ -42,23 +44,30 @@ struct Verdict {
 Verdict validate(detail::ContextImpl& c, const std::string& op, const Variant& v, const SelfCheck& check);
 
 // While one lives on this thread, select_and_build validates nothing (the check's own plans)
-// and takes for `op` only the candidate named `variant`, with exactly `options` unless empty.
+// and takes for `op` only the candidate named `variant`: with `pin`, exactly that build (its
+// options, reached from the candidate's first tile through the pinned tile where it shrank).
 class CheckScope {
  public:
-  CheckScope(std::string op, std::string variant, std::string options = {});
+  CheckScope(std::string op, std::string variant);
+  CheckScope(std::string op, const Variant& pin);
   ~CheckScope();
   CheckScope(const CheckScope&) = delete;
   CheckScope& operator=(const CheckScope&) = delete;
 
+  const std::string& variant() const { return variant_; }
+  const std::string& options() const { return options_; }  // "" = any build of the variant
+  const Tile& tile() const { return tile_; }
+
  private:
   std::string op_, variant_, options_;
+  Tile tile_;
   const CheckScope* outer_;
   friend bool in_self_check();
-  friend std::string pinned_out(const std::string& op, const Variant& v);
+  friend const CheckScope* pinned_scope(const std::string& op);
 };
 bool in_self_check();
-// Why the innermost CheckScope excludes candidate `v` of `op` ("" when it does not).
-std::string pinned_out(const std::string& op, const Variant& v);
+// The innermost CheckScope when it is for `op` (nullptr otherwise).
+const CheckScope* pinned_scope(const std::string& op);
 
 // Collects, on this thread while it lives, every verdict validate() returns (clattn-probe
 // --self-check, tests).

@@ -1,4 +1,4 @@
-#include "backends/ops/self_validation.hpp"
+#include "backends/dispatch/self_validation.hpp"
 
 #include <atomic>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "runtime/error.hpp"
 #include "runtime/log.hpp"
 
@@ -68,21 +68,19 @@ void warn_fail(const detail::ContextImpl& c, const std::string& op, const Varian
 
 }  // namespace
 
-CheckScope::CheckScope(std::string op, std::string variant, std::string options)
-    : op_(std::move(op)), variant_(std::move(variant)), options_(std::move(options)), outer_(t_scope) {
+CheckScope::CheckScope(std::string op, std::string variant)
+    : op_(std::move(op)), variant_(std::move(variant)), outer_(t_scope) {
+  t_scope = this;
+}
+CheckScope::CheckScope(std::string op, const Variant& pin)
+    : op_(std::move(op)), variant_(pin.name), options_(pin.options), tile_(pin.tile), outer_(t_scope) {
   t_scope = this;
 }
 CheckScope::~CheckScope() { t_scope = outer_; }
 
 bool in_self_check() { return t_scope != nullptr; }
 
-std::string pinned_out(const std::string& op, const Variant& v) {
-  const CheckScope* s = t_scope;
-  if (!s || s->op_ != op) return "";
-  if (v.name != s->variant_ || (!s->options_.empty() && v.options != s->options_))
-    return "not the build under self-validation (" + s->variant_ + ")";
-  return "";
-}
+const CheckScope* pinned_scope(const std::string& op) { return t_scope && t_scope->op_ == op ? t_scope : nullptr; }
 
 VerdictLog::VerdictLog() : outer_(t_log) { t_log = this; }
 VerdictLog::~VerdictLog() { t_log = outer_; }
@@ -120,7 +118,7 @@ std::string describe(const Verdict& v) {
 Verdict validate(detail::ContextImpl& c, const std::string& op, const Variant& var, const SelfCheck& check) {
   bool unreadable = false;
   auto known = [&](bool* from_disk, bool use_disk) -> std::optional<Verdict> {
-    auto text = c.programs.verdict(var.file, var.options, from_disk, use_disk);
+    auto text = c.programs.note(var.file, var.options, ".verdict", from_disk, use_disk);
     if (!text) return std::nullopt;
     auto v = from_text(*text);
     if (!v) {
@@ -162,7 +160,7 @@ Verdict validate(detail::ContextImpl& c, const std::string& op, const Variant& v
     v.max_error = std::numeric_limits<double>::infinity();
     v.detail = std::string("the check failed: ") + e.what();
   }
-  c.programs.set_verdict(var.file, var.options, to_text(v, op, var.name));
+  c.programs.set_note(var.file, var.options, ".verdict", to_text(v, op, var.name));
   if (v.pass)
     rt::log().info("{}: variant {} passed self-validation on {} (max error {:.3g}, tolerance {:.3g})", op, var.name,
                    c.profile.device_name, v.max_error, v.tolerance);

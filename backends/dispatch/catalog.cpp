@@ -1,4 +1,4 @@
-#include "backends/ops/catalog.hpp"
+#include "backends/dispatch/catalog.hpp"
 
 #include "runtime/program_cache.hpp"
 

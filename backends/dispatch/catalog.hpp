@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "clattn/context.hpp"
 
 namespace clattn::ops {

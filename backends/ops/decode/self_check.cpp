@@ -1,4 +1,4 @@
-// The decode op's self-validation check (ops/self_validation.hpp): a small paged case of the
+// The decode op's self-validation check (dispatch/self_validation.hpp): a small paged case of the
 // plan's own kind (KV dtype, layout and strides, head dim, page size, GQA group, q / o dtypes,
 // parameters, split or not) run with exactly the build under test and with the generic
 // kernel, both through the op on this check's own queue and buffers, outputs and lse compared.
@@ -6,10 +6,10 @@
 // Case: 2 requests (37 and 21 keys; split plans: 300 and 200 keys in 64-token parts), 2 KV
 // heads, pages in reverse order behind an unused one, NaN in every slot no request covers.
 // Values are +-(1 + m/4) * 2^e, exact in every dtype, from a fixed seed.
-#include "backends/ops/decode_check.hpp"
+#include "backends/ops/decode/check.hpp"
 
-#include "backends/ops/self_check_data.hpp"
-#include "backends/ops/variant.hpp"
+#include "backends/dispatch/self_check_data.hpp"
+#include "backends/dispatch/variant.hpp"
 
 namespace clattn::ops {
 
@@ -65,8 +65,11 @@ Comparison decode_self_check(const Context& ctx, const DecodeCheckCase& k, const
   std::vector<float> got[2];
   for (int i = 0; i < 2; ++i) {
     DecodePlan plan;
-    {
-      CheckScope pin("decode", i == 0 ? v.name : std::string("generic"), i == 0 ? v.options : std::string());
+    if (i == 0) {
+      CheckScope pin("decode", v);
+      plan = decode_plan(ctx, csr, cache, opt, queue.q);
+    } else {
+      CheckScope pin("decode", "generic");
       plan = decode_plan(ctx, csr, cache, opt, queue.q);
     }
     make(o[i], c.ctx, o_bytes), make(lse[i], c.ctx, rows * 4);

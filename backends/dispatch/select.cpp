@@ -1,0 +1,216 @@
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+
+#include "backends/dispatch/variant.hpp"
+#include "backends/params/variants.hpp"
+#include "runtime/device_limits.hpp"
+#include "runtime/error.hpp"
+#include "runtime/log.hpp"
+
+namespace clattn::ops {
+
+namespace {
+
+std::mutex g_records_mu;
+std::vector<BuildRecord> g_records;
+
+void record(const std::string& op, const BuiltVariant& b) {
+  std::lock_guard<std::mutex> lock(g_records_mu);
+  if (g_records.size() >= 64) g_records.erase(g_records.begin());
+  g_records.push_back({op, b.variant.name, tile_text(b.variant.tile), b.variant.local_bytes, b.driver_local_bytes,
+                       b.shrinks});
+}
+
+// Drivers count their own per-group reservation in the kernel's local-memory figure (NVIDIA:
+// 4 to 16 bytes on the H100, whose kernels still launch with the 48 KiB it reports all in use),
+// so only a kernel past the device's figure by more than such a reservation is refused.
+constexpr uint64_t kReservation = 1024;
+
+std::string str(uint64_t n) { return std::to_string(n); }
+
+// The host's figures for `v` against the device's, before any build.
+Misfit estimate_misfit(const detail::ContextImpl& c, const Variant& v) {
+  const DeviceProfile& p = c.profile;
+  if (p.max_work_group_size && v.wg > p.max_work_group_size)
+    return {Misfit::Limit::WorkGroup, v.wg, p.max_work_group_size,
+            "the tile needs " + str(v.wg) + " work-items per group, the device allows " + str(p.max_work_group_size)};
+  if (v.local_bytes && p.local_mem_bytes && v.local_bytes > p.local_mem_bytes)
+    return {Misfit::Limit::LocalMem, v.local_bytes, p.local_mem_bytes,
+            "the tile needs " + str(v.local_bytes) + " bytes of local memory, the device has " +
+                str(p.local_mem_bytes)};
+  return {};
+}
+
+// The tile note (dispatch's ".tile" beside the first tile's binary): the limits it was chosen
+// under, then the tile. A note written under other limits or quirks does not apply.
+std::string note_header(const DeviceProfile& p) {
+  std::string q;
+  for (const auto& x : p.quirks) q += x + ";";
+  return "limits=" + p.device_limits + " quirks=" + q;
+}
+
+// The tile this variant settled on before under the same limits (a shrunk one), realized;
+// `v` itself when there is none or it no longer applies.
+Variant remembered(detail::ContextImpl& c, const Variant& v) {
+  if (!v.realize || v.shrink.empty() || v.options.empty()) return v;
+  const auto text = c.programs.note(v.file, v.options, ".tile");
+  if (!text) return v;
+  const size_t nl = text->find('\n');
+  if (nl == std::string::npos || text->substr(0, nl) != note_header(c.profile)) return v;
+  const auto t = parse_tile(text->substr(nl + 1));
+  if (!t) return v;
+  Variant r = v.realize(*t);
+  return r.why_not.empty() ? r : v;
+}
+
+}  // namespace
+
+Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize,
+                   std::vector<std::pair<std::string, int>> order) {
+  Variant v = realize(tile);
+  v.tile = tile;
+  v.realize = [realize, order](const Tile& t) {
+    Variant r = realize(t);
+    r.tile = t;
+    return r;
+  };
+  v.shrink = std::move(order);
+  return v;
+}
+
+Misfit misfit(const detail::ContextImpl& c, const Variant& v, rt::Kernel& k) {
+  const DeviceProfile& p = c.profile;
+  if (v.check_wg) {
+    const size_t limit = rt::kernel_work_group_limit(p, k.max_work_group_size(c.device));
+    if (limit < v.wg)
+      return {Misfit::Limit::WorkGroup, v.wg, limit,
+              "the compiled kernel allows " + str(limit) + " work-items per group, the tile needs " + str(v.wg)};
+  }
+  const uint64_t local = k.local_mem_size(c.device);
+  if (p.local_mem_bytes && local > p.local_mem_bytes + kReservation)
+    return {Misfit::Limit::LocalMem, local, p.local_mem_bytes,
+            "the compiled kernel uses " + str(local) + " bytes of local memory, the device has " +
+                str(p.local_mem_bytes)};
+  if (p.private_mem_cap) {
+    const uint64_t priv = k.private_mem_size(c.device);
+    if (priv > p.private_mem_cap)
+      return {Misfit::Limit::PrivateMem, priv, p.private_mem_cap,
+              "the compiled kernel uses " + str(priv) + " bytes of private memory per work-item, the limit is " +
+                  str(p.private_mem_cap)};
+  }
+  return {};
+}
+
+Variant shrink_for(const Variant& v, const Misfit& m) {
+  Variant none;
+  none.why_not = "no smaller tile";
+  if (!v.realize) return none;
+  for (const auto& [knob, floor] : v.shrink) {
+    const auto it = v.tile.find(knob);
+    if (it == v.tile.end() || it->second / 2 < floor) continue;
+    Tile t = v.tile;
+    t[knob] = it->second / 2;
+    Variant s = v.realize(t);
+    if (!s.why_not.empty()) continue;
+    if (m.limit == Misfit::Limit::WorkGroup && s.wg >= v.wg) continue;
+    if (m.limit == Misfit::Limit::LocalMem && v.local_bytes && s.local_bytes >= v.local_bytes) continue;
+    return s;
+  }
+  return none;
+}
+
+int64_t max_keys_per_item(const DeviceProfile& p, int64_t trips_fixed, int64_t trips_per_key, const std::string& what) {
+  if (p.loop_trip_limit <= 0 || trips_per_key <= 0) return 0;
+  const int64_t budget = p.loop_trip_limit - p.loop_trip_limit / 4 - trips_fixed;
+  if (budget < trips_per_key)
+    throw Error(Status::Unsupported, what + " needs " + std::to_string(trips_fixed + trips_per_key) +
+                                         " loop iterations per work-item for one key; the device runs at most " +
+                                         std::to_string(p.loop_trip_limit) + " (" +
+                                         (p.quirks.empty() ? std::string("CLATTN_DEVICE_LIMITS") : p.quirks.front()) +
+                                         ", docs/portability.md)");
+  return budget / trips_per_key;
+}
+
+BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands,
+                              const SelfCheck& check) {
+  Error last(Status::Unsupported, op + ": no kernel variant applies");
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const Variant& first = cands[i];
+    const char* next = i + 1 < cands.size() ? cands[i + 1].name.c_str() : "nothing";
+    if (!first.why_not.empty()) {
+      rt::log().debug("{}: {} not used ({}); trying {}", op, first.name, first.why_not, next);
+      last = Error(Status::Unsupported, op + ": " + first.name + ": " + first.why_not);
+      continue;
+    }
+    Variant v = remembered(c, first);
+    // A self-validation check takes one variant, with its pin exactly that build (reached
+    // through the pinned tile where the checked build had shrunk).
+    if (const CheckScope* pin = pinned_scope(op)) {
+      if (v.name != pin->variant()) {
+        last = Error(Status::Unsupported, op + ": " + v.name + ": not the build under self-validation");
+        continue;
+      }
+      if (!pin->options().empty() && v.options != pin->options()) {
+        v = first.realize ? first.realize(pin->tile()) : first;
+        if (v.options != pin->options() || !v.why_not.empty()) {
+          last = Error(Status::Unsupported, op + ": " + first.name + ": not the build under self-validation");
+          continue;
+        }
+      }
+    }
+    int shrinks = 0;
+    for (;;) {
+      Misfit m;
+      m = estimate_misfit(c, v);
+      BuiltVariant b;
+      if (m.why.empty()) {
+        try {
+          b.variant = v;
+          b.program = c.programs.get(v.file, v.options);
+          b.kernel = &b.program->kernel(v.kernel);
+          b.driver_local_bytes = b.kernel->local_mem_size(c.device);
+          m = misfit(c, v, *b.kernel);
+        } catch (const Error& e) {
+          if (e.status() != Status::BuildFailed) throw;
+          last = e;
+          rt::log().warn("{}: variant {} failed to build, trying {}: {}", op, v.name, next, e.what());
+          break;
+        }
+      }
+      if (m.why.empty()) {
+        if (!in_self_check() && params::needs_self_validation(v.name) && !validate(c, op, v, check).pass) {
+          last = Error(Status::Unsupported, op + ": " + v.name + ": failed self-validation on this device");
+          break;  // (validate logged it)
+        }
+        if (v.local_bytes && v.local_bytes != b.driver_local_bytes)
+          rt::log().debug("{}: {} estimated {} bytes of local memory, the driver reports {}", op, v.name,
+                          v.local_bytes, b.driver_local_bytes);
+        if (shrinks && first.realize && !first.options.empty())
+          c.programs.set_note(first.file, first.options, ".tile", note_header(c.profile) + "\n" + tile_text(v.tile));
+        b.shrinks = shrinks;
+        record(op, b);
+        return b;
+      }
+      const Variant s = shrink_for(v, m);
+      if (!s.why_not.empty()) {
+        last = Error(Status::Unsupported, op + ": " + v.name + ": " + m.why +
+                                              (v.realize ? " (no smaller tile: " + tile_text(v.tile) + ")" : ""));
+        rt::log().warn("{}: variant {} not used: {}; trying {}", op, v.name, m.why, next);
+        break;
+      }
+      rt::log().info("{}: variant {}: {}; shrinking {} -> {}", op, v.name, m.why, tile_text(v.tile),
+                     tile_text(s.tile));
+      v = s;
+      ++shrinks;
+    }
+  }
+  throw last;
+}
+
+std::vector<BuildRecord> recent_builds() {
+  std::lock_guard<std::mutex> lock(g_records_mu);
+  return g_records;
+}
+
+}  // namespace clattn::ops
