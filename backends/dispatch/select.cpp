@@ -29,6 +29,13 @@ constexpr uint64_t kReservation = 1024;
 
 std::string str(uint64_t n) { return std::to_string(n); }
 
+// A work item shorter than this many keys would cost more in merges than it saves: a tile
+// whose loop-trip bound cannot reach it shrinks.
+constexpr int64_t kFewKeys = 16;
+int64_t trips_of_a_few_keys(const Variant& v) { return v.trips_fixed + kFewKeys * v.trips_per_key; }
+// The part of a loop-trip limit plans use: a quarter is kept for the loops a bound does not count.
+int64_t usable_trips(const DeviceProfile& p) { return p.loop_trip_limit - p.loop_trip_limit / 4; }
+
 // The host's figures for `v` against the device's, before any build.
 Misfit estimate_misfit(const detail::ContextImpl& c, const Variant& v) {
   const DeviceProfile& p = c.profile;
@@ -39,6 +46,12 @@ Misfit estimate_misfit(const detail::ContextImpl& c, const Variant& v) {
     return {Misfit::Limit::LocalMem, v.local_bytes, p.local_mem_bytes,
             "the tile needs " + str(v.local_bytes) + " bytes of local memory, the device has " +
                 str(p.local_mem_bytes)};
+  if (p.loop_trip_limit > 0 && v.trips_per_key > 0 && trips_of_a_few_keys(v) > usable_trips(p))
+    return {Misfit::Limit::LoopTrips, uint64_t(trips_of_a_few_keys(v)), uint64_t(usable_trips(p)),
+            "the tile's work-items loop " + str(uint64_t(trips_of_a_few_keys(v))) + " times over " +
+                std::to_string(kFewKeys) + " keys, the device runs " + str(uint64_t(p.loop_trip_limit)) +
+                " iterations at most (" + (p.quirks.empty() ? std::string("CLATTN_DEVICE_LIMITS") : p.quirks.front()) +
+                ")"};
   return {};
 }
 
@@ -60,7 +73,7 @@ Variant remembered(detail::ContextImpl& c, const Variant& v) {
   if (nl == std::string::npos || text->substr(0, nl) != note_header(c.profile)) return v;
   const auto t = parse_tile(text->substr(nl + 1));
   if (!t) return v;
-  Variant r = v.realize(*t);
+  Variant r = realize_like(v, *t);
   return r.why_not.empty() ? r : v;
 }
 
@@ -70,13 +83,17 @@ Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize
                    std::vector<std::pair<std::string, int>> order) {
   Variant v = realize(tile);
   v.tile = tile;
-  v.realize = [realize, order](const Tile& t) {
-    Variant r = realize(t);
-    r.tile = t;
-    return r;
-  };
+  v.realize = std::move(realize);
   v.shrink = std::move(order);
   return v;
+}
+
+Variant realize_like(const Variant& v, const Tile& t) {
+  Variant r = v.realize(t);
+  r.tile = t;
+  r.realize = v.realize;
+  r.shrink = v.shrink;
+  return r;
 }
 
 Misfit misfit(const detail::ContextImpl& c, const Variant& v, rt::Kernel& k) {
@@ -111,10 +128,11 @@ Variant shrink_for(const Variant& v, const Misfit& m) {
     if (it == v.tile.end() || it->second / 2 < floor) continue;
     Tile t = v.tile;
     t[knob] = it->second / 2;
-    Variant s = v.realize(t);
+    Variant s = realize_like(v, t);
     if (!s.why_not.empty()) continue;
     if (m.limit == Misfit::Limit::WorkGroup && s.wg >= v.wg) continue;
     if (m.limit == Misfit::Limit::LocalMem && v.local_bytes && s.local_bytes >= v.local_bytes) continue;
+    if (m.limit == Misfit::Limit::LoopTrips && trips_of_a_few_keys(s) >= trips_of_a_few_keys(v)) continue;
     return s;
   }
   return none;
@@ -122,7 +140,7 @@ Variant shrink_for(const Variant& v, const Misfit& m) {
 
 int64_t max_keys_per_item(const DeviceProfile& p, int64_t trips_fixed, int64_t trips_per_key, const std::string& what) {
   if (p.loop_trip_limit <= 0 || trips_per_key <= 0) return 0;
-  const int64_t budget = p.loop_trip_limit - p.loop_trip_limit / 4 - trips_fixed;
+  const int64_t budget = usable_trips(p) - trips_fixed;
   if (budget < trips_per_key)
     throw Error(Status::Unsupported, what + " needs " + std::to_string(trips_fixed + trips_per_key) +
                                          " loop iterations per work-item for one key; the device runs at most " +
@@ -152,7 +170,7 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
         continue;
       }
       if (!pin->options().empty() && v.options != pin->options()) {
-        v = first.realize ? first.realize(pin->tile()) : first;
+        v = first.realize ? realize_like(first, pin->tile()) : first;
         if (v.options != pin->options() || !v.why_not.empty()) {
           last = Error(Status::Unsupported, op + ": " + first.name + ": not the build under self-validation");
           continue;

@@ -30,7 +30,7 @@ namespace clattn::ops {
 
 // What a compiled kernel (or, before the build, the host's estimate) did not fit.
 struct Misfit {
-  enum class Limit { WorkGroup, LocalMem, PrivateMem };
+  enum class Limit { WorkGroup, LocalMem, PrivateMem, LoopTrips };
   Limit limit = Limit::WorkGroup;
   uint64_t need = 0, have = 0;
   std::string why;  // for logs and the error when nothing fits
@@ -56,14 +56,18 @@ struct Variant {
   // illegal). Empty: the variant has one tile and does not shrink.
   std::function<Variant(const Tile&)> realize;
   // The shrink order: knobs halved in turn (each down to its floor) when the kernel does not
-  // fit; a step is taken only when it lowers what did not fit (work-items, local memory).
+  // fit; a step is taken only when it lowers what did not fit (work-items, local memory, the
+  // loop-trip bound of a few keys).
   std::vector<std::pair<std::string, int>> shrink;
 };
 
 // Sets v.realize and v.shrink and returns realize(tile) (with both set): how an op declares
-// a shrinkable variant.
+// a shrinkable variant. `realize` may refer to the op's arguments: it runs only while the op
+// plans.
 Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize,
                    std::vector<std::pair<std::string, int>> order);
+// v's variant at tile t (realize, tile, shrink order carried over).
+Variant realize_like(const Variant& v, const Tile& t);
 
 struct BuiltVariant {
   Variant variant;

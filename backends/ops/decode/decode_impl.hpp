@@ -35,6 +35,7 @@ struct DecodePlanState : ops::PlanTable {
   bool fuse = false;    // the decode kernel merges (FUSE_MERGE) with the counter sets below
   bool prefetch = false;  // PREFETCH build (kept for to_vector)
   bool cpu = false;       // the cpu variant (decode_cpu.cl): grid dimensions swapped
+  bool deterministic = false;  // DecodeOptions::deterministic (the merge pass's column split)
   ops::CounterSets sets;  // FUSE_MERGE: per-run counters in the table (one set per run)
   int group = 1, gmax = 1, n_hblk = 1, log2_page = 0;
   float q_scale = 1.0f, cap_log2 = 0.0f, inv_cap = 0.0f;

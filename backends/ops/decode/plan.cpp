@@ -114,6 +114,9 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   KTile tile = choose_tile(c.profile, cache, r.sparse == 2 ? 1 : group, opt.params, &sp, ops::preferred_float_width(c));
   if (r.sparse == 2) tile.gmax = 1, tile.n_hblk = group, tile.group = group;
   tile.sparse = r.sparse;
+  // Where a work-item's loops are bounded, the separate merge pass merges (the fused one's
+  // loops over up to 256 parts would come out of every work item's budget).
+  if (c.profile.loop_trip_limit > 0) tile.fuse_merge = 0;
 
   DecodePlanState::Fixed fx;
   fx.window_left = opt.window_left, fx.max_pages = fixed ? fixed->max_pages : 0;
@@ -210,6 +213,7 @@ DecodePlan make_plan(const Context& ctx, const Requests& r, bool page_table, con
   plan.workspace_bytes = ws.bytes;
 
   st->group = group;
+  st->deterministic = opt.deterministic;
   st->gmax = tile.gmax;
   st->n_hblk = tile.n_hblk;
   st->log2_page = log2_int(cache.page_size);

@@ -113,7 +113,9 @@ void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuff
     if (e.event) *e.event = ev1;
     return;
   }
-  const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, st->num_merges, Hq, D);
+  // (Deterministic plans: the column split, and with it the order the parts add in, from the
+  // shape alone, never from the batch.)
+  const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, st->deterministic ? 1 : st->num_merges, Hq, D);
   size_t mg[2] = {size_t(st->num_merges) * size_t(cb) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
   try {
     st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,

@@ -200,7 +200,7 @@ void set_trips(ops::Variant& v, const KTile& t, const PagedKV& c) {
   const int64_t step = t.unroll * (1 + 2 * nch * lw + 2 * G * el + G * (2 * log2_int(t.tpt) + 4) + 2 * nch) + G * el + 8;
   v.trips_per_key = (2 * step + nslot * t.unroll - 1) / (nslot * t.unroll);
   // q rows, the slots' merge through local memory, the fused merge's parts (at most 256).
-  v.trips_fixed = 2 * (3 * G * el + nslot * G * el + 2 * G * D) + 2 * 256 * G * (D / t.wg + 1) + 256;
+  v.trips_fixed = 2 * (3 * G * el + nslot * G * el + 2 * G * D) + 256 + (t.fuse_merge ? 2 * 256 * G * (D / t.wg + 1) : 0);
 }
 
 }  // namespace ops::decode
