@@ -37,6 +37,7 @@
 #define KV_DT DT_BF16
 #endif
 #include "extend_kv.clh"  // (after HEAD_DIM and KV_DT)
+#include "extend_split.clh"
 
 #ifndef WG
 #define WG 128
@@ -223,8 +224,9 @@ UNROLL_LOOP
     for (int j = 0; j < CPT; ++j) acc[i][j] = (float4)(0.0f);
   }
   const int last_tok = (min(row0 + ROWS, nrows) - 1) / G;
-  const int kv_end = causal ? min(kv_len, kv_len - qo_len + last_tok + 1) : kv_len;
-  const int kv_begin = window_left >= 0 ? max(0, kv_len - qo_len + row0 / G - window_left) : 0;
+  int kv_end = causal ? min(kv_len, kv_len - qo_len + last_tok + 1) : kv_len;
+  int kv_begin = window_left >= 0 ? max(0, kv_len - qo_len + row0 / G - window_left) : 0;
+  const int part_base = split_range(table, split_off, &kv_begin, &kv_end);
   bool bad = false;  // a page id outside [0, num_pages) was met
 
   const long head_off = (long)kvh * stride_head;
@@ -347,9 +349,17 @@ UNROLL_LOOP
     if (!row_ok[i]) continue;
     float lt = row_sum(red + (i * TY + ty) * RST);
     const int pr = row0 + ty + TY * i, h = kvh * G + pr % G;
-    const float2 fin = final_scale_lse(m[i], lt, -1, has_sinks, sinks, h, vs_h);  // (scale, lse)
+    const float2 fin = final_scale_lse(m[i], lt, part_base, has_sinks, sinks, h, vs_h);  // (scale, lse)
     const float inv = fin.x;
     const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
+    if (part_base >= 0) {  // KEY_SPLIT: the partial state
+      const size_t wrow = split_row(part_base, pr, G, Hq, h);
+UNROLL_LOOP
+      for (int j = 0; j < CPT; ++j)
+        if (COL_OK(j)) vstore4(acc[i][j] * inv, 0, ws + wrow * HEAD_DIM + 4 * (tx + TX * j));
+      if (tx == 0) ws[lse_off + wrow] = fin.y;
+      continue;
+    }
 UNROLL_LOOP
     for (int j = 0; j < CPT; ++j) {
       if (!COL_OK(j)) continue;

@@ -38,6 +38,7 @@
 #define KV_DT DT_BF16
 #endif
 #include "extend_kv.clh"  // (after HEAD_DIM and KV_DT)
+#include "extend_split.clh"
 
 #ifndef VW  // floats per vector (the device's preferred float width)
 #define VW 16
@@ -151,8 +152,9 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
   }
   const int last_tok = (min(row0 + ROWS, nrows) - 1) / G;
   const int first_qpos = kv_len - qo_len + row0 / G;
-  const int kv_end = causal ? min(kv_len, kv_len - qo_len + last_tok + 1) : kv_len;
-  const int kv_begin = window_left >= 0 ? max(0, first_qpos - window_left) : 0;
+  int kv_end = causal ? min(kv_len, kv_len - qo_len + last_tok + 1) : kv_len;
+  int kv_begin = window_left >= 0 ? max(0, first_qpos - window_left) : 0;
+  const int part_base = split_range(table, split_off, &kv_begin, &kv_end);
   bool bad = false;
   const long head_off = (long)kvh * stride_head;
 
@@ -258,9 +260,15 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
     const int pr = row0 + r;
     if (pr >= nrows) break;
     const int h = kvh * G + pr % G;
-    const float2 fin = final_scale_lse(mr[r], lr[r], -1, has_sinks, sinks, h, vs_h);  // (scale, lse)
+    const float2 fin = final_scale_lse(mr[r], lr[r], part_base, has_sinks, sinks, h, vs_h);  // (scale, lse)
     const size_t orow = (size_t)(qo_start + pr / G) * Hq + h;
     for (int d = 0; d < HEAD_DIM; ++d) row[d] = ot[d * ROWS + r];
+    if (part_base >= 0) {  // KEY_SPLIT: the partial state
+      const size_t wrow = split_row(part_base, pr, G, Hq, h);
+      store_vrow(ws, wrow * HEAD_DIM, NV, DT_F32, fin.x, row);
+      ws[lse_off + wrow] = fin.y;
+      continue;
+    }
     store_vrow(o, orow * HEAD_DIM, NV, o_dt, fin.x, row);
     if (has_lse) lse[orow] = fin.y;
   }

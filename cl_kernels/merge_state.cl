@@ -60,11 +60,11 @@ void merge_states(__global const void* v, __global const float* s, __global void
   if (has_so && lid == 0) so[row] = den > 0.0f ? m + log(den) : CLATTN_NEG_INF;
 }
 
-// Split-K pass (paged decode without a fused merge, MLA decode): request `req` has
-// num_parts partial states at workspace rows first..first+num_parts-1; col_blocks
+// Split-K pass (paged decode without a fused merge, MLA decode, extend's key split): output row
+// `req` has num_parts partial states at workspace rows first + i x stride; col_blocks
 // work-groups per (tab entry, query head) merge them, each a block of the row's float4
 // columns (merge_parts.clh; more groups than rows keep many parts' loads in flight). tab
-// entries (4 int32 at merge_off + 4*e): {req, first, num_parts, 0}, num_parts <= MERGE_MAXP.
+// entries (4 int32 at merge_off + 4*e): {req, first, num_parts, stride (0: 1)}, num_parts <= MERGE_MAXP.
 #define MERGE_SUMS (MERGE_WG > MERGE_COLS ? MERGE_WG : MERGE_COLS)
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) SIMD_ATTR
 void merge_partials(__global const int* tab, int merge_off, __global const float* ws, ulong lse_off,
@@ -78,6 +78,6 @@ void merge_partials(__global const int* tab, int merge_off, __global const float
   const int c0 = min(ncol, cb * per), c1 = min(ncol, c0 + per);
   __global const int* me = tab + merge_off + 4 * e;
   if (me[2] < 2) return;  // a fixed-capacity plan's request that did not split this step
-  merge_parts_head(me[0], me[1], me[2], ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, Hq, D,
+  merge_parts_head(me[0], me[1], me[2], me[3] > 0 ? me[3] : 1, ws, lse_off, o, o_dt, lse, has_lse, sinks, has_sinks, Hq, D,
                    get_group_id(1), c0, c1, cb == 0, get_local_id(0), MERGE_WG, w, red, part_sum, MERGE_SUMS);
 }

@@ -28,6 +28,9 @@ bool is_llvmpipe(const DeviceProfile& p) {
 // kLoopLimitFixedIn stays {0, 0} (none) until one is, then versions from it on are exempt.
 constexpr long long kLlvmpipeLoopTrips = 65535;
 constexpr std::pair<int, int> kLoopLimitFixedIn = {0, 0};
+// rusticl's kernel local-memory figure: seen doubled on Mesa 22.3.6; no release known to report
+// the declared size yet.
+constexpr std::pair<int, int> kLocalMemFixedIn = {0, 0};
 
 }  // namespace
 
@@ -43,6 +46,14 @@ const std::vector<Quirk>& known_quirks() {
        [](DeviceProfile& p) {
          if (p.loop_trip_limit == 0 || p.loop_trip_limit > kLlvmpipeLoopTrips) p.loop_trip_limit = kLlvmpipeLoopTrips;
        }},
+      {"rusticl_local_mem_doubled",
+       "CL_KERNEL_LOCAL_MEM_SIZE reports twice the __local bytes a kernel declares; kernels that fit are refused",
+       "dev/rusticl_local_mem_size.c",
+       [](const DeviceProfile& p) {
+         return p.platform_name == "rusticl" &&
+                (kLocalMemFixedIn.first == 0 || mesa_version(p.driver_version) < kLocalMemFixedIn);
+       },
+       [](DeviceProfile& p) { p.kernel_local_mem_overcount = 2; }},
   };
   return q;
 }

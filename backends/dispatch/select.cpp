@@ -82,7 +82,7 @@ Variant remembered(detail::ContextImpl& c, const Variant& v) {
 Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize,
                    std::vector<std::pair<std::string, int>> order) {
   Variant v = realize(tile);
-  v.tile = tile;
+  if (v.tile.empty()) v.tile = tile;  // (realize may add what it derives, such as WG)
   v.realize = std::move(realize);
   v.shrink = std::move(order);
   return v;
@@ -90,7 +90,7 @@ Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize
 
 Variant realize_like(const Variant& v, const Tile& t) {
   Variant r = v.realize(t);
-  r.tile = t;
+  if (r.tile.empty()) r.tile = t;
   r.realize = v.realize;
   r.shrink = v.shrink;
   return r;
@@ -104,7 +104,7 @@ Misfit misfit(const detail::ContextImpl& c, const Variant& v, rt::Kernel& k) {
       return {Misfit::Limit::WorkGroup, v.wg, limit,
               "the compiled kernel allows " + str(limit) + " work-items per group, the tile needs " + str(v.wg)};
   }
-  const uint64_t local = k.local_mem_size(c.device);
+  const uint64_t local = k.local_mem_size(c.device) / std::max(1u, p.kernel_local_mem_overcount);
   if (p.local_mem_bytes && local > p.local_mem_bytes + kReservation)
     return {Misfit::Limit::LocalMem, local, p.local_mem_bytes,
             "the compiled kernel uses " + str(local) + " bytes of local memory, the device has " +
@@ -136,6 +136,12 @@ Variant shrink_for(const Variant& v, const Misfit& m) {
     return s;
   }
   return none;
+}
+
+void bound_trips(Variant& v, int64_t rows, int64_t dim_qk, int64_t dim_v, int64_t wg, int64_t vec) {
+  const int64_t work = (4 * rows * (dim_qk + dim_v) + wg * vec - 1) / std::max<int64_t>(1, wg * vec);
+  v.trips_per_key = work + 16;
+  v.trips_fixed = work + 1024;
 }
 
 int64_t max_keys_per_item(const DeviceProfile& p, int64_t trips_fixed, int64_t trips_per_key, const std::string& what) {
@@ -187,7 +193,7 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
           b.variant = v;
           b.program = c.programs.get(v.file, v.options);
           b.kernel = &b.program->kernel(v.kernel);
-          b.driver_local_bytes = b.kernel->local_mem_size(c.device);
+          b.driver_local_bytes = b.kernel->local_mem_size(c.device) / std::max(1u, c.profile.kernel_local_mem_overcount);
           m = misfit(c, v, *b.kernel);
         } catch (const Error& e) {
           if (e.status() != Status::BuildFailed) throw;

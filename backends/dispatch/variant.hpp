@@ -47,7 +47,7 @@ struct Variant {
   // false where the driver's work-group limit is for another register budget than the one
   // the build pins (a PTX .maxnreg cap): the limit is not checked.
   bool check_wg = true;
-  Tile tile;                // the values this build was made from
+  Tile tile;                // the values this build was made from (and what realize derives from them)
   // An upper bound of one work-item's loop iterations: trips_fixed + trips_per_key x the keys
   // its work item covers. Plans keep it under DeviceProfile::loop_trip_limit (a driver quirk,
   // docs/portability.md); 0 / 0 where the op never gives one work-item unbounded loops.
@@ -90,6 +90,12 @@ Misfit misfit(const detail::ContextImpl& c, const Variant& v, rt::Kernel& k);
 // The next tile of `v` after `m`, in its declared order; nullopt-like (why_not "no smaller
 // tile") when none is left.
 Variant shrink_for(const Variant& v, const Misfit& m);
+
+// A loop-trip bound for a kernel whose work-items share the products of `rows` query rows with
+// each key (dim_qk + dim_v multiply-adds a row), `vec` elements a loop iteration: per key four
+// times that many iterations (the S and P.V loops, their staging and the softmax, with 2x to
+// spare), and as much again plus a constant for the fixed work (q rows, the final store).
+void bound_trips(Variant& v, int64_t rows, int64_t dim_qk, int64_t dim_v, int64_t wg, int64_t vec);
 
 // Keys one work item may cover under the profile's loop-trip limit, for a kernel whose
 // work-items loop trips_fixed + trips_per_key x keys times at most (a quarter of the limit kept

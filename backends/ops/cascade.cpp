@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "backends/ops/op_util.hpp"
-#include "backends/ops/extend.hpp"
+#include "backends/ops/extend/check.hpp"
 #include "clattn/merge_state.hpp"
 
 namespace clattn {
@@ -37,7 +37,8 @@ CascadePlan cascade_plan(const Context& ctx, const PagedCsr& shared, const Paged
   namespace ck = rt::checked;
   p.tmp_o_bytes = ck::product({T, Hq, D, int64_t(dtype_size(opt.o_dtype))}, "cascade tmp_o bytes");
   p.tmp_lse_bytes = ck::product({T, Hq, 4}, "cascade tmp_lse bytes");
-  // One workspace for both levels (TMA maps): the shared level runs after the unique one.
+  // One workspace for both levels (TMA maps, a key split's partial states): the shared level runs
+  // after the unique one.
   p.workspace_bytes = std::max(p.shared.workspace_bytes, p.unique.workspace_bytes);
   return p;
 }
@@ -74,7 +75,8 @@ void cascade_run(const Context& ctx, const CascadePlan& p, const CascadeBuffers&
                         {{p.shared.page_ids_needed}, "i32"});
   ops::require_buffer(b.o, p.tmp_o_bytes, "o", {{T, Hq, D}, "o dtype"});
   if (p.workspace_bytes > 0)
-    ops::require_buffer(b.workspace, p.workspace_bytes, "workspace", {{p.workspace_bytes}, "bytes (TMA tensor maps)"});
+    ops::require_buffer(b.workspace, p.workspace_bytes, "workspace",
+                        {{p.workspace_bytes}, "bytes (TMA tensor maps or a key split's partial states)"});
   // (The scale checks are the same for both levels: the first level's run makes them.)
   cl_event ev_u = nullptr, ev_s = nullptr;
   try {

@@ -67,6 +67,9 @@ struct DeviceProfile {
   std::size_t kernel_work_group_cap = 0;
   unsigned long long private_mem_cap = 0;
   long long loop_trip_limit = 0;
+  // A driver quirk: its CL_KERNEL_LOCAL_MEM_SIZE is this many times the kernel's __local bytes
+  // (the post-build check divides by it; 1 elsewhere).
+  unsigned kernel_local_mem_overcount = 1;
   std::string device_limits;          // the constrained-device spec in effect ("" none)
   std::vector<std::string> quirks;    // driver quirks in effect (runtime/quirks.cpp names)
 

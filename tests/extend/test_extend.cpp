@@ -362,6 +362,32 @@ TEST(Extend, LongSequencesManyTiles) {
   }
 }
 
+// Where a device bounds a work-item's loops (rusticl's llvmpipe; CLATTN_DEVICE_LIMITS=
+// loop_trips=N anywhere: the test_extend.loop_trips ctest), long requests are split by key and
+// their parts merged: the plan has a workspace for the partial states and the result is the
+// reference's, for the portable and the cpu kernel, causal and not, with a window and sinks.
+TEST(Extend, KeySplitWhereLoopsAreBounded) {
+  CLATTN_SEED_TRACE();
+  if (ctx().profile().loop_trip_limit == 0)
+    GTEST_SKIP() << "runs where a device bounds a work-item's loops (CLATTN_DEVICE_LIMITS=loop_trips=8192)";
+  for (const char* variant : {"generic", "cpu"})
+    for (int k = 0; k < 2; ++k) {
+      Case c;
+      c.qo = {40, 3};
+      c.prefix = {k ? 1500 : 900, 2100};
+      c.Hkv = 2, c.G = 2, c.D = 64, c.P = 16;
+      c.kv = DType::F16, c.qd = DType::F32, c.od = DType::F32;
+      c.variant = variant;
+      c.causal = k == 0, c.sinks = k == 1;
+      if (k == 1) c.window = 700;
+      Batch b = build(c, 130 + uint64_t(k));
+      DevRun r = run(b);
+      EXPECT_EQ(r.plan.variant, variant);
+      EXPECT_GT(r.plan.workspace_bytes, 0) << c.describe() << ": no key split";
+      EXPECT_EXTEND_OK(b, r);
+    }
+}
+
 TEST(Extend, EmptyRequestsAndNoWork) {
   CLATTN_SEED_TRACE();
   Case c;

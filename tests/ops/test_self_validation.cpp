@@ -21,7 +21,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "backends/ops/extend.hpp"
+#include "backends/ops/extend/check.hpp"
 #include "backends/dispatch/self_validation.hpp"
 #include "backends/params/variants.hpp"
 #include "runtime/context_impl.hpp"

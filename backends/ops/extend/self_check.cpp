@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "backends/ops/extend.hpp"
+#include "backends/ops/extend/check.hpp"
 #include "backends/dispatch/self_check_data.hpp"
 #include "backends/dispatch/variant.hpp"
 #include "runtime/error.hpp"
