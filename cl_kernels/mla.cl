@@ -19,8 +19,9 @@
 // Work entries (8 int32 at work_off + 8 * group): {kv_begin, kv_end, part, page_base,
 // q_row0, nrows, vbeg, causal_base}. Query vector v in [vbeg, vbeg + QB) of the entry is
 // (row v / H, head v % H) for v < nrows * H; row r sees keys <= causal_base + r (decode:
-// causal_base = kv_len - 1). part >= 0: write the normalised partial state to the
-// workspace row part (o [P, H, 512] f32, lse [P, H] at lse_off floats) for the merge pass.
+// causal_base = kv_len - 1). part >= 0: write row r's normalised partial state to the
+// workspace row part + r (o [P, H, 512] f32, lse [P, H] at lse_off floats) for the merge pass
+// (decode: r = 0; an extend split on a device that bounds a work-item's loops: a row per token).
 // Arguments, latent decoding and the tile's global loads: mla_latent.clh (shared with
 // mla_tiled.cl, the register-blocked variant). SPARSE_IDX=1: sparse decode (mla_sparse.clh).
 // int8 latents (KV_DT = DT_I8): the tile's token scales go to local memory beside it (loaded
@@ -196,7 +197,7 @@ void mla_attn(MLA_KERNEL_ARGS) {
       }
     if (has_lse && ln == 0) lse[qrow] = lse_v;
   } else {
-    const size_t wrow = (size_t)wpart * H + head;
+    const size_t wrow = (size_t)(wpart + row) * H + head;  // (extend splits: a part row per token)
 #pragma unroll
     for (int c = 0; c < CW; ++c)
 #pragma unroll

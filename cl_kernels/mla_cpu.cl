@@ -33,8 +33,8 @@
 // written in natural log. Work entries (8 int32 at work_off + 8 * group): {kv_begin, kv_end,
 // part, page_base, q_row0, nrows, vbeg, causal_base}: query vector v in [vbeg, vbeg + QB) of
 // the entry is (row v / H, head v % H) for v < nrows * H; row r sees keys <= causal_base + r.
-// part >= 0: the normalised partial state goes to workspace row part (o [P, H, 512] f32, lse
-// [P, H] at lse_off floats) for the merge pass (mla.cl).
+// part >= 0: row r's normalised partial state goes to workspace row part + r (o [P, H, 512]
+// f32, lse [P, H] at lse_off floats) for the merge pass (mla.cl).
 //
 // Build options (-D): KV_DT, VW (4, 8 or 16), QB (a multiple of VW), BK, SK, SD, OH, OD,
 // TOUCH_AHEAD, LOCAL_BUFS, FP8_FAST, PREFETCH_BUILTIN, SPARSE_IDX (sparse decode: key t of a
@@ -294,7 +294,7 @@ void mla_cpu(MLA_KERNEL_ARGS) {
       for (int c = 0; c < NC; ++c) store_vec(o, qrow * CKV_DIM + (size_t)c * VW, o_dt, vloadV(c, row) * inv);
       if (has_lse) lse[qrow] = lse_v;
     } else {
-      const size_t wrow = (size_t)wpart * H + head;
+      const size_t wrow = (size_t)(wpart + v / H) * H + head;  // (extend splits: a part row per token)
       __global float* wo = ws + wrow * CKV_DIM;
       for (int c = 0; c < CKV_DIM / VW; ++c) vstoreV(vloadV(c, row) * inv, c, wo);
       ws[lse_off + wrow] = lse_v;

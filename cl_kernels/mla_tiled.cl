@@ -273,7 +273,7 @@ void mla_tiled(MLA_KERNEL_ARGS) {
     const float inv = l > 0.0f ? v_scale / l : 0.0f;
     const float lse_v = l > 0.0f ? (al[q] + log2(l)) * LOG2E_INV : CLATTN_NEG_INF;
     const int head = v % H;
-    const size_t qrow = (size_t)(row0 + v / H) * H + head, wrow = (size_t)wpart * H + head;
+    const size_t qrow = (size_t)(row0 + v / H) * H + head, wrow = (size_t)(wpart + v / H) * H + head;
     MLA_UNROLL
     for (int j = 0; j < NO4; ++j) {
       const float4 x = acc[mi * NO4 + j] * inv;

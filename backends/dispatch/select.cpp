@@ -29,9 +29,9 @@ constexpr uint64_t kReservation = 1024;
 
 std::string str(uint64_t n) { return std::to_string(n); }
 
-// A work item shorter than this many keys would cost more in merges than it saves: a tile
-// whose loop-trip bound cannot reach it shrinks.
-constexpr int64_t kFewKeys = 16;
+// Keys a work item should reach under a loop-trip bound: a tile whose bound stops short of it
+// shrinks where it can (a soft misfit); one that cannot cover a single key does not fit.
+constexpr int64_t kFewKeys = 64;
 int64_t trips_of_a_few_keys(const Variant& v) { return v.trips_fixed + kFewKeys * v.trips_per_key; }
 // The part of a loop-trip limit plans use: a quarter is kept for the loops a bound does not count.
 int64_t usable_trips(const DeviceProfile& p) { return p.loop_trip_limit - p.loop_trip_limit / 4; }
@@ -46,12 +46,15 @@ Misfit estimate_misfit(const detail::ContextImpl& c, const Variant& v) {
     return {Misfit::Limit::LocalMem, v.local_bytes, p.local_mem_bytes,
             "the tile needs " + str(v.local_bytes) + " bytes of local memory, the device has " +
                 str(p.local_mem_bytes)};
-  if (p.loop_trip_limit > 0 && v.trips_per_key > 0 && trips_of_a_few_keys(v) > usable_trips(p))
+  if (p.loop_trip_limit > 0 && v.trips_per_key > 0 && trips_of_a_few_keys(v) > usable_trips(p)) {
+    const bool some = v.trips_fixed + v.trips_per_key <= usable_trips(p);
     return {Misfit::Limit::LoopTrips, uint64_t(trips_of_a_few_keys(v)), uint64_t(usable_trips(p)),
-            "the tile's work-items loop " + str(uint64_t(trips_of_a_few_keys(v))) + " times over " +
-                std::to_string(kFewKeys) + " keys, the device runs " + str(uint64_t(p.loop_trip_limit)) +
-                " iterations at most (" + (p.quirks.empty() ? std::string("CLATTN_DEVICE_LIMITS") : p.quirks.front()) +
-                ")"};
+            "the tile's work-items loop " + str(uint64_t(some ? trips_of_a_few_keys(v) : v.trips_fixed + v.trips_per_key)) +
+                " times over " + std::to_string(some ? kFewKeys : 1) + " key" + (some ? "s" : "") +
+                ", the device runs " + str(uint64_t(p.loop_trip_limit)) + " iterations at most (" +
+                (p.quirks.empty() ? std::string("CLATTN_DEVICE_LIMITS") : p.quirks.front()) + ")",
+            some};
+  }
   return {};
 }
 
@@ -185,8 +188,20 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
     }
     int shrinks = 0;
     for (;;) {
-      Misfit m;
-      m = estimate_misfit(c, v);
+      Misfit m = estimate_misfit(c, v);
+      if (m.soft) {
+        // A loop-trip bound that still covers some keys: a smaller tile where there is one,
+        // else this one (its plans split finer).
+        const Variant s = shrink_for(v, m);
+        if (s.why_not.empty()) {
+          rt::log().info("{}: variant {}: {}; shrinking {} -> {}", op, v.name, m.why, tile_text(v.tile),
+                         tile_text(s.tile));
+          v = s;
+          ++shrinks;
+          continue;
+        }
+        m = {};
+      }
       BuiltVariant b;
       if (m.why.empty()) {
         try {

@@ -34,6 +34,9 @@ struct Misfit {
   Limit limit = Limit::WorkGroup;
   uint64_t need = 0, have = 0;
   std::string why;  // for logs and the error when nothing fits
+  // A soft misfit (a loop-trip bound that still covers some keys): the tile shrinks where it
+  // can and is used as it is where it cannot.
+  bool soft = false;
 };
 
 struct Variant {

@@ -436,44 +436,92 @@ Tile choose_tile(const DeviceProfile& prof, const MlaCache& c, const MlaOptions&
 // (sparse decode; each supports it, so none is skipped for it).
 std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, const MlaCache& cache, bool extend,
                                    bool sparse = false) {
-  const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
-  std::vector<ops::Variant> cands(4);
-  ops::Variant& mv = cands[0];
-  mv.name = "nv_mma_sync", mv.file = "mla_mma_nv.cl", mv.kernel = "mla_mma";
-  mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
-  mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
-  mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
-                                 {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"},
-                                 {"L2_AHEAD", to_string(sparse ? tile.l2_ahead : 0)}});
-  if (sparse && tile.l2_ahead) mv.local_bytes += size_t(tile.l2_ahead + 1) * size_t(tile.mma_keys) * 8;  // the ring
-  ops::Variant& cv = cands[1];
-  cv.name = "cpu", cv.file = "mla_cpu.cl", cv.kernel = "mla_cpu";
-  cv.why_not = !tile.cpu ? "CPU_KERNEL = 0" : params::why_unavailable(prof, cv.name);
-  cv.wg = 1, cv.local_bytes = tile.local_bufs ? cpu_local_bytes(tile.cqb, tile.bk) : 0;
+  const bool fuse = !extend && tile.fuse_merge;  // decode only: the extend split merges apart
+  const std::string sparse_opt = sparse ? " -DSPARSE_IDX=1" : "";
+  const std::string pf = ops::prefetch_builtin(prof);
+  std::vector<ops::Variant> cands;
+  // Every tile names its query vectors per work entry (QB), the keys its loop steps by (KEYS)
+  // and its work-items (WG): the plan's work list reads them back.
   {
-    std::map<std::string, std::string> d = {
-        {"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.cqb)}, {"VW", to_string(tile.vw)},
-        {"BK", to_string(tile.bk)},             {"SK", to_string(tile.sk)},  {"SD", to_string(tile.sd)},
-        {"OH", to_string(tile.oh)},             {"OD", to_string(tile.od)},  {"TOUCH_AHEAD", to_string(tile.touch_ahead)},
-        {"LOCAL_BUFS", tile.local_bufs ? "1" : "0"},   {"PREFETCH_BUILTIN", ops::prefetch_builtin(prof)}};
-    if (cache.dtype == DType::FP8_E4M3 || cache.dtype == DType::FP8_E5M2) d["FP8_FAST"] = tile.fp8_fast ? "1" : "0";
-    cv.options = rt::make_options(d);
+    ops::Variant mv;
+    mv.name = "nv_mma_sync", mv.file = "mla_mma_nv.cl", mv.kernel = "mla_mma";
+    mv.why_not = tile.mma ? "" : tile.why_not_mma.empty() ? "MMA = 0" : tile.why_not_mma;
+    mv.wg = size_t(32 * tile.mma_warps), mv.local_bytes = mma_local_bytes(tile.mma_warps, tile.mma_keys);
+    mv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"WARPS", to_string(tile.mma_warps)},
+                                   {"KEYS", to_string(tile.mma_keys)}, {"FUSE_MERGE", fuse ? "1" : "0"},
+                                   {"L2_AHEAD", to_string(sparse ? tile.l2_ahead : 0)}}) + sparse_opt;
+    if (sparse && tile.l2_ahead) mv.local_bytes += size_t(tile.l2_ahead + 1) * size_t(tile.mma_keys) * 8;  // the ring
+    mv.tile = {{"QB", 16}, {"KEYS", tile.mma_keys}, {"WG", int(mv.wg)}};
+    cands.push_back(mv);
   }
-  ops::Variant& tv = cands[2];
-  tv.name = "tiled", tv.file = "mla_tiled.cl", tv.kernel = "mla_tiled";
-  tv.why_not = tile.tiled ? "" : tile.why_not_tiled.empty() ? "TILED = 0" : tile.why_not_tiled;
-  tv.wg = tile.tiled_wg(), tv.local_bytes = tiled_local_bytes(tile.tqb, tile.kt, tile.ds);
-  tv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.tqb)},
-                                 {"KT", to_string(tile.kt)}, {"MS", to_string(tile.ms)}, {"DS", to_string(tile.ds)},
-                                 {"DSW", to_string(tile.dsw)}, {"MO", to_string(tile.mo)},
-                                 {"LOAD_BYTES", to_string(tile.load_bytes)}, {"UNROLL_HINTS", tile.unroll ? "1" : "0"}});
-  ops::Variant& gv = cands[3];
-  gv.name = "generic", gv.file = "mla.cl", gv.kernel = "mla_attn";
-  gv.wg = size_t(tile.qb) * tile.lanes, gv.local_bytes = local_bytes(tile, cache.dtype);
-  gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(tile.qb)},
-                                 {"LANES", to_string(tile.lanes)}, {"LOAD_BYTES", to_string(tile.load_bytes)}});
-  if (sparse)
-    for (ops::Variant& v : cands) v.options += " -DSPARSE_IDX=1";
+  // The cpu kernel: knobs QB, BK and LOCAL_BUFS, shrunk buffers to private memory first, then
+  // keys per block, then query vectors (down to one vector).
+  cands.push_back(ops::shrinkable(
+      {{"QB", tile.cqb}, {"BK", tile.bk}, {"LOCAL_BUFS", tile.local_bufs ? 1 : 0}},
+      [&prof, tile, cache, sparse_opt, pf](const ops::Tile& k) {
+        Tile t = tile;
+        t.cqb = ops::knob(k, "QB"), t.bk = ops::knob(k, "BK"), t.local_bufs = ops::knob(k, "LOCAL_BUFS") != 0;
+        t.sk = std::min(t.sk, t.bk), t.oh = std::min(t.oh, t.cqb);
+        ops::Variant cv;
+        cv.name = "cpu", cv.file = "mla_cpu.cl", cv.kernel = "mla_cpu";
+        cv.why_not = !tile.cpu ? "CPU_KERNEL = 0" : params::why_unavailable(prof, cv.name);
+        if (cv.why_not.empty() && (t.cqb < t.vw || t.cqb % t.vw || t.bk < 1)) cv.why_not = "QB a multiple of VW";
+        cv.wg = 1, cv.local_bytes = t.local_bufs ? cpu_local_bytes(t.cqb, t.bk) : 0;
+        std::map<std::string, std::string> d = {
+            {"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(t.cqb)}, {"VW", to_string(t.vw)},
+            {"BK", to_string(t.bk)},             {"SK", to_string(t.sk)},  {"SD", to_string(t.sd)},
+            {"OH", to_string(t.oh)},             {"OD", to_string(t.od)},  {"TOUCH_AHEAD", to_string(t.touch_ahead)},
+            {"LOCAL_BUFS", t.local_bufs ? "1" : "0"}, {"PREFETCH_BUILTIN", pf}};
+        if (cache.dtype == DType::FP8_E4M3 || cache.dtype == DType::FP8_E5M2) d["FP8_FAST"] = t.fp8_fast ? "1" : "0";
+        cv.options = rt::make_options(d) + sparse_opt;
+        cv.tile = k;
+        cv.tile["KEYS"] = t.bk, cv.tile["WG"] = 1;
+        ops::bound_trips(cv, t.cqb, kMlaCkvDim + kMlaKpeDim, kMlaCkvDim, 1, t.vw);
+        return cv;
+      },
+      {{"LOCAL_BUFS", 0}, {"BK", 1}, {"QB", 4}}));
+  // The register-blocked kernel: knobs QB and KT, shrunk query vectors first, then tile tokens.
+  cands.push_back(ops::shrinkable(
+      {{"QB", tile.tqb}, {"KT", tile.kt}},
+      [tile, cache, sparse_opt](const ops::Tile& k) {
+        Tile t = tile;
+        t.tqb = ops::knob(k, "QB"), t.kt = ops::knob(k, "KT");
+        t.mo = std::min(tile.mo, t.tqb);
+        ops::Variant tv;
+        tv.name = "tiled", tv.file = "mla_tiled.cl", tv.kernel = "mla_tiled";
+        tv.why_not = tile.tiled ? "" : tile.why_not_tiled.empty() ? "TILED = 0" : tile.why_not_tiled;
+        if (tv.why_not.empty() && (t.tqb < t.ms || t.kt < 4 || t.ds * t.mo < t.ms)) tv.why_not = "QB >= MS, KT >= 4";
+        tv.wg = t.tiled_wg(), tv.local_bytes = tiled_local_bytes(t.tqb, t.kt, t.ds);
+        tv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(t.tqb)},
+                                       {"KT", to_string(t.kt)}, {"MS", to_string(t.ms)}, {"DS", to_string(t.ds)},
+                                       {"DSW", to_string(t.dsw)}, {"MO", to_string(t.mo)},
+                                       {"LOAD_BYTES", to_string(t.load_bytes)},
+                                       {"UNROLL_HINTS", t.unroll ? "1" : "0"}}) + sparse_opt;
+        tv.tile = k;
+        tv.tile["KEYS"] = t.kt, tv.tile["WG"] = int(tv.wg);
+        ops::bound_trips(tv, t.tqb, kMlaCkvDim + kMlaKpeDim, kMlaCkvDim, int64_t(tv.wg), 4);
+        return tv;
+      },
+      {{"QB", 1}, {"KT", 4}}));
+  // The portable kernel: knob QB (work-items QB x LANES), shrunk down to one query vector.
+  cands.push_back(ops::shrinkable(
+      {{"QB", tile.qb}},
+      [tile, cache, sparse_opt](const ops::Tile& k) {
+        Tile t = tile;
+        t.qb = ops::knob(k, "QB");
+        ops::Variant gv;
+        gv.name = "generic", gv.file = "mla.cl", gv.kernel = "mla_attn";
+        if (t.qb < 1) gv.why_not = "QB >= 1";
+        gv.wg = size_t(t.qb) * t.lanes, gv.local_bytes = local_bytes(t, cache.dtype);
+        gv.options = rt::make_options({{"KV_DT", to_string(int(cache.dtype))}, {"QB", to_string(t.qb)},
+                                       {"LANES", to_string(t.lanes)}, {"LOAD_BYTES", to_string(t.load_bytes)}}) +
+                     sparse_opt;
+        gv.tile = k;
+        gv.tile["KEYS"] = t.lanes, gv.tile["WG"] = int(gv.wg);
+        ops::bound_trips(gv, t.qb, kMlaCkvDim + kMlaKpeDim, kMlaCkvDim, int64_t(gv.wg), 1);
+        return gv;
+      },
+      {{"QB", 1}}));
   return cands;
 }
 
@@ -510,14 +558,17 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.page_ids_needed = r.page_ids_needed;
   plan.topk = topk;
 
-  const bool fuse = !extend && tile.fuse_merge;  // decode only: extend never splits
+  // (A device that bounds a work-item's loops merges in the separate pass: the fused merge's
+  // loops would come out of every work item's budget.)
+  if (c.profile.loop_trip_limit > 0) tile.fuse_merge = false;
+  const bool fuse = !extend && tile.fuse_merge;  // decode only: an extend split merges apart
   ops::BuiltVariant built = ops::select_and_build(c, op, variants(c.profile, tile, cache, extend, sparse));
   st->prog = built.program;
   st->attn_k = built.kernel;
   st->wg = built.variant.wg;
   plan.variant = built.variant.name;
   plan.kernel_options = built.variant.options;
-  const bool mma = plan.variant == "nv_mma_sync", tiled = plan.variant == "tiled", cpu = plan.variant == "cpu";
+  const bool mma = plan.variant == "nv_mma_sync", cpu = plan.variant == "cpu";
   st->fuse_kernel = mma && fuse;
 
   std::vector<int32_t>& h = st->host;
@@ -526,10 +577,13 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     h.insert(h.end(), {kb, ke, part, pb, row0, nrows, vbeg, cbase});
   };
   std::vector<planner::MergeItem> merges;
+  std::vector<int32_t> merge_stride;  // per merge entry: its parts' row stride (extend splits; else 1)
   // Work entries: blocks of the chosen kernel's query vectors; KV chunks aligned to its tile.
   // MMA: one m-tile (H < 16: masked rows).
-  const int qb = mma ? 16 : cpu ? tile.cqb : tiled ? tile.tqb : tile.qb;
-  const int align = mma ? tile.mma_keys : cpu ? tile.bk : tiled ? tile.kt : tile.lanes;
+  const int qb = ops::knob(built.variant.tile, "QB", 1), align = ops::knob(built.variant.tile, "KEYS", 16);
+  // A device that bounds a work-item's loops: no work entry covers more keys than that allows.
+  const int64_t max_keys = ops::max_keys_per_item(c.profile, built.variant.trips_fixed, built.variant.trips_per_key,
+                                                  op + " variant " + plan.variant);
   if (!extend) {
     const int n_hblk = (H + qb - 1) / qb;
     st->n_hblk = n_hblk;
@@ -539,6 +593,8 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     cfg.min_chunk = tile.min_chunk;
     cfg.max_splits = opt.max_splits ? opt.max_splits : tile.max_splits;
     cfg.align = align;
+    cfg.max_chunk = max_keys;
+    while (max_keys > 0 && cfg.align > max_keys && cfg.align > 1) cfg.align /= 2;
     std::vector<int32_t> begin(size_t(B), 0);
     // Sparse: the key range is the request's index list (none for a request without keys);
     // causal_base stays kv_len - 1, the last position an index may name.
@@ -554,24 +610,48 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
     plan.num_partials = sk.num_partials;
     plan.chunk_tokens = sk.chunk;
   } else {
+    // Extend: one entry per block of query vectors over its keys; where a device bounds a
+    // work-item's loops, a request with more keys than that is cut into parts of whole chunks
+    // (part p of token j: partial row first + p x qo_len + j), each token's parts merged as one
+    // entry (stride qo_len).
     for (int i = 0; i < B; ++i) {
       const int64_t nv = int64_t(r.qo_len[i]) * H;
       const int32_t kv = r.kv_len[i], ql = r.qo_len[i];
       const int32_t cbase = opt.causal ? kv - ql : INT_MAX / 2;
+      // (Chunks as decode's split cuts them under the same bound: a one-row extend is decode's bits.)
+      const int64_t bound = max_keys > 0 ? planner::bounded_chunk(max_keys, align) : 0;
+      const int np = bound > 0 && kv > bound ? int(rt::checked::ceil_div(kv, bound)) : 1;
+      if (np > 256)
+        throw Error(Status::Unsupported, op + ": request " + to_string(i) + " has " + to_string(kv) +
+                                             " keys; the device's loop-trip limit allows " + to_string(max_keys) +
+                                             " per work entry and the merge 256 parts (docs/portability.md)");
+      const int32_t chunk = np > 1 ? int32_t(bound) : kv, first = plan.num_partials;
+      if (np > 1) {
+        plan.num_partials = rt::checked::to_i32(int64_t(first) + int64_t(np) * ql, "MLA extend partial states");
+        for (int32_t j = 0; j < ql; ++j) merges.push_back({r.qo_start[i] + j, first + j, np});
+      }
       for (int64_t vb = 0; vb < nv; vb += qb) {
         const int32_t last_row = int32_t((std::min<int64_t>(nv, vb + qb) - 1) / H);
         const int32_t ke = opt.causal ? std::min(kv, kv - ql + last_row + 1) : kv;
-        push(0, ke, -1, r.page_base[i], r.qo_start[i], ql, int32_t(vb), cbase);
+        for (int p = 0; p < np; ++p)
+          push(np > 1 ? p * chunk : 0, np > 1 ? std::min(ke, (p + 1) * chunk) : ke, np > 1 ? first + p * ql : -1,
+               r.page_base[i], r.qo_start[i], ql, int32_t(vb), cbase);
       }
+      if (np > 1) merge_stride.resize(merges.size(), ql);
     }
   }
   plan.num_work = int(h.size() / 8);
   plan.num_merges = int(merges.size());
   st->work_off = 0;
   st->merge_off = int(h.size());
-  for (const auto& m : merges) h.insert(h.end(), {m.req, m.first, m.count, 0});
+  merge_stride.resize(merges.size(), 1);
+  for (size_t m = 0; m < merges.size(); ++m)
+    h.insert(h.end(), {merges[m].req, merges[m].first, merges[m].count, merge_stride[m]});
   int max_parts = 0;
   for (const auto& m : merges) max_parts = std::max(max_parts, m.count);
+  if (max_parts > 256)
+    throw Error(Status::Unsupported, op + ": a request needs " + to_string(max_parts) + " parts of at most " +
+                                         to_string(max_keys) + " keys (the device's loop-trip limit); the merge takes 256");
   st->fuse = st->fuse_kernel && max_parts <= tile.fuse_max_parts;
   if (st->fuse) {
     st->pmap_off = int(h.size());
@@ -602,9 +682,9 @@ MlaPlan make_plan(const Context& ctx, const Requests& r, bool page_table, bool e
   plan.table_bytes = st->upload_host(c, queue, "mla plan table", opt.plan_buffer);
   // lanes = tokens per tile (LANES, KT for tiled, MMA_KEYS for nv_mma_sync, whose loads are 8
   // values: 16 bytes, 8 for fp8; BK for cpu, whose loads are VW values).
-  plan.tile = mma   ? MlaPlan::Tile{qb, tile.mma_keys, int(st->wg), int(8 * es)}
-              : cpu ? MlaPlan::Tile{qb, tile.bk, int(st->wg), int(tile.vw * es)}
-                    : MlaPlan::Tile{qb, tiled ? tile.kt : tile.lanes, int(st->wg), tile.load_bytes};
+  plan.tile = mma   ? MlaPlan::Tile{qb, align, int(st->wg), int(8 * es)}
+              : cpu ? MlaPlan::Tile{qb, align, int(st->wg), int(tile.vw * es)}
+                    : MlaPlan::Tile{qb, align, int(st->wg), tile.load_bytes};
   rt::log().debug("{} plan: B={} T={} H={} P={} latent={} variant={} QB={} LANES={} WG={} LOAD={} ({}); {} work "
                   "entries, chunk {}, {} partials, {} merges, workspace {} B",
                   sparse ? "mla_sparse_decode" : op, B, r.num_tokens, H, cache.page_size, dtype_name(cache.dtype),

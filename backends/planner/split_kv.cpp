@@ -15,6 +15,12 @@ int64_t deterministic_chunk(const SplitKVConfig& cfg) {
   return round_up(std::max(1, cfg.fixed_chunk), std::max(1, cfg.align));
 }
 
+int64_t bounded_chunk(int64_t max_keys, int align) {
+  int64_t a = std::max(1, align);
+  while (a > max_keys && a > 1) a /= 2;
+  return std::max(a, max_keys / a * a);
+}
+
 int64_t count_work_items(const int32_t* begin, const int32_t* end, int batch, int chunk) {
   int64_t n = 0;
   for (int i = 0; i < batch; ++i) n += std::max<int64_t>(1, ceil_div(int64_t(end[i]) - begin[i], chunk));

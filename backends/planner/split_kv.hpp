@@ -53,6 +53,11 @@ SplitKVPlan plan_split_kv(const int32_t* begin, const int32_t* end, int batch, c
 // max_splits). Also the chunk of fixed-capacity decode plans (decode_plan_fixed).
 int64_t deterministic_chunk(const SplitKVConfig& cfg);
 
+// The chunk a loop-trip bound of max_keys keys per work item gives at alignment `align`
+// (lowered to a power of two within the bound where it exceeds it): what plan_split_kv cuts
+// with max_chunk, for ops that cut their own work lists the same way (MLA extend).
+int64_t bounded_chunk(int64_t max_keys, int align);
+
 // Number of work items a chunk size gives (without building them).
 int64_t count_work_items(const int32_t* begin, const int32_t* end, int batch, int chunk);
 

@@ -66,6 +66,8 @@ struct MlaOptions {
   float sm_scale = 0.0f;         // required (> 0): DeepSeek uses 1/sqrt(192) x yarn mscale^2
   bool causal = true;            // extend only; decode sees all of its keys
   int max_splits = 0;            // decode: KV chunks per request; 0 = planner's choice; 1 = never split
+                                 // (a device with a loop-trip limit splits decode and extend where it
+                                 // must, docs/portability.md)
   bool validate = true;          // run metadata validation (off for the hot path)
   std::map<std::string, int> params;  // parameter overrides (QB, LANES, LOAD_BYTES, ...); unknown name: InvalidArgument
   PlanBuffer plan_buffer;             // optional caller-owned table memory (context.hpp PlanBuffer)
