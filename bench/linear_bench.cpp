@@ -33,9 +33,8 @@ struct LinCase {
   int B, L, H, Dk, Dv;
 };
 
-// The variant one call of `op` ran: the linear ops keep no plan, but a tensor-core prefill is
-// chosen through ops::select_and_build on every call, which records it; any other call ran
-// the generic kernels.
+// The variant one call of `op` ran: the linear ops keep no plan, and each call chooses its
+// kernel through ops::select_and_build, which records it.
 template <class F>
 std::string variant_ran(Context& ctx, const std::string& op, F&& call) {
   call();

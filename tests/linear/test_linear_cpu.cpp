@@ -21,11 +21,11 @@ std::string op_name(const Case& c, bool decode) {
   return std::string(c.gdn ? "gdn" : "gla") + (decode ? "_decode" : "_prefill");
 }
 
-// The variant the last call of `op` ran ("generic" when none was recorded for it: the
-// portable kernels are built without select_and_build).
+// The variant the last call of `op` ran (each call records its choice through
+// select_and_build).
 std::string last_variant(const std::string& op) {
   const auto recs = ops::recent_builds();
-  return !recs.empty() && recs.back().op == op ? recs.back().variant : "generic";
+  return !recs.empty() && recs.back().op == op ? recs.back().variant : "none recorded";
 }
 
 std::string describe(const Case& c) {
@@ -160,7 +160,12 @@ TEST(LinearCpu, ChosenOnCpuDevices) {
       ASSERT_FALSE(recs.empty());
       EXPECT_EQ(recs.back().op, op_name(c, decode));
       EXPECT_EQ(recs.back().variant, "cpu");
-      if (!decode) EXPECT_EQ(recs.back().estimate, recs.back().driver) << "prefill local bytes";
+      // (A driver whose figure goes through a quirk, rusticl's doubled one, is held to the
+      // estimate as an upper bound: its compiler may drop an array the estimate counts.)
+      if (!decode && ctx().profile().kernel_local_mem_overcount == 1)
+        EXPECT_EQ(recs.back().estimate, recs.back().driver) << "prefill local bytes";
+      else if (!decode)
+        EXPECT_GE(recs.back().estimate, recs.back().driver) << "prefill local bytes";
       check(c, in, got, run_reference(c, in), op_name(c, decode));
     }
 }
