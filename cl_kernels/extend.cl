@@ -356,8 +356,8 @@ UNROLL_LOOP
       const size_t wrow = split_row(part_base, pr, G, Hq, h);
 UNROLL_LOOP
       for (int j = 0; j < CPT; ++j)
-        if (COL_OK(j)) vstore4(acc[i][j] * inv, 0, ws + wrow * HEAD_DIM + 4 * (tx + TX * j));
-      if (tx == 0) ws[lse_off + wrow] = fin.y;
+        if (COL_OK(j)) vstore4(acc[i][j] * inv, 0, part_ws + wrow * HEAD_DIM + 4 * (tx + TX * j));
+      if (tx == 0) part_ws[lse_off + wrow] = fin.y;
       continue;
     }
 UNROLL_LOOP

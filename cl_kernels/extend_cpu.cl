@@ -265,8 +265,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void extend_cpu(EXTEND_K
     for (int d = 0; d < HEAD_DIM; ++d) row[d] = ot[d * ROWS + r];
     if (part_base >= 0) {  // KEY_SPLIT: the partial state
       const size_t wrow = split_row(part_base, pr, G, Hq, h);
-      store_vrow(ws, wrow * HEAD_DIM, NV, DT_F32, fin.x, row);
-      ws[lse_off + wrow] = fin.y;
+      store_vrow(part_ws, wrow * HEAD_DIM, NV, DT_F32, fin.x, row);
+      part_ws[lse_off + wrow] = fin.y;
       continue;
     }
     store_vrow(o, orow * HEAD_DIM, NV, o_dt, fin.x, row);

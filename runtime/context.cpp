@@ -134,6 +134,10 @@ void ContextImpl::release() {
       rt::log().warn("context release: a release hook failed: {}", e.what());
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(memo_mu);
+    memo.clear();  // (may hold programs: before the program cache goes)
+  }
   programs.clear();
   if (faults) clReleaseMemObject(faults);
   if (queue) clReleaseCommandQueue(queue);

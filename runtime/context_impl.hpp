@@ -1,6 +1,8 @@
 // The object behind clattn::Context: OpenCL handles, the profile, the program cache.
 #pragma once
+#include <map>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -40,6 +42,11 @@ class ContextImpl {
   // they drop them while the context lives, instead of at process exit, after the context
   // (and, in some runtimes, the driver) is gone.
   void on_release(void (*hook)());
+
+  // What upper layers remember per context (backends/dispatch: the variant each candidate list
+  // settled on), type-erased so the runtime knows nothing of them; under memo_mu.
+  std::mutex memo_mu;
+  std::map<std::string, std::shared_ptr<const void>> memo;
 
  private:
   std::mutex release_mu;

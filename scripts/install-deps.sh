@@ -8,7 +8,8 @@ pkgs=(build-essential cmake pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       pybind11-dev python3-dev python3-numpy python3-pyopencl python3-pytest   # Python module (python/)
       intel-opencl-icd libigc-tools clang-15 llvm-15 rocm-device-libs          # offline gate (tools/kernel_report)
-      oclgrind)                                                                # ctest oclgrind (tests/oclgrind)
+      oclgrind                                                                 # ctest oclgrind (tests/oclgrind)
+      mesa-opencl-icd)                                                         # ctest rusticl (llvmpipe through Mesa's rusticl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -91,6 +91,19 @@ Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize
   return v;
 }
 
+Variant wg_variant(const std::string& name, const std::string& file, const std::string& kernel,
+                   const std::string& define, int wg, int floor, std::function<std::string(int)> options) {
+  return shrinkable({{define, wg}}, [=](const Tile& t) {
+    Variant v;
+    v.name = name, v.file = file, v.kernel = kernel;
+    const int w = knob(t, define);
+    if (w < std::max(1, floor)) v.why_not = define + " below " + std::to_string(floor);
+    v.wg = size_t(std::max(1, w));
+    v.options = options(w);
+    return v;
+  }, {{define, std::max(1, floor)}});
+}
+
 Variant realize_like(const Variant& v, const Tile& t) {
   Variant r = v.realize(t);
   if (r.tile.empty()) r.tile = t;
@@ -159,8 +172,49 @@ int64_t max_keys_per_item(const DeviceProfile& p, int64_t trips_fixed, int64_t t
   return budget / trips_per_key;
 }
 
+namespace {
+BuiltVariant select_uncached(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands,
+                             const SelfCheck& check);
+
+// The key of a candidate list in the context's memo: the op and each candidate's build (or why
+// it does not apply).
+std::string memo_key(const std::string& op, const std::vector<Variant>& cands) {
+  std::string k = "select\n" + op;
+  for (const Variant& v : cands)
+    k += "\n" + v.name + "\n" + (v.why_not.empty() ? v.file + " " + v.kernel + " " + v.options : "-");
+  return k;
+}
+}  // namespace
+
 BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands,
                               const SelfCheck& check) {
+  // A list this context has settled before gets the same build (ops without a plan choose on
+  // every call); self-validation's pinned plans choose afresh.
+  if (in_self_check()) return select_uncached(c, op, cands, check);
+  const std::string key = memo_key(op, cands);
+  std::shared_ptr<const void> hit;
+  {
+    std::lock_guard<std::mutex> lock(c.memo_mu);
+    auto it = c.memo.find(key);
+    if (it != c.memo.end()) hit = it->second;
+  }
+  if (hit) {
+    BuiltVariant b = *static_cast<const BuiltVariant*>(hit.get());
+    // The verdict a self-validated variant earned is looked up again (from memory), so the
+    // caller's verdict log sees it.
+    if (check && params::needs_self_validation(b.variant.name)) validate(c, op, b.variant, check);
+    record(op, b);
+    return b;
+  }
+  BuiltVariant b = select_uncached(c, op, cands, check);
+  std::lock_guard<std::mutex> lock(c.memo_mu);
+  c.memo[key] = std::make_shared<const BuiltVariant>(b);
+  return b;
+}
+
+namespace {
+BuiltVariant select_uncached(detail::ContextImpl& c, const std::string& op, const std::vector<Variant>& cands,
+                             const SelfCheck& check) {
   Error last(Status::Unsupported, op + ": no kernel variant applies");
   for (size_t i = 0; i < cands.size(); ++i) {
     const Variant& first = cands[i];
@@ -246,6 +300,7 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
   }
   throw last;
 }
+}  // namespace
 
 std::vector<BuildRecord> recent_builds() {
   std::lock_guard<std::mutex> lock(g_records_mu);

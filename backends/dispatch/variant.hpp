@@ -69,6 +69,11 @@ struct Variant {
 // plans.
 Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize,
                    std::vector<std::pair<std::string, int>> order);
+// A variant whose one knob is its work-group size (the kernel's `define`, a power of two it
+// steps by), built from `options(wg)`: shrinks by halving it down to `floor`.
+Variant wg_variant(const std::string& name, const std::string& file, const std::string& kernel,
+                   const std::string& define, int wg, int floor, std::function<std::string(int)> options);
+
 // v's variant at tile t (realize, tile, shrink order carried over).
 Variant realize_like(const Variant& v, const Tile& t);
 

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backends/metadata/checks.hpp"
+#include "runtime/device_limits.hpp"
 #include "backends/dispatch/catalog.hpp"
 #include "backends/params/database.hpp"
 #include "runtime/context_impl.hpp"
@@ -84,7 +85,7 @@ Launch prepare(const Context& ctx, cl_command_queue queue, const char* kernel) {
   auto prog = c.programs.get(v.file, v.options);  // memoised per (file, options)
   size_t wg = size_t(std::max(1, params::lookup(c.profile, "metadata").get("WG")));
   rt::Kernel& k = prog->kernel(kernel);
-  wg = std::min({wg, c.profile.max_work_group_size, k.max_work_group_size(c.device)});
+  wg = std::min(wg, rt::kernel_work_group_limit(c.profile, k.max_work_group_size(c.device)));
   size_t pow2 = 1;
   while (pow2 * 2 <= wg) pow2 *= 2;  // the kernels' tree sum needs a power of two
   return Launch{prog, k, queue ? queue : c.queue, pow2};

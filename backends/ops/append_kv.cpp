@@ -1,6 +1,7 @@
 // append_kv: host checks (shapes, dtypes, buffer sizes, optional host slot validation),
 // then one launch of cl_kernels/append_kv.cl over (element, token).
 #include "backends/dispatch/catalog.hpp"
+#include "backends/dispatch/variant.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "clattn/append_kv.hpp"
@@ -19,15 +20,18 @@ struct AppendProgram {
 
 // WG work-items per group, each storing APPEND_ITEMS elements: the row's parameter lowered to
 // a divisor of D, so a work-item's run stays inside one head row.
-AppendProgram append_program(const DeviceProfile& prof, int D) {
+// `kernel`: the entry point the call launches (each is checked against its own limit).
+AppendProgram append_program(const DeviceProfile& prof, int D, const std::string& kernel = "append_kv") {
   params::Entry pe = params::lookup(prof, "append_kv");
   AppendProgram a;
   a.source = pe.source;
   const size_t wg = std::max<size_t>(1, std::min<size_t>(size_t(pe.get("APPEND_WG")), prof.max_work_group_size));
   a.items = std::max(1, std::min(int(pe.get("APPEND_ITEMS")), D));
   while (D % a.items) --a.items;
-  a.v.name = "generic", a.v.file = "append_kv.cl", a.v.kernel = "append_kv", a.v.wg = wg;
-  a.v.options = rt::make_options({{"APPEND_WG", std::to_string(wg)}, {"APPEND_ITEMS", std::to_string(a.items)}});
+  const int items = a.items;
+  a.v = ops::wg_variant("generic", "append_kv.cl", kernel, "APPEND_WG", int(wg), 1, [items](int w) {
+    return rt::make_options({{"APPEND_WG", std::to_string(w)}, {"APPEND_ITEMS", std::to_string(items)}});
+  });
   return a;
 }
 
@@ -93,10 +97,12 @@ void append_kv(const Context& ctx, const AppendKVArgs& a, const Enqueue& e) {
   }
 
   auto& c = rt::impl(ctx);
-  const AppendProgram ap = append_program(c.profile, D);
-  const size_t wg = ap.v.wg;
+  const char* entry = a.cache.dtype == DType::I8 ? "append_kv_i8" : a.cache.dtype == DType::I4 ? "append_kv_i4" : "append_kv";
+  const AppendProgram ap = append_program(c.profile, D, entry);
+  const ops::BuiltVariant built = ops::select_and_build(c, "append_kv", {ap.v});
+  const size_t wg = built.variant.wg;
   const int items = ap.items;
-  auto prog = c.programs.get(ap.v.file, ap.v.options);
+  auto prog = built.program;
   if (a.cache.dtype == DType::I8) {  // one work-item per (token, head) row: the row's max sets its scale
     rt::Kernel& k8 = prog->kernel("append_kv_i8");
     size_t g8[2] = {(size_t(Hkv) + wg - 1) / wg * wg, size_t(N)}, l8[2] = {wg, 1};

@@ -18,7 +18,7 @@ namespace clattn {
 namespace detail {
 
 struct DsaIndexPlanState : ops::PlanTable {
-  std::shared_ptr<rt::Program> prog;
+  std::shared_ptr<rt::Program> prog, topk_prog;  // (the same program unless the top-k kernel shrank)
   rt::Kernel* score_k = nullptr;
   rt::Kernel* topk_k = nullptr;
   size_t wg = 0, topk_wg = 0;
@@ -102,18 +102,34 @@ Tile choose_tile(const DeviceProfile& prof, const PagedKV& c, const DsaIndexOpti
   return t;
 }
 
-// The program's two kernels, as candidates of one variant each (the same build).
-std::vector<ops::Variant> variants(const Tile& t, const PagedKV& c, bool topk) {
-  ops::Variant v;
-  v.name = "generic", v.file = "dsa_index.cl";
-  v.kernel = topk ? "dsa_index_topk" : "dsa_index_scores";
-  v.options = rt::make_options({{"DI", to_string(c.head_dim)}, {"KV_DT", to_string(int(c.dtype))},
-                                {"TT", to_string(t.tt)}, {"TM", to_string(t.tm)}, {"TH", to_string(t.th)},
-                                {"HP", to_string(t.hp)}, {"DK", to_string(t.dk)}, {"TOPK_WG", to_string(t.topk_wg)},
-                                {"TOPK_CHUNKS", t.topk_chunks ? "1" : "0"}});
-  v.wg = topk ? size_t(t.topk_wg) : t.wg();
-  v.local_bytes = topk ? 256 * 4 + 2 * size_t(t.topk_wg) * 4 + 16 : t.local_bytes();
-  return {v};
+// The program's two kernels, each a candidate of its own: the scores kernel's tile shrinks its
+// tokens per group (TT), then its heads per pass (HP); the top-k kernel's its work-group
+// (TOPK_WG), built with the scores kernel's chosen tile.
+std::vector<ops::Variant> variants(const Tile& asked, const PagedKV& c, bool topk) {
+  auto build = [c, topk](Tile t) {
+    ops::Variant v;
+    v.name = "generic", v.file = "dsa_index.cl";
+    v.kernel = topk ? "dsa_index_topk" : "dsa_index_scores";
+    if (t.tt < t.tm || t.hp < t.th || t.topk_wg < 16) v.why_not = "TT >= TM, HP >= TH, TOPK_WG >= 16";
+    v.options = rt::make_options({{"DI", to_string(c.head_dim)}, {"KV_DT", to_string(int(c.dtype))},
+                                  {"TT", to_string(t.tt)}, {"TM", to_string(t.tm)}, {"TH", to_string(t.th)},
+                                  {"HP", to_string(t.hp)}, {"DK", to_string(t.dk)}, {"TOPK_WG", to_string(t.topk_wg)},
+                                  {"TOPK_CHUNKS", t.topk_chunks ? "1" : "0"}});
+    v.wg = topk ? size_t(t.topk_wg) : t.wg();
+    v.local_bytes = topk ? 256 * 4 + 2 * size_t(t.topk_wg) * 4 + 16 : t.local_bytes();
+    return v;
+  };
+  if (topk)
+    return {ops::shrinkable({{"TOPK_WG", asked.topk_wg}}, [asked, build](const ops::Tile& k) {
+      Tile t = asked;
+      t.topk_wg = ops::knob(k, "TOPK_WG");
+      return build(t);
+    }, {{"TOPK_WG", 16}})};
+  return {ops::shrinkable({{"TT", asked.tt}, {"HP", asked.hp}}, [asked, build](const ops::Tile& k) {
+    Tile t = asked;
+    t.tt = ops::knob(k, "TT"), t.hp = ops::knob(k, "HP");
+    return build(t);
+  }, {{"TT", 1}, {"HP", 1}})};
 }
 
 DsaIndexPlan make_plan(const Context& ctx, const meta::KVRequests& r, bool page_table, const PagedKV& cache,
@@ -121,7 +137,7 @@ DsaIndexPlan make_plan(const Context& ctx, const meta::KVRequests& r, bool page_
   namespace ck = rt::checked;
   auto& c = rt::impl(ctx);
   params::check_param_names({"dsa_index"}, opt.params, "DsaIndexOptions::params");
-  const Tile tile = choose_tile(c.profile, cache, opt);
+  Tile tile = choose_tile(c.profile, cache, opt);
   const int B = r.size();
   auto st = std::make_shared<DsaIndexPlanState>();
   DsaIndexPlan plan;
@@ -131,8 +147,10 @@ DsaIndexPlan make_plan(const Context& ctx, const meta::KVRequests& r, bool page_
   for (int i = 0; i < B; ++i) plan.max_kv_len = std::max(plan.max_kv_len, r.kv_len[size_t(i)]);
 
   const ops::BuiltVariant sv = ops::select_and_build(c, "dsa_index", variants(tile, cache, false));
+  tile.tt = ops::knob(sv.variant.tile, "TT"), tile.hp = ops::knob(sv.variant.tile, "HP");
   const ops::BuiltVariant tv = ops::select_and_build(c, "dsa_index", variants(tile, cache, true));
-  st->prog = sv.program, st->score_k = sv.kernel, st->topk_k = tv.kernel;
+  tile.topk_wg = ops::knob(tv.variant.tile, "TOPK_WG");
+  st->prog = sv.program, st->topk_prog = tv.program, st->score_k = sv.kernel, st->topk_k = tv.kernel;
   st->wg = sv.variant.wg, st->topk_wg = tv.variant.wg;
   plan.variant = sv.variant.name;
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backends/dispatch/variant.hpp"
 #include "backends/ops/op_util.hpp"
 #include "backends/params/database.hpp"
 #include "clattn/merge_state.hpp"
@@ -15,17 +16,15 @@ Variant merge_variant(const DeviceProfile& p) {
   params::Entry e = params::lookup(p, "merge");
   size_t wg = size_t(e.get("MERGE_WG"));
   wg = std::max<size_t>(1, std::min(wg, p.max_work_group_size));
-  Variant v;
-  v.name = "generic", v.file = "merge_state.cl", v.kernel = "merge_partials", v.wg = wg;
-  v.options = rt::make_options({{"MERGE_WG", std::to_string(wg)}});
-  return v;
+  return wg_variant("generic", "merge_state.cl", "merge_partials", "MERGE_WG", int(wg), 1,
+                    [](int w) { return rt::make_options({{"MERGE_WG", std::to_string(w)}}); });
 }
 
 MergeProgram merge_program(detail::ContextImpl& c) {
-  const Variant v = merge_variant(c.profile);
+  const BuiltVariant b = select_and_build(c, "merge", {merge_variant(c.profile)});
   MergeProgram m;
-  m.wg = v.wg;
-  m.program = c.programs.get(v.file, v.options);
+  m.wg = b.variant.wg;
+  m.program = b.program;
   return m;
 }
 

@@ -527,12 +527,10 @@ std::vector<ops::Variant> variants(const DeviceProfile& prof, const Tile& tile, 
 
 // mla_append.cl: no build parameters; 16 work-items per token on CPUs, 64 elsewhere (at most
 // 64: append_latent_i8's local maxima).
-ops::Variant append_variant(const DeviceProfile& prof) {
-  ops::Variant v;
-  v.name = "generic", v.file = "mla_append.cl", v.kernel = "append_latent";
-  v.options = rt::make_options({});
-  v.wg = prof.is_cpu ? 16 : 64;
-  return v;
+// A launch choice, not a build option: fewer where the compiled kernel allows fewer.
+ops::Variant append_variant(const DeviceProfile& prof, const std::string& kernel = "append_latent") {
+  return ops::wg_variant("generic", "mla_append.cl", kernel, "WG", prof.is_cpu ? 16 : 64, 1,
+                         [](int) { return rt::make_options({}); });
 }
 
 // topk > 0: sparse decode over index lists of topk entries per request (the decode
@@ -913,9 +911,9 @@ void append_latent(const Context& ctx, const AppendLatentArgs& a, const Enqueue&
     ops::enqueue_marker(q, wl.size(), wl.data(), e.event);
     return;
   }
-  const ops::Variant av = append_variant(c.profile);
-  auto prog = c.programs.get(av.file, av.options);
-  const size_t wg = av.wg;
+  const ops::BuiltVariant av = ops::select_and_build(c, "mla_append", {append_variant(c.profile, i8 ? "append_latent_i8" : "append_latent")});
+  auto prog = av.program;
+  const size_t wg = av.variant.wg;
   const size_t gws[1] = {size_t(rt::checked::mul(a.num_tokens, int64_t(wg), "append_latent work-items"))},
                lws[1] = {wg};
   cl_mem kc = a.cache.single_buffer ? a.ckv_cache : a.kpe_cache;

@@ -25,7 +25,9 @@ struct RopeProgram {
 // ROPE_WG as a power of two (the int4 kernel's quant groups, G/2 work-items each, tile it),
 // lowered to the one that covers a row's D/2 pairs (no idle work-items), raised to min_wg (the
 // int4 kernel's G/2).
-RopeProgram rope_program(const DeviceProfile& prof, int D, size_t min_wg = 1) {
+// `kernel`: the entry point the call launches (checked against its own limit, shrinking
+// ROPE_WG down to min_wg where the compiled kernel asks for it).
+RopeProgram rope_program(const DeviceProfile& prof, int D, size_t min_wg = 1, const std::string& kernel = "apply_rope") {
   params::Entry pe = params::lookup(prof, "rope");
   RopeProgram r;
   r.source = pe.source;
@@ -41,10 +43,12 @@ RopeProgram rope_program(const DeviceProfile& prof, int D, size_t min_wg = 1) {
   r.rows = std::max(1, int(pe.get("ROPE_ROWS")));
   r.tokens = std::max(1, int(pe.get("ROPE_TOKENS")));
   r.kv_heads = std::max(1, int(pe.get("ROPE_KV_HEADS")));
-  r.v.name = "generic", r.v.file = "rope.cl", r.v.kernel = "apply_rope", r.v.wg = wg;
-  r.v.options = rt::make_options({{"ROPE_WG", std::to_string(wg)}, {"ROPE_ROWS", std::to_string(r.rows)},
-                                  {"ROPE_TOKENS", std::to_string(r.tokens)}, {"ROPE_KV_HEADS", std::to_string(r.kv_heads)},
-                                  {"UNROLL_HINTS", prof.is_cpu ? "0" : "1"}});  // PoCL: rolled loops
+  const std::string rows = std::to_string(r.rows), tokens = std::to_string(r.tokens);
+  const std::string heads = std::to_string(r.kv_heads), hints = prof.is_cpu ? "0" : "1";  // PoCL: rolled loops
+  r.v = ops::wg_variant("generic", "rope.cl", kernel, "ROPE_WG", int(wg), int(min_wg), [=](int w) {
+    return rt::make_options({{"ROPE_WG", std::to_string(w)}, {"ROPE_ROWS", rows}, {"ROPE_TOKENS", tokens},
+                             {"ROPE_KV_HEADS", heads}, {"UNROLL_HINTS", hints}});
+  });
   return r;
 }
 
@@ -199,9 +203,10 @@ void apply_rope(const Context& ctx, const RopeArgs& a, const Enqueue& e) {
   check_positions(a.pos, a.rope, T, fn);
 
   auto& c = rt::impl(ctx);
-  const RopeProgram rp = rope_program(c.profile, D);
-  auto prog = c.programs.get(rp.v.file, rp.v.options);
-  rt::Kernel& k = prog->kernel("apply_rope");
+  RopeProgram rp = rope_program(c.profile, D);
+  const ops::BuiltVariant built = ops::select_and_build(c, "rope", {rp.v});
+  rp.v = built.variant;
+  rt::Kernel& k = *built.kernel;
   const size_t rows = size_t(Hq + Hk);
   size_t gws[3], lws[3];
   rope_grid(rp, D, rows, T, gws, lws);
@@ -241,8 +246,11 @@ void rope_append_kv(const Context& ctx, const RopeAppendKVArgs& r, const Enqueue
   auto& c = rt::impl(ctx);
   const bool i8 = a.cache.dtype == DType::I8 && !ch.empty, i4 = a.cache.dtype == DType::I4 && !ch.empty;
   // int4: a quant group's range is reduced over its G/2 work-items, within one work-group.
-  const RopeProgram rp = rope_program(c.profile, D, i4 ? size_t(a.cache.quant_group / 2) : 1);
-  auto prog = c.programs.get(rp.v.file, rp.v.options);
+  RopeProgram rp = rope_program(c.profile, D, i4 ? size_t(a.cache.quant_group / 2) : 1,
+                                i8 ? "rope_append_kv_i8" : i4 ? "rope_append_kv_i4" : "rope_append_kv");
+  const ops::BuiltVariant built = ops::select_and_build(c, "rope", {rp.v});
+  rp.v = built.variant;
+  auto prog = built.program;
   const cl_mem none = nullptr;
   rt::log().debug("rope_append_kv: {} tokens, Hq {} Hkv {} D {} R {} {}, {} -> {} cache ({})", T, Hq, Hkv, D, rr.R,
                   r.rope.style == RopeStyle::GptJ ? "gptj" : "neox", dtype_name(a.src_dtype), dtype_name(a.cache.dtype),

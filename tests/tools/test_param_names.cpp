@@ -50,11 +50,11 @@ TEST(ParamNames, CoverWhatTheOpsRead) {
     const char* file;
     std::vector<std::string> ops;
   } cases[] = {{"backends/ops/decode", {"decode"}},
-               {"backends/ops/extend.cpp", {"extend"}},
+               {"backends/ops/extend", {"extend"}},
                {"backends/ops/mla.cpp", {"mla_decode"}},
                {"backends/ops/mla.cpp", {"mla_extend"}},
                {"backends/ops/dsa_index.cpp", {"dsa_index"}},
-               {"backends/ops/linear.cpp", {"linear_decode", "linear_prefill"}}};
+               {"backends/ops/linear", {"linear_decode", "linear_prefill"}}};
   for (const auto& c : cases) {
     const std::string src = read(c.file);
     ASSERT_FALSE(src.empty()) << c.file;

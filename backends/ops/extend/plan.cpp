@@ -148,7 +148,7 @@ ExtendPlan make_plan(const Context& ctx, const Requests& r, ExtendPlan::Source s
                                                   "extend variant " + built.variant.name);
   const KeySplit split = key_split(r, group, std::max(1, ops::knob(built.variant.tile, "ROWS")), opt, max_keys);
   if (split.needed) {
-    if (!built.variant.tile.count("KEY_SPLIT"))
+    if (ops::knob(built.variant.tile, "KEY_SPLIT", -1) < 0)
       throw Error(Status::Unsupported, "extend: variant " + built.variant.name + " cannot split its keys, and the " +
                                            "device's loop-trip limit needs it (docs/portability.md)");
     ops::Tile t = built.variant.tile;
