@@ -37,7 +37,13 @@ std::string profile_json(const DeviceProfile& p) {
                    {"clattn_nv_inline_ptx", p.nv_inline_ptx},
                    {"clattn_nv_compute_capability", p.nv_compute_capability},
                    {"clattn_amd_wavefront", p.amd_wavefront},
-                   {"clattn_warp_size", p.warp_size}};
+                   {"clattn_warp_size", p.warp_size},
+                   {"clattn_kernel_work_group_cap", p.kernel_work_group_cap},
+                   {"clattn_private_mem_cap", p.private_mem_cap},
+                   {"clattn_loop_trip_limit", p.loop_trip_limit},
+                   {"clattn_kernel_local_mem_overcount", p.kernel_local_mem_overcount},
+                   {"clattn_device_limits", p.device_limits},
+                   {"clattn_quirks", p.quirks}};
   return j.dump();
 }
 

@@ -15,9 +15,13 @@ std::vector<CatalogEntry> catalog(const CatalogTarget& target) {
   catalog_rope(target, out);
   catalog_metadata(target, out);
   catalog_hsa(target, out);
-  // The options as the program cache builds them (ProgramCache::get).
+  // The tile the dispatcher would build first, with the options as the program cache builds
+  // them (ProgramCache::get).
   for (CatalogEntry& e : out)
-    for (Variant& v : e.variants) v.options = rt::with_device_options(target.profile, v.options);
+    for (Variant& v : e.variants) {
+      if (v.why_not.empty()) v = fit_estimate(target.profile, v);
+      v.options = rt::with_device_options(target.profile, v.options);
+    }
   return out;
 }
 

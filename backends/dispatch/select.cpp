@@ -37,8 +37,7 @@ int64_t trips_of_a_few_keys(const Variant& v) { return v.trips_fixed + kFewKeys 
 int64_t usable_trips(const DeviceProfile& p) { return p.loop_trip_limit - p.loop_trip_limit / 4; }
 
 // The host's figures for `v` against the device's, before any build.
-Misfit estimate_misfit(const detail::ContextImpl& c, const Variant& v) {
-  const DeviceProfile& p = c.profile;
+Misfit estimate_misfit(const DeviceProfile& p, const Variant& v) {
   if (p.max_work_group_size && v.wg > p.max_work_group_size)
     return {Misfit::Limit::WorkGroup, v.wg, p.max_work_group_size,
             "the tile needs " + str(v.wg) + " work-items per group, the device allows " + str(p.max_work_group_size)};
@@ -242,7 +241,7 @@ BuiltVariant select_uncached(detail::ContextImpl& c, const std::string& op, cons
     }
     int shrinks = 0;
     for (;;) {
-      Misfit m = estimate_misfit(c, v);
+      Misfit m = estimate_misfit(c.profile, v);
       if (m.soft) {
         // A loop-trip bound that still covers some keys: a smaller tile where there is one,
         // else this one (its plans split finer).
@@ -301,6 +300,17 @@ BuiltVariant select_uncached(detail::ContextImpl& c, const std::string& op, cons
   throw last;
 }
 }  // namespace
+
+Variant fit_estimate(const DeviceProfile& p, const Variant& v) {
+  Variant cur = v;
+  for (;;) {
+    const Misfit m = estimate_misfit(p, cur);
+    if (m.why.empty()) return cur;
+    const Variant s = shrink_for(cur, m);
+    if (!s.why_not.empty()) return cur;
+    cur = s;
+  }
+}
 
 std::vector<BuildRecord> recent_builds() {
   std::lock_guard<std::mutex> lock(g_records_mu);

@@ -95,6 +95,10 @@ BuiltVariant select_and_build(detail::ContextImpl& c, const std::string& op, con
 // Why the compiled kernel of `v` cannot launch on this context (Misfit::why empty when it can).
 Misfit misfit(const detail::ContextImpl& c, const Variant& v, rt::Kernel& k);
 
+// `v` shrunk, in its declared order, until the host's figures (work-items, local memory, loop
+// trips) fit `p`: the tile select_and_build would build first (the offline catalog's choice).
+Variant fit_estimate(const DeviceProfile& p, const Variant& v);
+
 // The next tile of `v` after `m`, in its declared order; nullopt-like (why_not "no smaller
 // tile") when none is left.
 Variant shrink_for(const Variant& v, const Misfit& m);

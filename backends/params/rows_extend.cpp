@@ -127,7 +127,8 @@ const std::vector<Row>& rows_extend() {
       // intel_dpas (DPAS=1) where the device has DPAS: sub-groups of 16 (Xe-HPC and Xe2, whose
       // DPAS is 8 x 16 x 16), 4 x 2 of them as 32 rows x 64 keys; the arch rows below.
       // KEYS_I8 32: over int8 caches the portable kernel at 64 keys spills 1-2 KB per thread in
-      // ocloc's dg2 (D=80) and pvc (D=128) builds; 32 keys spill nothing.
+      // ocloc's dg2 (D=80) and pvc (D=128) builds, over int4 (group 32, D=128, paged) 4 KB in
+      // pvc's; 32 keys spill nothing.
       {"extend", Level::Vendor, "intel", "*",
        {{"WG", 128}, {"ROWS", 32}, {"KEYS", 64}, {"TM", 4}, {"MMA", 0}, {"DPAS", 1}, {"DPAS_SG", 16},
         {"DPAS_RB", 1}, {"DPAS_RG", 4}, {"DPAS_CG", 2}, {"DPAS_KEYS", 64}, {"KEYS_I8", 32}},

@@ -8,14 +8,18 @@
 # any report of Oclgrind's (invalid access, data race, API error, fatal error).
 # Not run: the --uninitialized plugin (it cannot execute LLVM's `freeze` instruction and
 # stops the kernel: dev/oclgrind_limits.c).
-# Usage: run_oclgrind.sh DETECTOR_CHECK PROBE TEST_C_PROGRAM... [--sparse TEST_C_PROGRAM...]
+# Three parts, one ctest each so they run side by side: rows (every vendor's rows and the
+# sparse programs), emulated (the sub-group and matrix variants through their emulation) and
+# local (decode, extend and MLA with the simulator's local memory at 32 KiB and 16 KiB, the
+# Mali / Adreno / Apple size and below it, under GPU rows whose tiles must shrink to fit).
+# Usage: run_oclgrind.sh rows|emulated|local DETECTOR_CHECK PROBE TEST_C_PROGRAM... [--sparse TEST_C_PROGRAM...]
 set -uo pipefail
 if ! command -v oclgrind > /dev/null; then
   echo "oclgrind not installed (apt-get install oclgrind): skipped"
   exit 77
 fi
-detector=$1 probe=$2
-shift 2
+part=$1 detector=$2 probe=$3
+shift 3
 tests=() sparse=()
 while [ $# -gt 0 ] && [ "$1" != "--sparse" ]; do tests+=("$1"); shift; done
 [ $# -gt 0 ] && shift && sparse=("$@")
@@ -56,6 +60,7 @@ run() {  # run LABEL ENV... -- PROGRAM ARGS...
   fi
 }
 
+rows() {
 for vendor in native generic nvidia amd intel; do
   envs=()
   [ "$vendor" != native ] && envs=("CLATTN_FORCE_VENDOR=$vendor")
@@ -71,6 +76,8 @@ for vendor in native cpu; do
   [ "$vendor" != native ] && envs=("CLATTN_FORCE_VENDOR=$vendor")
   for t in "${sparse[@]}"; do run "$vendor" "${envs[@]}" -- "$t"; done
 done
+}
+emulated() {
 intel_mm=CLATTN_EMULATE=cl_intel_subgroups,cl_intel_subgroup_matrix_multiply_accumulate
 for t in "${tests[@]}"; do run "intel+$intel_mm" CLATTN_FORCE_VENDOR=intel "$intel_mm" -- "$t"; done
 # Without a cache: a verdict cached by an earlier run would skip the kernels.
@@ -79,4 +86,22 @@ for emu in cl_khr_subgroups,amd_wmma amd_mfma; do
   for t in "${tests[@]}"; do run "amd+$emu" CLATTN_FORCE_VENDOR=amd CLATTN_EMULATE=$emu -- "$t"; done
   run "amd+$emu" CLATTN_CACHE_DIR=off CLATTN_FORCE_VENDOR=amd CLATTN_EMULATE=$emu -- "$probe" --self-check
 done
+}
+local_mem() {
+  for size in 32768 16384; do
+    og=(oclgrind --check-api --data-races --local-mem-size $size)
+    for vendor in generic amd; do
+      for t in "${tests[@]}"; do
+        case "$(basename "$t")" in test_c_decode | test_c_extend | test_c_mla) ;; *) continue ;; esac
+        run "$vendor+local$size" CLATTN_FORCE_VENDOR=$vendor -- "$t"
+      done
+    done
+  done
+}
+case "$part" in
+  rows) rows ;;
+  emulated) emulated ;;
+  local) local_mem ;;
+  *) echo "run_oclgrind.sh: unknown part '$part' (rows, emulated, local)"; exit 2 ;;
+esac
 exit $failed

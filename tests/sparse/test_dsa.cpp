@@ -461,6 +461,10 @@ TEST(SparseMla, EveryPortableVariantMatchesTheReference) {
       sc.opt.params = v.params;
       set_split(sc.opt, k % 2 == 0);
       sc.variant = v.name;
+      if (!test::row_runs_case(k)) {
+        ++k;
+        continue;
+      }
       MlaPlan p;
       run_sparse(sc, 800 + k, nullptr, &p);
       if (k % 2 == 0) EXPECT_GT(p.num_merges, 0) << sc.b.describe();

@@ -248,8 +248,8 @@ TEST(Hsa, RunMatchesReference) {
       {{700, 64, 63, 129}, 1, 8, 128, 64, 4, 64, HsaStrategy::Head, true, false, DType::BF16, DType::BF16, DType::F32},
       {{1000, 1}, 2, 4, 64, 64, 20, 0, HsaStrategy::Group, false, true, DType::BF16, DType::BF16, DType::F32},
   };
-  uint64_t salt = 1;
-  for (const Case& c : cases) check_case(c, salt++);
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (test::row_runs_case(int(i))) check_case(cases[i], i + 1);
 }
 
 // A caller's selection: -1, an id outside the pool, a repeat, a page inside the window,

@@ -28,6 +28,11 @@ struct Rng {
   double uniform(double lo = -1.0, double hi = 1.0) { return std::uniform_real_distribution<double>(lo, hi)(gen); }
   std::vector<double> vec(size_t n, double lo = -1.0, double hi = 1.0);
 };
+// Forced vendor rows (CLATTN_FORCE_VENDOR) rerun a suite for those rows' choices; long case
+// lists run every third case there, shifted per vendor, so the rows together cover them all
+// and the native run covers each.
+bool row_runs_case(int i);
+
 #define CLATTN_SEED_TRACE() SCOPED_TRACE("replay with CLATTN_TEST_SEED=" + std::to_string(::clattn::test::seed()))
 
 // Stored bytes of `vals` in dtype `dt` (value / scale, rounded as the device stores it).

@@ -1,6 +1,7 @@
 // clattn-probe: every OpenCL device, its profile, what clattn would choose on it, and
 // (with --bench) the bandwidth limits and program build times; with --self-check the
 // runtime self-check and the self-validation verdict of every variant that needs one.
+#include <algorithm>
 #include <clattn/clattn.hpp>
 #include <cstdio>
 #include <fstream>
@@ -9,10 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "backends/dispatch/variant.hpp"
 #include "backends/params/database.hpp"
 #include "backends/params/variants.hpp"
 #include "runtime/env.hpp"
 #include "runtime/log.hpp"
+#include "runtime/quirks.hpp"
 #include "tools/cli.hpp"
 
 using nlohmann::json;
@@ -90,6 +93,15 @@ void print_text(const clattn::DeviceEntry& d, const json& bench) {
     std::printf("    replay     launch by launch (no cl_khr_command_buffer)\n");
   else
     std::printf("    replay     one command buffer per step (cl_khr_command_buffer %s)\n", p.command_buffer.c_str());
+  // Constrained-device limits and driver quirks in effect (docs/portability.md).
+  std::string limits = p.device_limits.empty() ? "none" : "CLATTN_DEVICE_LIMITS " + p.device_limits;
+  if (p.loop_trip_limit) limits += ", a work-item's loops bounded at " + std::to_string(p.loop_trip_limit) + " iterations";
+  std::printf("    limits     %s\n", limits.c_str());
+  std::string quirks;
+  for (const auto& q : clattn::rt::known_quirks())
+    if (std::find(p.quirks.begin(), p.quirks.end(), q.name) != p.quirks.end())
+      quirks += std::string("\n      ") + q.name + ": " + q.what + " (" + q.repro + ")";
+  std::printf("    quirks     %s\n", quirks.empty() ? "none" : quirks.c_str() + 1);
   std::printf("    variants mode %s\n", p.portable_only ? "portable (CLATTN_VARIANTS=portable: no vendor-specific variant)"
                                                          : "all (every variant the device can run)");
   std::printf("    variants:\n");
@@ -125,6 +137,13 @@ void print_text(const clattn::DeviceEntry& d, const json& bench) {
                   bench["build_warm_disk_hit"].get<bool>() ? "yes" : "no");
     }
     if (bench.contains("self_check")) std::printf("    %s\n", bench["self_check"].get<std::string>().c_str());
+    if (bench.contains("tiles")) {
+      std::printf("    tiles built by the self-check (op variant tile; local bytes estimated / reported; shrinks):\n");
+      for (auto& t : bench["tiles"])
+        std::printf("      %-12s %-16s %s; %llu / %llu; %d\n", t["op"].get<std::string>().c_str(),
+                    t["variant"].get<std::string>().c_str(), t["tile"].get<std::string>().c_str(),
+                    t["estimate"].get<unsigned long long>(), t["driver"].get<unsigned long long>(), t["shrinks"].get<int>());
+    }
     if (bench.contains("variant_checks")) {
       std::printf("    self-validation of variants never run on hardware of their kind:\n");
       for (auto& v : bench["variant_checks"]) {
@@ -152,6 +171,13 @@ json run_bench(const clattn::DeviceEntry& d, bool check_only) {
                         {"tolerance", v.tolerance},
                         {"detail", v.detail}});
     b["variant_checks"] = checks;
+    json tiles = json::array();
+    std::set<std::string> seen;
+    for (const auto& r : clattn::ops::recent_builds())
+      if (seen.insert(r.op + " " + r.variant + " " + r.tile).second)
+        tiles.push_back({{"op", r.op}, {"variant", r.variant}, {"tile", r.tile.empty() ? "-" : r.tile},
+                         {"estimate", r.estimate}, {"driver", r.driver}, {"shrinks", r.shrinks}});
+    b["tiles"] = tiles;
     if (check_only) return b;
     auto L = clattn::measure_limits(ctx);
     b["copy_gbps"] = L.copy_gbps;

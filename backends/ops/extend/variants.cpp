@@ -355,10 +355,10 @@ std::vector<ops::Variant> candidates(const DeviceProfile& prof, const KVDesc& kv
   GenericTile gt{param(e, over, "WG"), param(e, over, "ROWS"), param(e, over, "KEYS"),
                  param(e, over, "TM"),  param(e, over, "DC"),   param(e, over, "VC"),
                  ops::param_or(e, over, "QRES", 1)};
-  // int8 caches: KEYS_I8 keys per tile where a row asks for fewer (the Intel rows: 64 keys spill
-  // at int8). int4 keeps KEYS: its builds at 64 keys spill nothing in ocloc's dg2 / pvc builds
-  // (clattn-kernel-report --op extend, groups 32 and 128, D 64 / 128 / 256).
-  if (kv.dtype == DType::I8 && !over.count("KEYS")) gt.keys = std::max(1, ops::param_or(e, over, "KEYS_I8", gt.keys));
+  // Integer caches (int8, int4): KEYS_I8 keys per tile where a row asks for fewer (the Intel
+  // rows: 64 keys spill at int8, and at int4 group 32 D 128 in ocloc's pvc build).
+  if ((kv.dtype == DType::I8 || kv.dtype == DType::I4) && !over.count("KEYS"))
+    gt.keys = std::max(1, ops::param_or(e, over, "KEYS_I8", gt.keys));
   // A head-dim chunk that does not divide head_dim (80, 96, 192) becomes the largest
   // multiple of 4 below it that does.
   if (gt.dc >= 4 && kv.head_dim % gt.dc != 0 && !over.count("DC"))
