@@ -31,7 +31,7 @@ void drop_extensions(DeviceProfile& p, std::initializer_list<const char*> prefix
 
 template <class T>
 void lower_to(T& field, unsigned long long v) {
-  if (field == 0 || v < field) field = T(v);
+  if (field == 0 || v < static_cast<unsigned long long>(field)) field = T(v);
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ clattn_status clattn_context_create_with_variants(const char* selector, const ch
   return guard([&] {
     need(out, "out");
     *out = nullptr;
-    *out = new clattn_context_s{clattn::Context::create(selector ? selector : "", {variants ? variants : ""})};
+    const clattn::ContextOptions opts{variants ? variants : "", ""};
+    *out = new clattn_context_s{clattn::Context::create(selector ? selector : "", opts)};
   });
 }
 
@@ -42,7 +43,8 @@ clattn_status clattn_context_adopt_with_variants(cl_context ctx, cl_device_id de
   return guard([&] {
     need(out, "out");
     *out = nullptr;
-    *out = new clattn_context_s{clattn::Context::adopt(ctx, device, queue, {variants ? variants : ""})};
+    const clattn::ContextOptions opts{variants ? variants : "", ""};
+    *out = new clattn_context_s{clattn::Context::adopt(ctx, device, queue, opts)};
   });
 }
 

@@ -141,7 +141,7 @@ int64_t int_ptr(const py::handle& o, const char* what) {
 }
 
 clattn::Context make_context(const py::object& device, const std::string& variants) {
-  const clattn::ContextOptions opts{variants};
+  const clattn::ContextOptions opts{variants, ""};
   if (device.is_none()) return clattn::Context::create("", opts);
   if (py::isinstance<py::str>(device)) return clattn::Context::create(device.cast<std::string>(), opts);
   if (py::isinstance<py::int_>(device)) {

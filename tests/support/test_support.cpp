@@ -71,10 +71,10 @@ PageTable page_table(const std::vector<std::vector<int32_t>>& pages, int page_si
 bool row_runs_case(int i) {
   static const int shift = [] {
     const char* f = std::getenv("CLATTN_FORCE_VENDOR");
-    if (!f || !*f) return -1;
-    int h = 0;
-    for (const char* c = f; *c; ++c) h += *c;
-    return h % 3;
+    const char* emulated = std::getenv("CLATTN_EMULATE");
+    if (!f || !*f || (emulated && *emulated)) return -1;
+    const std::string v = f;
+    return v == "amd" || v == "generic" || v == "apple" ? 1 : v == "intel" || v == "arm" ? 2 : 0;
   }();
   return shift < 0 || (i + shift) % 3 == 0;
 }

@@ -30,7 +30,8 @@ struct Rng {
 };
 // Forced vendor rows (CLATTN_FORCE_VENDOR) rerun a suite for those rows' choices; long case
 // lists run every third case there, shifted per vendor, so the rows together cover them all
-// and the native run covers each.
+// and the native run covers each. Runs with CLATTN_EMULATE (the emulated variants' only runs
+// on PoCL) take every case.
 bool row_runs_case(int i);
 
 #define CLATTN_SEED_TRACE() SCOPED_TRACE("replay with CLATTN_TEST_SEED=" + std::to_string(::clattn::test::seed()))
