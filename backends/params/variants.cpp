@@ -117,8 +117,8 @@ void add_self_validation_for_testing(const std::string& variant) {
 
 std::vector<OpChoice> op_choices(const DeviceProfile& p) {
   // Per op, its variants other than "generic" best first, each with the parameters (all
-  // non-zero) that ask for it; the ops decide the same way (ops/decode.cpp, extend.cpp,
-  // mla.cpp, linear.cpp).
+  // non-zero) that ask for it; the ops decide the same way (ops/decode/, extend/, mla/,
+  // linear/).
   struct Candidate {
     const char* op;
     const char* key;

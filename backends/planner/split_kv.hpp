@@ -1,7 +1,7 @@
 // Split-K planner for paged decode (FlashInfer's DecodePlan idea): from per-request KV
 // ranges, decide which (request, KV chunk) pairs form the work list, which requests need
 // the merge pass, and how many partial states the workspace holds. Pure host code, no
-// OpenCL: the decode dispatcher (backends/ops/decode.cpp) turns the result into
+// OpenCL: the decode dispatcher (backends/ops/decode/plan.cpp) turns the result into
 // device tables.
 //
 // Rules: a batch that already launches as many work-groups as the device runs at once is

@@ -162,7 +162,7 @@ inline bool mma_device() {
 }
 
 // Whether a prefill of `c` runs the tensor-core kernel: asked for (PF_MMA from the case or
-// the parameter database), available, f16/bf16 q/k/v, Dk <= 128 (backends/ops/linear.cpp).
+// the parameter database), available, f16/bf16 q/k/v, Dk <= 128 (backends/ops/linear/variants.cpp).
 inline bool uses_mma(const Case& c, bool decode) {
   if (decode || c.io == DType::F32 || c.Dk > 128 || !mma_device()) return false;
   auto it = c.params.find("PF_MMA");

@@ -51,8 +51,8 @@ TEST(ParamNames, CoverWhatTheOpsRead) {
     std::vector<std::string> ops;
   } cases[] = {{"backends/ops/decode", {"decode"}},
                {"backends/ops/extend", {"extend"}},
-               {"backends/ops/mla.cpp", {"mla_decode"}},
-               {"backends/ops/mla.cpp", {"mla_extend"}},
+               {"backends/ops/mla", {"mla_decode"}},
+               {"backends/ops/mla", {"mla_extend"}},
                {"backends/ops/dsa_index.cpp", {"dsa_index"}},
                {"backends/ops/linear", {"linear_decode", "linear_prefill"}}};
   for (const auto& c : cases) {
