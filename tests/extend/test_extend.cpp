@@ -364,13 +364,13 @@ TEST(Extend, LongSequencesManyTiles) {
 }
 
 // Where a device bounds a work-item's loops (rusticl's llvmpipe; CLATTN_DEVICE_LIMITS=
-// loop_trips=N anywhere: the test_extend.loop_trips ctest), long requests are split by key and
+// loop_trips=N anywhere: the test_extend.loop_trips ctest at 16384), long requests are split by key and
 // their parts merged: the plan has a workspace for the partial states and the result is the
 // reference's, for the portable and the cpu kernel, causal and not, with a window and sinks.
 TEST(Extend, KeySplitWhereLoopsAreBounded) {
   CLATTN_SEED_TRACE();
   if (ctx().profile().loop_trip_limit == 0)
-    GTEST_SKIP() << "runs where a device bounds a work-item's loops (CLATTN_DEVICE_LIMITS=loop_trips=8192)";
+    GTEST_SKIP() << "runs where a device bounds a work-item's loops (CLATTN_DEVICE_LIMITS=loop_trips=16384)";
   for (const char* variant : {"generic", "cpu"})
     for (int k = 0; k < 2; ++k) {
       Case c;
