@@ -1,5 +1,5 @@
-// Data and OpenCL helpers of the ops' self-validation checks (extend_self_check.cpp,
-// decode_self_check.cpp): values exact in every dtype, NaN fill, decoding of the outputs, and
+// Data and OpenCL helpers of the ops' self-validation checks (extend/self_check.cpp,
+// decode/self_check.cpp): values exact in every dtype, NaN fill, decoding of the outputs, and
 // the check's own buffers and queue.
 #pragma once
 #include <cmath>

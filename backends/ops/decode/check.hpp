@@ -1,4 +1,4 @@
-// The decode op's self-validation check (backends/ops/decode_self_check.cpp).
+// The decode op's self-validation check (backends/ops/decode/self_check.cpp).
 #pragma once
 #include <map>
 #include <string>

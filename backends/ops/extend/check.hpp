@@ -9,7 +9,7 @@ namespace clattn::ops {
 
 struct Variant;
 
-// The plan's kind of case for its self-validation check (backends/ops/extend_self_check.cpp):
+// The plan's kind of case for its self-validation check (backends/ops/extend/self_check.cpp):
 // what decides which programs its candidates build.
 struct ExtendCheckCase {
   DType kv_dtype = DType::BF16, q_dtype = DType::BF16, o_dtype = DType::BF16;
