@@ -107,4 +107,21 @@ void merge_states(const Context& ctx, const MergeStatesArgs& a, const Enqueue& e
            cl_int(a.num_states), cl_int(a.num_heads), cl_int(a.head_dim), cl_int(a.dtype));
 }
 
+namespace ops {
+
+void enqueue_merge(cl_command_queue q, const MergeLaunch& m, cl_event after, cl_event* done, cl_mem o, DType o_dt,
+                   cl_mem lse, bool has_lse, cl_mem sinks, bool has_sinks) {
+  const size_t gws[2] = {size_t(m.num_merges) * size_t(m.cb) * m.wg, size_t(m.heads)}, lws[2] = {m.wg, 1};
+  try {
+    m.kernel->launch(q, 2, gws, lws, 1, &after, done, m.table, cl_int(m.merge_off), m.ws, cl_ulong(m.lse_off), o,
+                     cl_int(o_dt), lse, cl_int(has_lse), sinks, cl_int(has_sinks), cl_int(m.heads), cl_int(m.head_dim),
+                     cl_int(m.cb));
+  } catch (...) {
+    clReleaseEvent(after);
+    throw;
+  }
+  clReleaseEvent(after);
+}
+
+}  // namespace ops
 }  // namespace clattn

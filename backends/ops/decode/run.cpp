@@ -116,16 +116,9 @@ void decode_enqueue(const Context& ctx, const DecodePlan& plan, const DecodeBuff
   // (Deterministic plans: the column split, and with it the order the parts add in, from the
   // shape alone, never from the batch.)
   const int cb = ops::merge_col_blocks(rt::impl(ctx).profile, st->deterministic ? 1 : st->num_merges, Hq, D);
-  size_t mg[2] = {size_t(st->num_merges) * size_t(cb) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
-  try {
-    st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
-                        cl_ulong(st->lse_off_floats), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), sinks,
-                        cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(D), cl_int(cb));
-  } catch (...) {
-    clReleaseEvent(ev1);
-    throw;
-  }
-  clReleaseEvent(ev1);
+  ops::enqueue_merge(q, {st->merge_k, st->merge_wg, st->num_merges, cb, Hq, D, st->table, ws, st->merge_off,
+                         uint64_t(st->lse_off_floats)},
+                     ev1, e.event, b.o, st->o_dtype, lse, b.lse != nullptr, sinks, b.sinks != nullptr);
 }
 
 }  // namespace ops

@@ -93,16 +93,9 @@ void extend_run(const Context& ctx, const ExtendPlan& plan, const ExtendBuffers&
   if (maps_done) clReleaseEvent(maps_done);
   if (st->num_merges == 0) return;
   const int cb = ops::merge_col_blocks(c.profile, st->num_merges, Hq, D);
-  size_t mg[2] = {size_t(st->num_merges) * size_t(cb) * st->merge_wg, size_t(Hq)}, ml[2] = {st->merge_wg, 1};
-  try {
-    st->merge_k->launch(q, 2, mg, ml, 1, &attn_done, e.event, st->table, cl_int(st->merge_off), tmaps,
-                        cl_ulong(st->lse_off_floats), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), sinks,
-                        cl_int(b.sinks != nullptr), cl_int(Hq), cl_int(D), cl_int(cb));
-  } catch (...) {
-    clReleaseEvent(attn_done);
-    throw;
-  }
-  clReleaseEvent(attn_done);
+  ops::enqueue_merge(q, {st->merge_k, st->merge_wg, st->num_merges, cb, Hq, D, st->table, tmaps, st->merge_off,
+                         uint64_t(st->lse_off_floats)},
+                     attn_done, e.event, b.o, st->o_dtype, lse, b.lse != nullptr, sinks, b.sinks != nullptr);
 }
 
 }  // namespace clattn

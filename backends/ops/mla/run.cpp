@@ -111,16 +111,9 @@ void run_plan(const Context& ctx, const MlaPlan& plan, const MlaBuffers& b, cl_m
     return;
   }
   const int cb = ops::merge_col_blocks(c.profile, st->num_merges, H, kMlaCkvDim);
-  const size_t mg[2] = {size_t(st->num_merges) * size_t(cb) * st->merge_wg, size_t(H)}, ml[2] = {st->merge_wg, 1};
-  try {
-    st->merge_k->launch(q, 2, mg, ml, 1, &ev1, e.event, st->table, cl_int(st->merge_off), ws,
-                        cl_ulong(st->lse_off_floats), b.o, cl_int(st->o_dtype), lse, cl_int(b.lse != nullptr), dummy,
-                        cl_int(0), cl_int(H), cl_int(kMlaCkvDim), cl_int(cb));
-  } catch (...) {
-    clReleaseEvent(ev1);
-    throw;
-  }
-  clReleaseEvent(ev1);
+  ops::enqueue_merge(q, {st->merge_k, st->merge_wg, st->num_merges, cb, H, kMlaCkvDim, st->table, ws, st->merge_off,
+                         uint64_t(st->lse_off_floats)},
+                     ev1, e.event, b.o, st->o_dtype, lse, b.lse != nullptr, dummy, false);
 }
 }  // namespace
 
