@@ -384,7 +384,10 @@ TEST(Extend, KeySplitWhereLoopsAreBounded) {
       Batch b = build(c, 130 + uint64_t(k));
       DevRun r = run(b);
       EXPECT_EQ(r.plan.variant, variant);
-      EXPECT_GT(r.plan.workspace_bytes, 0) << c.describe() << ": no key split";
+      // At the ctest's bound every tile splits the 2100-key request; at llvmpipe's 65535 the GPU
+      // rows' tiles cover it whole (the result is still checked).
+      if (ctx().profile().loop_trip_limit <= 16384)
+        EXPECT_GT(r.plan.workspace_bytes, 0) << c.describe() << ": no key split";
       EXPECT_EXTEND_OK(b, r);
     }
 }
