@@ -91,7 +91,8 @@ Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize
 }
 
 Variant wg_variant(const std::string& name, const std::string& file, const std::string& kernel,
-                   const std::string& define, int wg, int floor, std::function<std::string(int)> options) {
+                   const std::string& define, int wg, int floor, std::function<std::string(int)> options,
+                   std::function<uint64_t(int)> local_bytes) {
   return shrinkable({{define, wg}}, [=](const Tile& t) {
     Variant v;
     v.name = name, v.file = file, v.kernel = kernel;
@@ -99,6 +100,7 @@ Variant wg_variant(const std::string& name, const std::string& file, const std::
     if (w < std::max(1, floor)) v.why_not = define + " below " + std::to_string(floor);
     v.wg = size_t(std::max(1, w));
     v.options = options(w);
+    if (local_bytes) v.local_bytes = local_bytes(int(v.wg));
     return v;
   }, {{define, std::max(1, floor)}});
 }

@@ -70,9 +70,11 @@ struct Variant {
 Variant shrinkable(const Tile& tile, std::function<Variant(const Tile&)> realize,
                    std::vector<std::pair<std::string, int>> order);
 // A variant whose one knob is its work-group size (the kernel's `define`, a power of two it
-// steps by), built from `options(wg)`: shrinks by halving it down to `floor`.
+// steps by), built from `options(wg)` (with `local_bytes(wg)` its local-memory estimate where
+// given): shrinks by halving it down to `floor`.
 Variant wg_variant(const std::string& name, const std::string& file, const std::string& kernel,
-                   const std::string& define, int wg, int floor, std::function<std::string(int)> options);
+                   const std::string& define, int wg, int floor, std::function<std::string(int)> options,
+                   std::function<uint64_t(int)> local_bytes = {});
 
 // v's variant at tile t (realize, tile, shrink order carried over).
 Variant realize_like(const Variant& v, const Tile& t);

@@ -76,14 +76,13 @@ Variant hsa_select_variant(const DeviceProfile& prof, int head_dim, const std::m
   wg = int(std::min<size_t>(size_t(wg), prof.max_work_group_size ? prof.max_work_group_size : size_t(wg)));
   const std::string chunks = param_or(e, over, "TOPK_CHUNKS", 0) ? "1" : "0";
   // (SELECT_WG shrinks where the compiled kernel allows fewer work-items.)
-  return shrinkable({{"SELECT_WG", wg}}, [head_dim, chunks](const Tile& t) {
-    Variant v = wg_variant("generic", "hsa.cl", "hsa_select", "SELECT_WG", knob(t, "SELECT_WG"), 1, [&](int w) {
-      return rt::make_options({{"HEAD_DIM", std::to_string(head_dim)}, {"SELECT_WG", std::to_string(w)},
-                               {"TOPK_CHUNKS", chunks}});
-    });
-    v.local_bytes = uint64_t(head_dim) * 4 + 256 * 4 + 2 * uint64_t(v.wg) * 4 + 16;
-    return v;
-  }, {{"SELECT_WG", 1}});
+  return wg_variant(
+      "generic", "hsa.cl", "hsa_select", "SELECT_WG", wg, 1,
+      [head_dim, chunks](int w) {
+        return rt::make_options({{"HEAD_DIM", std::to_string(head_dim)}, {"SELECT_WG", std::to_string(w)},
+                                 {"TOPK_CHUNKS", chunks}});
+      },
+      [head_dim](int w) { return uint64_t(head_dim) * 4 + 256 * 4 + 2 * uint64_t(w) * 4 + 16; });
 }
 
 // The selection at the head dims HSA models use.

@@ -39,8 +39,10 @@ struct SkipTheNativeRowsAgain : ::testing::Environment {
     DeviceProfile native = ctx().profile();
     if (native.vendor != native.vendor_forced) return;
     native.vendor_forced.clear();
-    for (const auto& op : parameter_ops())
-      if (parameters(native, op).level != "vendor" && parameters(native, op).level != "generic") return;
+    for (const auto& op : parameter_ops()) {
+      const std::string level = parameters(native, op).level;
+      if (level != "vendor" && level != "generic") return;
+    }
     GTEST_SKIP() << "CLATTN_FORCE_VENDOR=" << f << " names this device's own vendor: the native run's rows";
   }
 };
